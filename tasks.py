@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""The course's commands. Needs only Python >= 3.10 and pip.
+
+    python3 tasks.py book     # install what the book needs, render it to _build/html/
+    python3 tasks.py test     # install what the tests need, run the unit and notebook tests
+    python3 tasks.py tangle   # regenerate lib/ from the chapters' export cells
+    python3 tasks.py lint     # ruff: lint and format check of lib/, tests/ and the chapters
+    python3 tasks.py fmt      # ruff: format lib/, tests/ and the chapters' code cells
+
+Outside a virtual environment (or conda), the commands create ``.venv/`` here and run
+inside it, so nothing is installed into the system Python. Installing is idempotent: a
+second run installs nothing. On a machine without an NVIDIA GPU the CPU build of PyTorch
+is installed; where a suitable torch is already present (Colab, conda), it is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+MIN_TORCH = (2, 4)
+CPU_TORCH = "torch==2.13.0+cpu"  # a CPU-only wheel: no CUDA packages are pulled in
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+if sys.version_info < (3, 10):
+    sys.exit(f"Python >= 3.10 is needed; this is {sys.version.split()[0]}")
+
+
+def say(message: str) -> None:
+    print(f"[tasks] {message}", flush=True)
+
+
+def run(*cmd: str | Path, env: dict[str, str] | None = None, check: bool = True) -> int:
+    cmd_text = " ".join(str(c) for c in cmd)
+    say(cmd_text)
+    done = subprocess.run([str(c) for c in cmd], cwd=ROOT, env=env)
+    if check and done.returncode != 0:
+        sys.exit(f"[tasks] failed (exit {done.returncode}): {cmd_text}")
+    return done.returncode
+
+
+def in_managed_env() -> bool:
+    """True inside a virtual environment, conda, or a hosted notebook such as Colab."""
+    return (
+        sys.prefix != sys.base_prefix
+        or bool(os.environ.get("CONDA_PREFIX"))
+        or "COLAB_RELEASE_TAG" in os.environ
+    )
+
+
+def venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def reexec_in_venv() -> None:
+    """Create .venv if needed and run this same command inside it."""
+    if not venv_python().exists():
+        say(f"creating a virtual environment in {VENV}")
+        run(sys.executable, "-m", "venv", VENV)
+    os.execv(str(venv_python()), [str(venv_python()), str(Path(__file__)), *sys.argv[1:]])
+
+
+def pip(*args: str, check: bool = True) -> int:
+    return run(sys.executable, "-m", "pip", "install", "--quiet", *args, check=check)
+
+
+def torch_ok() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    return version >= MIN_TORCH
+
+
+def ensure_torch() -> None:
+    if torch_ok():
+        return
+    if shutil.which("nvidia-smi"):
+        say("an NVIDIA GPU is present: installing the default (CUDA) build of PyTorch")
+        pip(f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}")
+        return
+    say("no NVIDIA GPU: installing a CPU-only build of PyTorch")
+    if pip(CPU_TORCH, check=False) != 0:
+        say(f"{CPU_TORCH} is not available here; trying PyTorch's CPU index")
+        pip("torch", "--index-url", CPU_INDEX)
+
+
+def ensure_installed(extra: str) -> None:
+    """Install torch, then the course package with the given extra; skip if already done."""
+    stamp_dir = Path(sys.prefix) / ".tfs-stamps"
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    stamp = stamp_dir / f"{extra}-{digest}-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]}"
+    if stamp.exists() and torch_ok():
+        return
+    ensure_torch()
+    pip("-e", f".[{extra}]")
+    stamp_dir.mkdir(exist_ok=True)
+    stamp.touch()
+
+
+def cpu_count() -> int:
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 4))
+
+
+def cmd_test(extra_args: list[str]) -> None:
+    ensure_installed("test")
+    workers = cpu_count()
+    parallel = ["-n", str(workers)] if workers > 1 else []
+    run(sys.executable, "-m", "pytest", *parallel, *extra_args)
+
+
+def cmd_book(strict: bool) -> None:
+    ensure_installed("book")
+    env = dict(os.environ)
+    env.setdefault("TFS_PROFILE", "full" if shutil.which("nvidia-smi") else "smoke")
+    env.setdefault("MPLBACKEND", "Agg")
+    flags = ["-W", "-n", "--keep-going"] if strict else []
+    run(sys.executable, "-m", "jupyter_book", "build", ".", *flags, env=env)
+    say(f"the book is at {ROOT / '_build' / 'html' / 'index.html'}")
+
+
+def cmd_tangle(check: bool) -> None:
+    ensure_installed("test")
+    run(sys.executable, "tools/tangle.py", *(["--check"] if check else []))
+
+
+def notebooks() -> list[str]:
+    """Convert the chapters to ipynb under _build/notebooks so ruff can read their code."""
+    out = ROOT / "_build" / "notebooks"
+    out.mkdir(parents=True, exist_ok=True)
+    chapters = sorted((ROOT / "chapters").glob("[0-9][0-9]-*.md"))
+    for chapter in chapters:
+        run(sys.executable, "-m", "jupytext", "--quiet", "--to", "ipynb", "--output",
+            out / (chapter.stem + ".ipynb"), chapter)
+    return [str(out / (c.stem + ".ipynb")) for c in chapters]
+
+
+def cmd_lint() -> None:
+    ensure_installed("test")
+    nbs = notebooks()
+    # _build is excluded in pyproject for plain `ruff check .`; name the notebooks explicitly.
+    run(sys.executable, "-m", "ruff", "check", "lib", "tests", "tools", "bench", "tasks.py", "conftest.py")
+    run(sys.executable, "-m", "ruff", "check", *nbs)
+    run(sys.executable, "-m", "ruff", "format", "--check", "lib", "tests", "tools", "bench", "tasks.py", "conftest.py")
+    run(sys.executable, "-m", "ruff", "format", "--check", *nbs)
+    run(sys.executable, "tools/tangle.py", "--check")
+
+
+def cmd_fmt() -> None:
+    ensure_installed("test")
+    run(sys.executable, "-m", "ruff", "format", "lib", "tests", "tools", "bench", "tasks.py", "conftest.py")
+    chapters = sorted(str(p) for p in (ROOT / "chapters").glob("[0-9][0-9]-*.md"))
+    run(sys.executable, "-m", "jupytext", "--pipe", f"{sys.executable} -m ruff format -", *chapters)
+    run(sys.executable, "tools/tangle.py")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    test = sub.add_parser("test", help="run the unit and notebook tests (extra args go to pytest)")
+    test.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    book = sub.add_parser("book", help="render the book to _build/html")
+    book.add_argument("--strict", action="store_true", help="treat warnings as errors (CI)")
+    tangle = sub.add_parser("tangle", help="regenerate lib/ from the chapters")
+    tangle.add_argument("--check", action="store_true", help="only report drift")
+    sub.add_parser("lint", help="ruff lint and format check")
+    sub.add_parser("fmt", help="ruff format, chapters included")
+    args = parser.parse_args()
+
+    if not in_managed_env():
+        reexec_in_venv()
+    if args.command == "test":
+        cmd_test(args.pytest_args)
+    elif args.command == "book":
+        cmd_book(args.strict)
+    elif args.command == "tangle":
+        cmd_tangle(args.check)
+    elif args.command == "lint":
+        cmd_lint()
+    elif args.command == "fmt":
+        cmd_fmt()
+
+
+if __name__ == "__main__":
+    main()

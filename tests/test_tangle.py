@@ -1,0 +1,78 @@
+"""lib is generated from the chapters: nothing may drift, and nothing may be defined twice."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tools import tangle
+
+LIB = Path(__file__).resolve().parent.parent / "lib"
+CHAPTERS = tangle.chapter_files()
+
+
+def test_there_are_chapters():
+    assert len(CHAPTERS) >= 1, "no chapters/NN-name.md found"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_module_matches_its_chapter(chapter: Path):
+    module = LIB / f"{tangle.module_name(chapter)}.py"
+    assert module.exists(), f"{module.name} is missing: run `python tools/tangle.py`"
+    assert module.read_text(encoding="utf-8") == tangle.render(chapter), (
+        f"lib/{module.name} differs from the export cells of chapters/{chapter.name}: "
+        "edit the chapter, not the module, then run `python tools/tangle.py`"
+    )
+
+
+def _top_level_names(path: Path) -> list[tuple[str, int]]:
+    """Names bound at module level by def, class and assignment (imports excluded)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append((node.name, node.lineno))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for leaf in ast.walk(target):
+                    if isinstance(leaf, ast.Name):
+                        names.append((leaf.id, node.lineno))
+    return names
+
+
+def _lib_modules() -> list[Path]:
+    return sorted(p for p in LIB.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+@pytest.mark.parametrize("module", _lib_modules(), ids=lambda p: str(p.relative_to(LIB)))
+def test_no_name_defined_twice_in_a_module(module: Path):
+    seen: dict[str, int] = {}
+    twice = []
+    for name, line in _top_level_names(module):
+        if name in seen and name != "__all__":
+            twice.append(f"{name} (lines {seen[name]} and {line})")
+        seen.setdefault(name, line)
+    assert not twice, f"{module.name} defines these names more than once: {', '.join(twice)}"
+
+
+def test_no_public_function_or_class_defined_in_two_modules():
+    where: dict[str, list[str]] = defaultdict(list)
+    for module in _lib_modules():
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                where[node.name].append(str(module.relative_to(LIB)))
+    twice = {name: mods for name, mods in where.items() if len(mods) > 1}
+    assert not twice, f"public names defined in more than one lib module: {twice}"
+
+
+def test_duplicate_detector_catches_a_redefinition(tmp_path: Path):
+    # The check above must be able to fail: a module defining f twice is caught.
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    return 1\n\n\ndef f():\n    return 2\n")
+    names = [name for name, _ in _top_level_names(module)]
+    assert names.count("f") == 2
