@@ -28,8 +28,9 @@ VENV = ROOT / ".venv"
 MIN_TORCH = (2, 4)
 CPU_TORCH = "torch==2.13.0+cpu"  # a CPU-only wheel: no CUDA packages are pulled in
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+PY_PATHS = ["lib", "tests", "tools", "bench", "tasks.py", "conftest.py"]
 
-if sys.version_info < (3, 10):
+if sys.version_info < (3, 10):  # noqa: UP036 - this file runs before any install
     sys.exit(f"Python >= 3.10 is needed; this is {sys.version.split()[0]}")
 
 
@@ -138,8 +139,17 @@ def notebooks() -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     chapters = sorted((ROOT / "chapters").glob("[0-9][0-9]-*.md"))
     for chapter in chapters:
-        run(sys.executable, "-m", "jupytext", "--quiet", "--to", "ipynb", "--output",
-            out / (chapter.stem + ".ipynb"), chapter)
+        run(
+            sys.executable,
+            "-m",
+            "jupytext",
+            "--quiet",
+            "--to",
+            "ipynb",
+            "--output",
+            out / (chapter.stem + ".ipynb"),
+            chapter,
+        )
     return [str(out / (c.stem + ".ipynb")) for c in chapters]
 
 
@@ -147,23 +157,25 @@ def cmd_lint() -> None:
     ensure_installed("test")
     nbs = notebooks()
     # _build is excluded in pyproject for plain `ruff check .`; name the notebooks explicitly.
-    run(sys.executable, "-m", "ruff", "check", "lib", "tests", "tools", "bench", "tasks.py", "conftest.py")
+    run(sys.executable, "-m", "ruff", "check", *PY_PATHS)
     run(sys.executable, "-m", "ruff", "check", *nbs)
-    run(sys.executable, "-m", "ruff", "format", "--check", "lib", "tests", "tools", "bench", "tasks.py", "conftest.py")
+    run(sys.executable, "-m", "ruff", "format", "--check", *PY_PATHS)
     run(sys.executable, "-m", "ruff", "format", "--check", *nbs)
     run(sys.executable, "tools/tangle.py", "--check")
 
 
 def cmd_fmt() -> None:
     ensure_installed("test")
-    run(sys.executable, "-m", "ruff", "format", "lib", "tests", "tools", "bench", "tasks.py", "conftest.py")
+    run(sys.executable, "-m", "ruff", "format", *PY_PATHS)
     chapters = sorted(str(p) for p in (ROOT / "chapters").glob("[0-9][0-9]-*.md"))
     run(sys.executable, "-m", "jupytext", "--pipe", f"{sys.executable} -m ruff format -", *chapters)
     run(sys.executable, "tools/tangle.py")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     test = sub.add_parser("test", help="run the unit and notebook tests (extra args go to pytest)")
     test.add_argument("pytest_args", nargs=argparse.REMAINDER)

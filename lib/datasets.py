@@ -133,7 +133,9 @@ def download(
                 with urllib.request.urlopen(url, timeout=timeout) as response:
                     shutil.copyfileobj(response, out)
             except urllib.error.HTTPError as err:
-                raise DownloadError(f"could not download {url}: HTTP {err.code} {err.reason}") from None
+                raise DownloadError(
+                    f"could not download {url}: HTTP {err.code} {err.reason}"
+                ) from None
             except (urllib.error.URLError, TimeoutError, OSError) as err:
                 reason = getattr(err, "reason", err)
                 raise DownloadError(

@@ -25,10 +25,10 @@ LIB = ROOT / "lib"
 EXPORT_TAG = "export"
 CHAPTER_NAME = re.compile(r"^(\d\d)-([a-z0-9-]+)\.md$")
 
-HEADER = '''\
+HEADER = """\
 # This file is generated from {source} by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-'''
+"""
 
 
 def chapter_files() -> list[Path]:
