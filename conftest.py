@@ -37,6 +37,13 @@ def _to_ipynb(chapter: Path) -> Path:
 def pytest_collect_file(file_path: Path, parent):
     if file_path.parent != ROOT / "chapters" or not CHAPTER_NAME.match(file_path.name):
         return None
-    from nbmake.pytest_items import NotebookFile
+    from nbmake.pytest_items import NotebookFile, NotebookItem
 
-    return NotebookFile.from_parent(parent, path=_to_ipynb(file_path))
+    class ChapterNotebook(NotebookFile):
+        """A chapter source collected under its own name (``pytest chapters/04-attention.md``
+        works), executed by nbmake from its converted ``.ipynb``."""
+
+        def collect(self):
+            yield NotebookItem.from_parent(self, filename=str(_to_ipynb(self.path)))
+
+    return ChapterNotebook.from_parent(parent, path=file_path)

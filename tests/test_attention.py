@@ -1,0 +1,486 @@
+"""Unit tests of lib.attention: masks, both backends, multi-head attention, the KV cache."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lib.attention import (
+    ATTENTION_BACKENDS,
+    KVCache,
+    MultiHeadAttention,
+    additive_mask,
+    attention_crossover_length,
+    attention_layer_flops,
+    causal_mask,
+    combine_masks,
+    kv_cache_bytes,
+    padding_mask,
+    repeat_kv_heads,
+    scaled_dot_product_attention,
+    sdpa_attention,
+)
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _qkv(batch=2, heads=4, kv_heads=4, q_len=5, k_len=7, d_head=8):
+    return (
+        torch.randn(batch, heads, q_len, d_head),
+        torch.randn(batch, kv_heads, k_len, d_head),
+        torch.randn(batch, kv_heads, k_len, d_head),
+    )
+
+
+def _decode(mha, x, prefill=1, **kwargs):
+    """Run x through mha: the first `prefill` positions at once, then one token at a time."""
+    out, cache = mha(x[:, :prefill], causal=True, use_cache=True, **kwargs)
+    outputs = [out]
+    for t in range(prefill, x.shape[1]):
+        out, cache = mha(x[:, t : t + 1], causal=True, past=cache, use_cache=True, **kwargs)
+        outputs.append(out)
+    return torch.cat(outputs, dim=1), cache
+
+
+# ----------------------------------------------------------------------------- masks
+
+
+def test_padding_mask_marks_real_tokens():
+    mask = padding_mask(torch.tensor([3, 1, 0]), max_len=4)
+    assert mask.shape == (3, 1, 1, 4) and mask.dtype == torch.bool
+    assert mask[:, 0, 0].tolist() == [
+        [True, True, True, False],
+        [True, False, False, False],
+        [False, False, False, False],
+    ]
+    assert padding_mask([2, 4]).shape == (2, 1, 1, 4)  # max_len defaults to the longest
+
+
+@pytest.mark.parametrize(
+    ("lengths", "max_len", "error", "match"),
+    [
+        (torch.tensor([[1, 2]]), 3, ValueError, r"1-D .* shape \(1, 2\)"),
+        (torch.tensor([1.0, 2.0]), 3, TypeError, "integers"),
+        (torch.tensor([1, -1]), 3, ValueError, ">= 0"),
+        (torch.tensor([1, 5]), 3, ValueError, "exceeds max_len=3"),
+    ],
+)
+def test_padding_mask_rejects_bad_lengths(lengths, max_len, error, match):
+    with pytest.raises(error, match=match):
+        padding_mask(lengths, max_len)
+
+
+def test_causal_mask_square_is_lower_triangular():
+    assert torch.equal(causal_mask(5), torch.ones(5, 5, dtype=torch.bool).tril())
+
+
+def test_causal_mask_with_more_keys_is_the_bottom_rows():
+    full = causal_mask(9)
+    for q_len in (1, 3, 9):
+        assert torch.equal(causal_mask(q_len, 9), full[9 - q_len :])
+    # an explicit offset: queries at positions 2, 3 see keys 0..2 and 0..3
+    assert causal_mask(2, 6, offset=2).sum(-1).tolist() == [3, 4]
+
+
+@pytest.mark.parametrize(("args", "match"), [((0,), "q_len"), ((2, 0), "k_len"), ((2.5,), "q_len")])
+def test_causal_mask_rejects_bad_lengths(args, match):
+    with pytest.raises(ValueError, match=match):
+        causal_mask(*args)
+
+
+def test_combine_masks_is_a_broadcast_and():
+    combined = combine_masks(padding_mask([4, 2]), None, causal_mask(4))
+    assert combined.shape == (2, 1, 4, 4)
+    assert combined[1, 0].sum() == 1 + 2 + 2 + 2
+    assert combine_masks(None, None) is None
+    with pytest.raises(TypeError, match="boolean"):
+        combine_masks(torch.ones(3, 3))
+    with pytest.raises(ValueError, match=r"\(3, 3\) and \(4, 4\) do not broadcast"):
+        combine_masks(causal_mask(3), causal_mask(4))
+
+
+def test_additive_mask_is_zero_or_minus_infinity():
+    bias = additive_mask(causal_mask(3))
+    assert torch.equal(bias.isneginf(), ~causal_mask(3)) and bias[causal_mask(3)].eq(0).all()
+    with pytest.raises(TypeError, match="boolean"):
+        additive_mask(torch.zeros(2, 2))
+
+
+# ------------------------------------------------------------------ the two backends
+
+
+def test_math_path_matches_the_formula():
+    q, k, v = _qkv()
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    out, weights = scaled_dot_product_attention(q, k, v, return_weights=True)
+    assert torch.allclose(weights, scores.softmax(-1), atol=1e-6)
+    assert torch.allclose(out, scores.softmax(-1) @ v, atol=1e-6)
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 4, 5))
+
+
+def test_math_path_matches_torch_sdpa_with_a_random_mask():
+    q, k, v = _qkv()
+    mask = torch.rand(2, 1, 5, 7) > 0.4
+    mask[..., 0] = True  # no dead rows: torch's own result is then unambiguous
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert torch.allclose(scaled_dot_product_attention(q, k, v, mask), want, atol=1e-5)
+
+
+MASKS = {
+    "none": lambda: None,
+    "padding": lambda: padding_mask([7, 4]),
+    "causal": lambda: causal_mask(5, 7),
+    "causal and padding": lambda: combine_masks(causal_mask(5, 7), padding_mask([7, 2])),
+    "per head": lambda: torch.rand(1, 4, 5, 7) > 0.3,
+    "all masked": lambda: torch.zeros(5, 7, dtype=torch.bool),
+    "some rows dead": lambda: combine_masks(causal_mask(5, 7, offset=-2), padding_mask([7, 3])),
+}
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2, 1], ids=["mha", "gqa", "mqa"])
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no-bias", "bias"])
+@pytest.mark.parametrize("mask_kind", list(MASKS))
+def test_backends_agree(mask_kind, with_bias, kv_heads):
+    q, k, v = _qkv(kv_heads=kv_heads)
+    mask = MASKS[mask_kind]()
+    bias = torch.randn(4, 5, 7) if with_bias else None
+    math_out = scaled_dot_product_attention(q, k, v, mask, bias)
+    sdpa_out = sdpa_attention(q, k, v, mask, bias)
+    assert not torch.isnan(math_out).any() and not torch.isnan(sdpa_out).any()
+    assert torch.allclose(math_out, sdpa_out, atol=1e-5)
+
+
+@pytest.mark.parametrize("q_len", [1, 3, 7])
+def test_causal_flag_is_bottom_right_in_both_backends(q_len):
+    q, k, v = _qkv(q_len=q_len)
+    want = scaled_dot_product_attention(q, k, v, causal_mask(q_len, 7))
+    for attention in ATTENTION_BACKENDS.values():
+        assert torch.allclose(attention(q, k, v, causal=True), want, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", list(ATTENTION_BACKENDS))
+def test_fully_masked_rows_give_zeros_and_finite_gradients(backend):
+    q, k, v = (t.requires_grad_() for t in _qkv())
+    mask = torch.ones(2, 1, 5, 7, dtype=torch.bool)
+    mask[1, :, 2] = False  # query 2 of sequence 1 may see nothing
+    mask[0] = False  # sequence 0 sees nothing at all
+    out = ATTENTION_BACKENDS[backend](q, k, v, mask)
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    assert torch.equal(out[1, :, 2], torch.zeros_like(out[1, :, 2]))
+    assert out[1, :, 3].abs().sum() > 0
+    out.sum().backward()
+    for tensor in (q, k, v):
+        assert torch.isfinite(tensor.grad).all()
+
+
+@pytest.mark.parametrize("backend", list(ATTENTION_BACKENDS))
+def test_minus_infinity_bias_rows_give_zeros(backend):
+    q, k, v = _qkv()
+    bias = torch.zeros(5, 7)
+    bias[0] = float("-inf")  # the additive form of a dead row
+    out = ATTENTION_BACKENDS[backend](q, k, v, bias=bias)
+    assert torch.equal(out[:, :, 0], torch.zeros(2, 4, 8)) and not torch.isnan(out).any()
+
+
+def test_repeat_kv_heads_gives_consecutive_groups():
+    x = torch.arange(3).float().reshape(1, 3, 1, 1)
+    assert repeat_kv_heads(x, 2).flatten().tolist() == [0, 0, 1, 1, 2, 2]
+    assert repeat_kv_heads(x, 1) is x
+    with pytest.raises(ValueError, match="n_rep"):
+        repeat_kv_heads(x, 0)
+
+
+def test_gqa_matches_explicit_per_head_attention():
+    q, k, v = _qkv(heads=6, kv_heads=2)
+    out = scaled_dot_product_attention(q, k, v)
+    for h in range(6):  # query heads 0-2 read kv head 0, 3-5 read kv head 1
+        single = scaled_dot_product_attention(
+            q[:, h : h + 1], k[:, h // 3 : h // 3 + 1], v[:, h // 3 : h // 3 + 1]
+        )
+        assert torch.allclose(out[:, h : h + 1], single, atol=1e-6)
+
+
+def test_dropout_on_the_weights():
+    q, k, v = _qkv()
+    _, weights = scaled_dot_product_attention(q, k, v, dropout_p=0.5, return_weights=True)
+    assert (weights == 0).float().mean() > 0.3  # about half the weights are dropped
+    kept = weights[weights > 0]
+    assert kept.max() <= 2.0 + 1e-6  # survivors are scaled by 1 / (1 - p)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("shapes", "match"),
+    [
+        (((2, 4, 5, 8), (2, 4, 7, 6), (2, 4, 7, 8)), r"same d_head .* 8 and 6"),
+        (((2, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8)), r"q must be 4-D .* \(2, 5, 8\)"),
+        (((2, 4, 5, 8), (2, 3, 7, 8), (2, 3, 7, 8)), "4 heads, not a multiple of the 3"),
+        (((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 6, 8)), "k and v must have the same heads and seq"),
+        (((2, 4, 5, 8), (3, 4, 7, 8), (3, 4, 7, 8)), "same batch size"),
+    ],
+)
+@pytest.mark.parametrize("backend", list(ATTENTION_BACKENDS))
+def test_bad_shapes_are_named(backend, shapes, match):
+    q, k, v = (torch.randn(*shape) for shape in shapes)
+    with pytest.raises(ValueError, match=match):
+        ATTENTION_BACKENDS[backend](q, k, v)
+
+
+@pytest.mark.parametrize("backend", list(ATTENTION_BACKENDS))
+def test_mask_that_does_not_broadcast_is_named(backend):
+    q, k, v = _qkv()
+    with pytest.raises(
+        ValueError, match=r"mask of shape \(5, 6\) does not broadcast to .* \(2, 4, 5, 7\)"
+    ):
+        ATTENTION_BACKENDS[backend](q, k, v, torch.ones(5, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"bias of shape \(3, 5, 7\) does not broadcast"):
+        ATTENTION_BACKENDS[backend](q, k, v, bias=torch.zeros(3, 5, 7))
+    with pytest.raises(TypeError, match="mask must be boolean"):
+        ATTENTION_BACKENDS[backend](q, k, v, torch.ones(5, 7))
+
+
+# ------------------------------------------------------------ multi-head attention
+
+
+def _torch_mha_and_ours(d_model=32, n_heads=4, backend="sdpa"):
+    theirs = torch.nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+    ours = MultiHeadAttention(d_model, n_heads, backend=backend)
+    with torch.no_grad():
+        ours.qkv_proj.weight.copy_(theirs.in_proj_weight)
+        ours.qkv_proj.bias.copy_(theirs.in_proj_bias)
+        ours.out_proj.weight.copy_(theirs.out_proj.weight)
+        ours.out_proj.bias.copy_(theirs.out_proj.bias)
+    return theirs, ours
+
+
+def test_plain_call_returns_a_tensor():
+    mha = MultiHeadAttention(32, 4)
+    out = mha(torch.randn(2, 6, 32))
+    assert isinstance(out, torch.Tensor) and out.shape == (2, 6, 32)
+
+
+@pytest.mark.parametrize("backend", list(ATTENTION_BACKENDS))
+def test_self_attention_equals_torch_multihead_attention(backend):
+    theirs, ours = _torch_mha_and_ours(backend=backend)
+    x = torch.randn(3, 9, 32)
+    lengths = torch.tensor([9, 5, 1])
+    want, want_weights = theirs(x, x, x, key_padding_mask=~padding_mask(lengths)[:, 0, 0])
+    got = ours(x, mask=padding_mask(lengths))
+    assert torch.allclose(got, want, atol=1e-5)
+    _, weights = ours(x, mask=padding_mask(lengths), need_weights=True)
+    assert torch.allclose(weights.mean(1), want_weights, atol=1e-5)  # torch averages heads
+
+
+@pytest.mark.parametrize("backend", list(ATTENTION_BACKENDS))
+def test_cross_attention_equals_torch_multihead_attention(backend):
+    theirs, ours = _torch_mha_and_ours(backend=backend)
+    x, context = torch.randn(2, 3, 32), torch.randn(2, 8, 32)
+    want, _ = theirs(x, context, context)
+    got = ours(x, context)
+    assert got.shape == (2, 3, 32) and torch.allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", list(ATTENTION_BACKENDS))
+@pytest.mark.parametrize("n_kv_heads", [8, 4, 1])
+@pytest.mark.parametrize("prefill", [1, 4])
+def test_incremental_decoding_equals_full_causal_forward(backend, n_kv_heads, prefill):
+    mha = MultiHeadAttention(64, 8, n_kv_heads=n_kv_heads, backend=backend).eval()
+    x = torch.randn(2, 9, 64)
+    stepped, cache = _decode(mha, x, prefill=prefill)
+    assert isinstance(cache, KVCache) and cache.seq_len == 9
+    assert cache.keys.shape == (2, n_kv_heads, 9, 8)
+    assert torch.allclose(stepped, mha(x, causal=True), atol=1e-5)
+
+
+def test_cross_attention_cache_is_reused_not_recomputed():
+    mha = MultiHeadAttention(32, 4).eval()
+    x, context = torch.randn(2, 5, 32), torch.randn(2, 6, 32)
+    full = mha(x, context)
+    out0, cache = mha(x[:, :1], context, use_cache=True)
+    steps = [out0]
+    for t in range(1, 5):
+        out, cache_next = mha(
+            x[:, t : t + 1], torch.zeros_like(context), past=cache, use_cache=True
+        )
+        assert cache_next is cache  # the context's keys and values do not grow
+        steps.append(out)
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
+
+
+def test_need_weights_and_use_cache_together():
+    mha = MultiHeadAttention(32, 4, n_kv_heads=2)
+    out, cache, weights = mha(torch.randn(2, 5, 32), causal=True, use_cache=True, need_weights=True)
+    assert out.shape == (2, 5, 32) and cache.keys.shape == (2, 2, 5, 8)
+    assert weights.shape == (2, 4, 5, 5) and torch.equal(weights[0, 0].triu(1), torch.zeros(5, 5))
+    assert torch.allclose(weights.sum(-1), torch.ones(2, 4, 5))
+
+
+def test_mqa_and_mha_are_the_ends_of_gqa():
+    mha = MultiHeadAttention(32, 4)
+    assert mha.n_kv_heads == 4 and mha.qkv_proj.out_features == 3 * 32
+    mqa = MultiHeadAttention(32, 4, n_kv_heads=1)
+    assert mqa.qkv_proj.out_features == 32 + 2 * 8
+    # an MQA layer equals an MHA layer whose four kv heads are copies of the single one
+    big = MultiHeadAttention(32, 4)
+    with torch.no_grad():
+        w, b = mqa.qkv_proj.weight, mqa.qkv_proj.bias
+        q_w, k_w, v_w = w[:32], w[32:40], w[40:48]
+        q_b, k_b, v_b = b[:32], b[32:40], b[40:48]
+        big.qkv_proj.weight.copy_(torch.cat([q_w, k_w.repeat(4, 1), v_w.repeat(4, 1)]))
+        big.qkv_proj.bias.copy_(torch.cat([q_b, k_b.repeat(4), v_b.repeat(4)]))
+        big.out_proj.load_state_dict(mqa.out_proj.state_dict())
+    x = torch.randn(2, 6, 32)
+    assert torch.allclose(mqa(x, causal=True), big(x, causal=True), atol=1e-5)
+
+
+def test_dropout_only_in_training():
+    mha = MultiHeadAttention(32, 4, dropout=0.5)
+    x = torch.randn(2, 6, 32)
+    mha.eval()
+    assert torch.equal(mha(x), mha(x))
+    mha.train()
+    assert not torch.allclose(mha(x), mha(x))
+
+
+# ---------------------------------------------------------------- positions plug in
+
+
+positions = pytest.importorskip("lib.positions")
+
+
+def _position_hooks(n_heads, d_head):
+    return {
+        "rope": dict(rope=positions.RotaryEmbedding(d_head)),
+        "alibi": dict(position_bias=positions.ALiBi(n_heads)),
+        "t5": dict(position_bias=positions.T5RelativePositionBias(n_heads, bidirectional=False)),
+    }
+
+
+@pytest.mark.parametrize("scheme", ["rope", "alibi", "t5"])
+def test_positions_backends_agree_and_cache_equals_full(scheme):
+    hooks = _position_hooks(4, 8)[scheme]
+    math_mha = MultiHeadAttention(32, 4, n_kv_heads=2, backend="math").eval()
+    sdpa_mha = MultiHeadAttention(32, 4, n_kv_heads=2, backend="sdpa").eval()
+    sdpa_mha.load_state_dict(math_mha.state_dict())
+    x = torch.randn(2, 8, 32)
+    full = math_mha(x, causal=True, **hooks)
+    assert not torch.allclose(full, math_mha(x, causal=True), atol=1e-3)  # the scheme acts
+    assert torch.allclose(sdpa_mha(x, causal=True, **hooks), full, atol=1e-5)
+    stepped, _ = _decode(sdpa_mha, x, prefill=3, **hooks)
+    assert torch.allclose(stepped, full, atol=1e-5)
+
+
+def test_rope_is_applied_to_queries_and_keys_at_their_positions():
+    rope = positions.RotaryEmbedding(8)
+    mha = MultiHeadAttention(32, 4, backend="math")
+    x = torch.randn(1, 5, 32)
+    _, weights = mha(x, rope=rope, need_weights=True)
+    q, k, _ = mha.qkv_proj(x).split(32, dim=-1)
+    q = q.reshape(1, 5, 4, 8).transpose(1, 2)
+    k = k.reshape(1, 5, 4, 8).transpose(1, 2)
+    scores = rope(q) @ rope(k).transpose(-1, -2) / math.sqrt(8)
+    assert torch.allclose(weights, scores.softmax(-1), atol=1e-5)
+
+
+def test_position_bias_module_equals_its_tensor():
+    alibi = positions.ALiBi(4, causal=False)
+    mha = MultiHeadAttention(32, 4)
+    x = torch.randn(2, 6, 32)
+    assert torch.allclose(
+        mha(x, position_bias=alibi), mha(x, position_bias=alibi(6, 6, 0)), atol=1e-6
+    )
+
+
+# ---------------------------------------------------------------- module bad input
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(d_model=30, n_heads=4), "d_model=30 is not divisible by n_heads=4"),
+        (dict(d_model=32, n_heads=4, n_kv_heads=3), "n_heads=4 is not divisible by n_kv_heads=3"),
+        (dict(d_model=32, n_heads=0), "n_heads must be a positive int"),
+        (dict(d_model=32, n_heads=4, backend="flash"), "backend must be one of"),
+        (dict(d_model=32, n_heads=4, dropout=1.0), "dropout"),
+    ],
+)
+def test_bad_configuration_is_a_clear_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        MultiHeadAttention(**kwargs)
+
+
+def test_bad_module_inputs_are_named():
+    mha = MultiHeadAttention(32, 4)
+    with pytest.raises(
+        ValueError, match=r"x must have shape \(batch, seq, d_model=32\), got \(6, 32\)"
+    ):
+        mha(torch.randn(6, 32))
+    with pytest.raises(ValueError, match=r"got \(2, 6, 16\)"):
+        mha(torch.randn(2, 6, 16))
+    with pytest.raises(ValueError, match=r"context must have shape .* got \(2, 4, 8\)"):
+        mha(torch.randn(2, 6, 32), torch.randn(2, 4, 8))
+    with pytest.raises(ValueError, match="differ in batch size"):
+        mha(torch.randn(2, 6, 32), torch.randn(3, 4, 32))
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 1, 5\) does not broadcast"):
+        mha(torch.randn(2, 6, 32), mask=padding_mask([5, 3]))
+    with pytest.raises(TypeError, match="past must be a KVCache"):
+        mha(torch.randn(2, 1, 32), past=(torch.zeros(1), torch.zeros(1)))
+    wrong_cache = KVCache(torch.zeros(2, 2, 3, 8), torch.zeros(2, 2, 3, 8))
+    with pytest.raises(ValueError, match=r"past keys \(2, 2, 3, 8\) do not fit"):
+        mha(torch.randn(2, 1, 32), past=wrong_cache)
+    with pytest.raises(ValueError, match="cross-attention"):
+        mha(torch.randn(2, 6, 32), torch.randn(2, 4, 32), rope=lambda t, offset=0: t)
+
+
+def test_kv_cache_validates_its_tensors():
+    with pytest.raises(ValueError, match=r"\(2, 2, 3, 8\) and \(2, 2, 4, 8\)"):
+        KVCache(torch.zeros(2, 2, 3, 8), torch.zeros(2, 2, 4, 8))
+    cache = KVCache(torch.zeros(2, 2, 3, 8), torch.zeros(2, 2, 3, 8))
+    assert cache.extend(torch.ones(2, 2, 1, 8), torch.ones(2, 2, 1, 8)).seq_len == 4
+    with pytest.raises(ValueError, match="cannot append"):
+        cache.extend(torch.ones(2, 4, 1, 8), torch.ones(2, 4, 1, 8))
+
+
+# ------------------------------------------------------------------------ costs
+
+
+def test_kv_cache_bytes():
+    assert kv_cache_bytes(80, 64, 128, 4096) == 10 * 2**30
+    assert kv_cache_bytes(80, 8, 128, 4096, batch_size=16) == 20 * 2**30
+    assert kv_cache_bytes(1, 1, 1, 1, bytes_per_value=4) == 8
+    with pytest.raises(ValueError, match="n_kv_heads must be a positive int"):
+        kv_cache_bytes(12, 0, 64, 1024)
+
+
+def test_kv_cache_bytes_matches_a_real_cache():
+    mha = MultiHeadAttention(64, 8, n_kv_heads=2)
+    _, cache = mha(torch.randn(3, 10, 64), use_cache=True)
+    stored = cache.keys.numel() * 4 + cache.values.numel() * 4
+    assert stored == kv_cache_bytes(1, 2, 8, 10, batch_size=3, bytes_per_value=4)
+
+
+def test_flop_formulas_and_crossover():
+    flops = attention_layer_flops(1024, 768)
+    assert flops == {
+        "scores": 4 * 1024**2 * 768,
+        "projections": 8 * 1024 * 768**2,
+        "ffn": 16 * 1024 * 768**2,
+    }
+    for d in (16, 64, 768):
+        n_star = attention_crossover_length(d)
+        assert n_star == 6 * d
+        below, at, above = (attention_layer_flops(n, d) for n in (n_star - 1, n_star, n_star + 1))
+        assert below["scores"] < below["projections"] + below["ffn"]
+        assert at["scores"] == at["projections"] + at["ffn"]
+        assert above["scores"] > above["projections"] + above["ffn"]
+    assert attention_crossover_length(64, d_ff=128) == 2 * 64 + 128
+    with pytest.raises(ValueError, match="seq_len"):
+        attention_layer_flops(0, 64)

@@ -1,0 +1,296 @@
+"""Unit tests of lib.ffn: activations, the plain and gated FFNs, and parameter counts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lib.ffn import (
+    FFN_ACTIVATIONS,
+    GATED_FFN_ACTIVATIONS,
+    FeedForward,
+    GatedFeedForward,
+    TransformerParamConfig,
+    ffn_param_count,
+    gated_ffn_hidden_size,
+    gelu_erf,
+    gelu_tanh,
+    swish,
+    transformer_param_breakdown,
+)
+
+
+def n_parameters(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+# --- activations -------------------------------------------------------------------------
+
+
+def test_gelu_forms_match_torch_and_each_other():
+    x = torch.linspace(-8, 8, 4001, dtype=torch.float64)
+    assert torch.allclose(gelu_erf(x), F.gelu(x), atol=1e-12)
+    assert torch.allclose(gelu_tanh(x), F.gelu(x, approximate="tanh"), atol=1e-12)
+    gap = (gelu_erf(x) - gelu_tanh(x)).abs().max().item()
+    assert 4.6e-4 < gap < 4.8e-4
+
+
+def test_gelu_known_values():
+    # GELU(x) = x Φ(x): Φ(0) = 1/2, Φ(1) ≈ 0.841345, and GELU(x) - GELU(-x) = x.
+    x = torch.tensor([0.0, 1.0, -1.0], dtype=torch.float64)
+    assert torch.allclose(
+        gelu_erf(x), torch.tensor([0.0, 0.841345, -0.158655], dtype=x.dtype), atol=1e-6
+    )
+    t = torch.linspace(-5, 5, 101, dtype=torch.float64)
+    for fn in (gelu_erf, gelu_tanh):
+        assert torch.allclose(fn(t) - fn(-t), t, atol=1e-12)
+
+
+def test_swish_special_cases():
+    x = torch.linspace(-10, 10, 2001, dtype=torch.float64)
+    assert torch.allclose(swish(x), F.silu(x), atol=1e-12)
+    assert torch.allclose(swish(x, beta=0.0), x / 2)
+    # Large beta approaches ReLU, with the largest gap ≈ 0.2785 / beta.
+    assert (swish(x, beta=100.0) - torch.relu(x)).abs().max() < 0.003
+
+
+@pytest.mark.parametrize("fn", [gelu_erf, gelu_tanh, swish])
+def test_activations_reject_non_float(fn):
+    with pytest.raises(TypeError, match="floating-point"):
+        fn(torch.arange(3))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        fn([1.0, 2.0])
+
+
+def test_swish_rejects_bad_beta():
+    with pytest.raises(ValueError, match="beta"):
+        swish(torch.ones(2), beta=float("nan"))
+
+
+# --- FeedForward -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("activation", list(FFN_ACTIVATIONS))
+@pytest.mark.parametrize("bias", [True, False])
+def test_feedforward_shape_and_param_count(activation, bias):
+    ffn = FeedForward(12, activation=activation, bias=bias)
+    assert ffn.d_ff == 48
+    x = torch.randn(2, 3, 4, 12)
+    assert ffn(x).shape == x.shape
+    assert n_parameters(ffn) == ffn_param_count(12, 48, bias=bias)
+    assert (ffn.w_in.bias is None) == (not bias)
+
+
+def test_feedforward_matches_the_equation():
+    ffn = FeedForward(6, d_ff=10, activation="relu")
+    x = torch.randn(4, 6)
+    want = torch.relu(x @ ffn.w_in.weight.T + ffn.w_in.bias) @ ffn.w_out.weight.T + ffn.w_out.bias
+    assert torch.allclose(ffn(x), want, atol=1e-6)
+    ffn_gelu = FeedForward(6, d_ff=10, activation="gelu_tanh")
+    want = gelu_tanh(ffn_gelu.w_in(x)) @ ffn_gelu.w_out.weight.T + ffn_gelu.w_out.bias
+    assert torch.allclose(ffn_gelu(x), want, atol=1e-6)
+
+
+def test_feedforward_is_position_wise():
+    ffn = FeedForward(8, activation="gelu")
+    x = torch.randn(5, 8)
+    jac = torch.autograd.functional.jacobian(ffn, x)  # (t_out d_out t_in d_in)
+    for t in range(5):
+        for s in range(5):
+            block = jac[t, :, s, :]
+            assert (block == 0).all() if s != t else block.abs().sum() > 0
+    perm = torch.randperm(5)
+    assert torch.allclose(ffn(x[perm]), ffn(x)[perm], atol=1e-6)
+
+
+def test_feedforward_dropout_only_in_training():
+    ffn = FeedForward(8, dropout=0.5)
+    x = torch.randn(3, 8)
+    ffn.eval()
+    assert torch.equal(ffn(x), ffn(x))
+    ffn.train()
+    torch.manual_seed(0)
+    a = ffn(x)
+    torch.manual_seed(1)
+    assert not torch.allclose(a, ffn(x))
+
+
+def test_feedforward_errors_name_the_problem():
+    ffn = FeedForward(8)
+    with pytest.raises(ValueError, match=r"d_model=8.*\(2, 7\)"):
+        ffn(torch.randn(2, 7))
+    with pytest.raises(ValueError, match="d_model=8"):
+        ffn(torch.tensor(1.0))
+    with pytest.raises(TypeError, match="floating-point"):
+        ffn(torch.ones(2, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match="'relu', 'gelu', 'gelu_tanh'"):
+        FeedForward(8, activation="tanh")
+    with pytest.raises(ValueError, match="GatedFeedForward"):
+        FeedForward(8, activation="swiglu")
+    with pytest.raises(ValueError, match="d_ff must be >= 1, got 0"):
+        FeedForward(8, d_ff=0)
+    with pytest.raises(ValueError, match="d_model must be >= 1"):
+        FeedForward(0)
+    with pytest.raises(TypeError, match="d_model must be an int"):
+        FeedForward(8.0)
+    with pytest.raises(ValueError, match="dropout"):
+        FeedForward(8, dropout=1.0)
+    with pytest.raises(TypeError, match="bias"):
+        FeedForward(8, bias="no")
+
+
+# --- gated FFN and the 8/3 rule ----------------------------------------------------------
+
+
+def test_gated_hidden_size_known_models():
+    # LLaMA's 7B, 13B, 33B and 65B hidden sizes (multiple_of = 256).
+    assert gated_ffn_hidden_size(4096, 256) == 11008
+    assert gated_ffn_hidden_size(5120, 256) == 13824
+    assert gated_ffn_hidden_size(6656, 256) == 17920
+    assert gated_ffn_hidden_size(8192, 256) == 22016
+    assert gated_ffn_hidden_size(96, 64) == 256  # already a multiple: unchanged
+    assert gated_ffn_hidden_size(4096, 1) == 10922
+
+
+@settings(max_examples=200, deadline=None)
+@given(d_model=st.integers(1, 20_000), multiple_of=st.integers(1, 512))
+def test_gated_hidden_size_is_the_smallest_multiple_above_the_rule(d_model, multiple_of):
+    hidden = gated_ffn_hidden_size(d_model, multiple_of)
+    assert hidden % multiple_of == 0
+    assert hidden >= 8 * d_model // 3 > hidden - multiple_of
+    # Parameter parity with a plain 4·d_model FFN, within the rounding.
+    plain = ffn_param_count(d_model, 4 * d_model, bias=False)
+    gated = ffn_param_count(d_model, hidden, gated=True, bias=False)
+    assert -2 * d_model <= gated - plain <= 3 * d_model * (multiple_of - 1)
+
+
+def test_gated_hidden_size_errors():
+    with pytest.raises(ValueError, match="multiple_of must be >= 1"):
+        gated_ffn_hidden_size(64, 0)
+    with pytest.raises(TypeError, match="d_model must be an int"):
+        gated_ffn_hidden_size(64.0)
+
+
+@pytest.mark.parametrize("activation", list(GATED_FFN_ACTIVATIONS))
+@pytest.mark.parametrize("bias", [True, False])
+def test_gated_feedforward_matches_the_equation(activation, bias):
+    layer = GatedFeedForward(10, d_ff=6, activation=activation, bias=bias)
+    assert n_parameters(layer) == ffn_param_count(10, 6, gated=True, bias=bias)
+    x = torch.randn(2, 3, 10)
+    h = layer.w_in(x)
+    gate, value = h[..., :6], h[..., 6:]  # gate first, then value
+    act = {"glu": torch.sigmoid, "reglu": torch.relu, "geglu": gelu_erf, "swiglu": swish}[
+        activation
+    ]
+    want = layer.w_out(act(gate) * value)
+    assert torch.allclose(layer(x), want, atol=1e-6)
+
+
+def test_gated_feedforward_defaults():
+    layer = GatedFeedForward(64)
+    assert layer.d_ff == 192 and layer.activation == "swiglu"  # 170 rounded up to 192
+    assert layer.w_in.bias is None and layer.w_out.bias is None
+    assert GatedFeedForward(64, multiple_of=1).d_ff == 170
+    assert GatedFeedForward(64, d_ff=100).d_ff == 100  # an explicit d_ff is not rounded
+
+
+def test_gated_feedforward_errors():
+    with pytest.raises(ValueError, match="'glu', 'reglu', 'geglu', 'swiglu'"):
+        GatedFeedForward(8, activation="swish")
+    with pytest.raises(ValueError, match="FeedForward"):
+        GatedFeedForward(8, activation="gelu")
+    with pytest.raises(ValueError, match=r"d_model=8.*\(4, 9\)"):
+        GatedFeedForward(8)(torch.randn(4, 9))
+    with pytest.raises(ValueError, match="multiple_of"):
+        GatedFeedForward(8, multiple_of=0)
+    with pytest.raises(ValueError, match="d_ff must be >= 1"):
+        GatedFeedForward(8, d_ff=-3)
+
+
+# --- parameter counts --------------------------------------------------------------------
+
+
+def test_ffn_param_count_formula():
+    assert ffn_param_count(512, 2048) == 2 * 512 * 2048 + 2048 + 512
+    assert ffn_param_count(512, 2048, bias=False) == 2 * 512 * 2048
+    assert ffn_param_count(4096, 11008, gated=True, bias=False) == 3 * 4096 * 11008
+    assert ffn_param_count(4, 3, gated=True) == 3 * 4 * 3 + 2 * 3 + 4
+    with pytest.raises(ValueError, match="d_ff"):
+        ffn_param_count(4, 0)
+
+
+def _config(name: str) -> TransformerParamConfig:
+    return {
+        "bert": TransformerParamConfig(
+            "BERT-base", d_model=768, vocab_size=30_522, n_encoder_layers=12,
+            n_positions=512, n_token_types=2, n_extra_norms=1, pooler=True,
+        ),
+        "gpt2": TransformerParamConfig(
+            "GPT-2 small", d_model=768, vocab_size=50_257, n_decoder_layers=12,
+            n_positions=1024, n_extra_norms=1,
+        ),
+        "llama": TransformerParamConfig(
+            "LLaMA-7B", d_model=4096, vocab_size=32_000, n_decoder_layers=32, d_ff=11_008,
+            gated_ffn=True, bias=False, norm_bias=False, n_extra_norms=1, tied_output=False,
+        ),
+    }[name]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "total"),
+    [("bert", 109_482_240), ("gpt2", 124_439_808), ("llama", 6_738_415_616)],
+)
+def test_breakdown_matches_released_checkpoints(name, total):
+    parts = transformer_param_breakdown(_config(name))
+    assert set(parts) == {"embeddings", "attention", "ffn", "norms", "head"}
+    assert sum(parts.values()) == total
+
+
+def test_breakdown_of_gpt2_by_component():
+    parts = transformer_param_breakdown(_config("gpt2"))
+    assert parts["embeddings"] == (50_257 + 1024) * 768
+    assert parts["attention"] == 12 * (4 * 768 * 768 + 4 * 768)
+    assert parts["ffn"] == 12 * ffn_param_count(768, 3072)
+    assert parts["norms"] == (2 * 12 + 1) * 2 * 768
+    assert parts["head"] == 0  # tied to the token embedding
+
+
+def test_breakdown_of_an_encoder_decoder_counts_cross_attention():
+    enc_dec = TransformerParamConfig(
+        "t", d_model=8, vocab_size=10, n_encoder_layers=1, n_decoder_layers=1
+    )
+    dec_only = TransformerParamConfig("t", d_model=8, vocab_size=10, n_decoder_layers=2)
+    a, b = transformer_param_breakdown(enc_dec), transformer_param_breakdown(dec_only)
+    attention_layer = 4 * 8 * 8 + 4 * 8
+    assert a["attention"] == 3 * attention_layer and b["attention"] == 2 * attention_layer
+    assert a["norms"] == 5 * 16 and b["norms"] == 4 * 16
+    assert a["ffn"] == b["ffn"]
+
+
+def test_breakdown_errors():
+    with pytest.raises(ValueError, match="at least one"):
+        TransformerParamConfig("empty", d_model=8, vocab_size=10)
+    with pytest.raises(ValueError, match="d_model must be >= 1"):
+        TransformerParamConfig("bad", d_model=0, vocab_size=10, n_decoder_layers=1)
+    with pytest.raises(ValueError, match="n_positions must be >= 0"):
+        TransformerParamConfig("bad", d_model=8, vocab_size=10, n_decoder_layers=1, n_positions=-1)
+    with pytest.raises(TypeError, match="TransformerParamConfig"):
+        transformer_param_breakdown({"d_model": 8})
+
+
+def test_module_param_counts_agree_with_breakdown_for_a_block():
+    # One plain block's FFN, counted by module and by formula, within the breakdown.
+    cfg = TransformerParamConfig("tiny", d_model=16, vocab_size=50, n_decoder_layers=1, d_ff=40)
+    assert transformer_param_breakdown(cfg)["ffn"] == n_parameters(FeedForward(16, d_ff=40))
+    gated_cfg = TransformerParamConfig(
+        "tiny", d_model=16, vocab_size=50, n_decoder_layers=1, d_ff=40, gated_ffn=True, bias=False
+    )
+    assert transformer_param_breakdown(gated_cfg)["ffn"] == n_parameters(
+        GatedFeedForward(16, d_ff=40)
+    )
+    assert math.isclose(n_parameters(GatedFeedForward(16, d_ff=40)), 3 * 16 * 40)

@@ -1,0 +1,310 @@
+"""Unit tests of lib.norms (chapter 6): agreement with PyTorch, invariances, residual wiring, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from lib.norms import (
+    NORM_POSITIONS,
+    LayerNorm,
+    RMSNorm,
+    ResidualSublayer,
+    make_final_norm,
+    make_norm,
+)
+
+TOL = {"atol": 1e-6, "rtol": 1e-6}
+
+
+def _random_affine(ours: nn.Module, ref: nn.Module, seed: int = 0) -> None:
+    """Give both modules the same random (non-trivial) affine parameters."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for (name, p_ours), (ref_name, p_ref) in zip(
+            ours.named_parameters(), ref.named_parameters()
+        ):
+            assert name == ref_name
+            p_ours.copy_(torch.randn(p_ours.shape, generator=gen))
+            p_ref.copy_(p_ours)
+
+
+def _forward_backward(module: nn.Module, x: torch.Tensor, upstream: torch.Tensor):
+    x = x.clone().requires_grad_(True)
+    out = module(x)
+    (out * upstream).sum().backward()
+    grads = {name: p.grad.clone() for name, p in module.named_parameters()}
+    return out.detach(), x.grad, grads
+
+
+def _assert_same_as_reference(ours: nn.Module, ref: nn.Module, d_model: int) -> None:
+    _random_affine(ours, ref)
+    gen = torch.Generator().manual_seed(1)
+    x = 3 * torch.randn(4, 7, d_model, generator=gen) + 1.5
+    upstream = torch.randn(4, 7, d_model, generator=gen)
+    out, x_grad, grads = _forward_backward(ours, x, upstream)
+    ref_out, ref_x_grad, ref_grads = _forward_backward(ref, x, upstream)
+    torch.testing.assert_close(out, ref_out, **TOL)
+    torch.testing.assert_close(x_grad, ref_x_grad, **TOL)
+    assert grads.keys() == ref_grads.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], **TOL)
+
+
+# ---------------------------------------------------------------- agreement with PyTorch
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"elementwise_affine": False}, {"bias": False}, {"eps": 1e-3}],
+    ids=["affine", "no-affine", "no-bias", "eps=1e-3"],
+)
+def test_layernorm_matches_torch_with_gradients(kwargs):
+    d_model = 48
+    ours, ref = LayerNorm(d_model, **kwargs), nn.LayerNorm(d_model, **kwargs)
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    _assert_same_as_reference(ours, ref, d_model)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"elementwise_affine": False}, {"eps": 1e-2}])
+def test_rmsnorm_matches_torch_with_gradients(kwargs):
+    d_model = 48
+    kwargs = {"eps": 1e-6, **kwargs}
+    ours, ref = RMSNorm(d_model, **kwargs), nn.RMSNorm(d_model, **kwargs)
+    _assert_same_as_reference(ours, ref, d_model)
+
+
+def test_state_dict_loads_into_torch_modules():
+    # The parameter names are PyTorch's, so weights move between the two.
+    ours = LayerNorm(16)
+    _random_affine(ours, nn.LayerNorm(16))
+    ref = nn.LayerNorm(16)
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(3, 16)
+    torch.testing.assert_close(ours(x), ref(x), **TOL)
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
+def test_low_precision_input_keeps_its_dtype_and_is_accurate(cls):
+    norm = cls(64)
+    x = 5 * torch.randn(2, 3, 64) + 2
+    out = norm(x.to(torch.bfloat16))
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), norm(x), atol=0.05, rtol=0.02)
+
+
+def test_layernorm_output_has_zero_mean_unit_variance_per_token():
+    x = 10 * torch.randn(5, 9, 32) - 4
+    y = LayerNorm(32, elementwise_affine=False)(x)
+    torch.testing.assert_close(y.mean(-1), torch.zeros(5, 9), atol=1e-5, rtol=0)
+    torch.testing.assert_close(y.var(-1, unbiased=False), torch.ones(5, 9), atol=1e-4, rtol=0)
+
+
+def test_rmsnorm_output_has_unit_root_mean_square_but_keeps_the_mean_direction():
+    x = torch.randn(5, 32) + 3.0
+    y = RMSNorm(32, elementwise_affine=False)(x)
+    torch.testing.assert_close(y.pow(2).mean(-1), torch.ones(5), atol=1e-4, rtol=0)
+    assert (y.mean(-1) > 0.5).all()  # no centring: the positive mean survives
+
+
+def test_epsilon_is_inside_the_square_root_and_variance_is_biased():
+    # One token with a tiny spread, where eps matters, and a large eps to make it visible.
+    x = torch.tensor([[0.0, 0.01, 0.02, 0.03]])
+    eps = 1e-3
+    centred = x - x.mean()
+    inside = centred / torch.sqrt(centred.pow(2).mean() + eps)
+    outside = centred / (torch.sqrt(centred.pow(2).mean()) + eps)
+    unbiased = centred / torch.sqrt(x.var(unbiased=True) + eps)
+    y = LayerNorm(4, eps=eps, elementwise_affine=False)(x)
+    torch.testing.assert_close(y, inside, **TOL)
+    assert (y - outside).abs().max() > 0.1
+    assert (y - unbiased).abs().max() > 1e-3
+
+
+def test_constant_token_gives_zeros_not_nan():
+    y = LayerNorm(8)(torch.full((2, 8), 7.0))
+    assert torch.equal(y, torch.zeros(2, 8))
+    assert torch.equal(RMSNorm(8)(torch.zeros(2, 8)), torch.zeros(2, 8))
+
+
+def test_layernorm_invariant_to_per_token_shift_and_positive_scale():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 6, 32, generator=gen)
+    scale = torch.rand(4, 6, 1, generator=gen) * 4 + 0.5
+    shift = torch.randn(4, 6, 1, generator=gen) * 10
+    norm = LayerNorm(32)
+    torch.testing.assert_close(norm(scale * x + shift), norm(x), atol=1e-4, rtol=0)
+
+
+def test_rmsnorm_invariant_to_scale_but_not_to_shift():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 6, 32, generator=gen)
+    scale = torch.rand(4, 6, 1, generator=gen) * 4 + 0.5
+    norm = RMSNorm(32)
+    torch.testing.assert_close(norm(scale * x), norm(x), atol=1e-4, rtol=0)
+    assert (norm(x + 2.0) - norm(x)).abs().max() > 0.5
+
+
+def test_parameters_initialised_to_identity_affine():
+    ln = LayerNorm(8)
+    assert torch.equal(ln.weight, torch.ones(8)) and torch.equal(ln.bias, torch.zeros(8))
+    assert LayerNorm(8, bias=False).bias is None
+    assert LayerNorm(8, elementwise_affine=False).weight is None
+    assert list(RMSNorm(8, elementwise_affine=False).parameters()) == []
+
+
+def test_make_norm_builds_by_name():
+    assert isinstance(make_norm("layernorm", 8), LayerNorm)
+    rms = make_norm("rmsnorm", 8, eps=1e-3)
+    assert isinstance(rms, RMSNorm) and rms.eps == 1e-3
+
+
+# ---------------------------------------------------------------- residual wrapper
+
+
+class _Scale(nn.Module):
+    """f(x) = 3x + 1: a sublayer whose effect is easy to compute by hand."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 3 * x + 1
+
+
+def test_pre_and_post_compute_their_formulas():
+    x = torch.randn(2, 5, 16)
+    pre = ResidualSublayer(_Scale(), 16, position="pre")
+    post = ResidualSublayer(_Scale(), 16, position="post")
+    ref_norm = nn.LayerNorm(16)
+    torch.testing.assert_close(pre(x), x + 3 * ref_norm(x) + 1, **TOL)
+    torch.testing.assert_close(post(x), ref_norm(x + 3 * x + 1), **TOL)
+
+
+def test_final_norm_is_a_norm_for_pre_and_identity_for_post():
+    assert isinstance(make_final_norm("pre", 8), LayerNorm)
+    assert isinstance(make_final_norm("pre", 8, norm="rmsnorm"), RMSNorm)
+    assert isinstance(make_final_norm("post", 8), nn.Identity)
+
+
+def test_extra_arguments_reach_the_sublayer():
+    class AddContext(nn.Module):
+        def forward(self, x, context, *, weight=1.0):
+            return weight * context
+
+    block = ResidualSublayer(AddContext(), 4, position="pre")
+    x, context = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    torch.testing.assert_close(block(x, context, weight=2.0), x + 2 * context)
+
+
+def test_dropout_touches_only_the_branch():
+    torch.manual_seed(0)
+    x = torch.randn(8, 16, 32)
+
+    class Zero(nn.Module):
+        def forward(self, h):
+            return torch.zeros_like(h)
+
+    block = ResidualSublayer(Zero(), 32, position="pre", dropout=0.5).train()
+    assert torch.equal(block(x), x)  # the skip path is never dropped
+
+    class Ones(nn.Module):
+        def forward(self, h):
+            return torch.ones_like(h)
+
+    block = ResidualSublayer(Ones(), 32, position="pre", dropout=0.5).train()
+    branch = block(x) - x
+    kept = branch != 0
+    torch.testing.assert_close(branch[kept], torch.full_like(branch[kept], 2.0))
+    assert 0.4 < kept.float().mean() < 0.6
+
+
+def test_eval_mode_is_deterministic_and_train_mode_is_not():
+    torch.manual_seed(0)
+    block = ResidualSublayer(nn.Linear(16, 16), 16, position="post", dropout=0.3)
+    x = torch.randn(4, 16)
+    block.eval()
+    assert torch.equal(block(x), block(x))
+    block.train()
+    assert not torch.equal(block(x), block(x))
+
+
+def test_gradient_through_residual_contains_the_identity():
+    # d(x + f(x))/dx = I + f'(x): with f linear, the Jacobian is I + W.
+    lin = nn.Linear(6, 6, bias=False)
+
+    def residual(x):
+        return x + lin(x)
+
+    jac = torch.autograd.functional.jacobian(residual, torch.randn(6))
+    torch.testing.assert_close(jac, torch.eye(6) + lin.weight.detach())
+
+
+# ---------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
+def test_wrong_last_axis_names_both_shapes(cls):
+    with pytest.raises(ValueError, match=r"d_model=16.*shape \(2, 3, 8\)"):
+        cls(16)(torch.randn(2, 3, 8))
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
+def test_scalar_integer_and_non_tensor_inputs_rejected(cls):
+    with pytest.raises(ValueError, match=r"shape \(\)"):
+        cls(4)(torch.tensor(1.0))
+    with pytest.raises(TypeError, match="floating-point"):
+        cls(4)(torch.ones(2, 4, dtype=torch.long))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        cls(4)([1.0, 2.0, 3.0, 4.0])
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
+@pytest.mark.parametrize("eps", [0.0, -1e-5, float("nan"), float("inf")])
+def test_bad_eps_rejected(cls, eps):
+    with pytest.raises(ValueError, match="eps must be a finite number > 0"):
+        cls(8, eps=eps)
+
+
+@pytest.mark.parametrize("d_model", [0, -3, 2.5, True])
+def test_bad_d_model_rejected(d_model):
+    with pytest.raises(ValueError, match="d_model must be a positive int"):
+        LayerNorm(d_model)
+
+
+def test_eps_of_wrong_type_rejected():
+    with pytest.raises(TypeError, match="eps must be a float"):
+        RMSNorm(8, eps="small")
+
+
+def test_unknown_norm_position_lists_the_choices():
+    for bad in ["middle", "PRE", None]:
+        with pytest.raises(ValueError, match=r"unknown norm position.*'pre', 'post'"):
+            ResidualSublayer(nn.Identity(), 8, position=bad)
+        with pytest.raises(ValueError, match=r"'pre', 'post'"):
+            make_final_norm(bad, 8)
+    assert NORM_POSITIONS == ("pre", "post")
+
+
+def test_unknown_norm_kind_lists_the_choices():
+    with pytest.raises(ValueError, match=r"unknown norm 'batchnorm'.*'layernorm', 'rmsnorm'"):
+        ResidualSublayer(nn.Identity(), 8, norm="batchnorm")
+
+
+@pytest.mark.parametrize("dropout", [-0.1, 1.0, 1.5])
+def test_bad_dropout_rejected(dropout):
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
+        ResidualSublayer(nn.Identity(), 8, dropout=dropout)
+
+
+def test_sublayer_must_be_a_module():
+    with pytest.raises(TypeError, match="nn.Module"):
+        ResidualSublayer(lambda x: x, 8)
+
+
+def test_sublayer_changing_the_shape_is_reported():
+    with pytest.raises(ValueError, match=r"Linear must return .*\(2, 8\).*\(2, 4\)"):
+        ResidualSublayer(nn.Linear(8, 4), 8)(torch.randn(2, 8))
+
+
+def test_residual_input_with_wrong_width_is_reported():
+    with pytest.raises(ValueError, match=r"ResidualSublayer\(d_model=8\).*\(2, 5\)"):
+        ResidualSublayer(nn.Identity(), 8)(torch.randn(2, 5))

@@ -1,0 +1,366 @@
+"""Unit tests of lib.tokenizer (chapter 1): characters, pre-tokenization, BPE training and I/O."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from itertools import pairwise
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lib.datasets import load_tiny_shakespeare
+from lib.tokenizer import (
+    GPT2_SPLIT_PATTERN,
+    BPETokenizer,
+    CharTokenizer,
+    chars_per_token,
+    count_adjacent_pairs,
+    gpt2_pretokenize,
+    merge_adjacent_pair,
+    train_bpe_merges,
+)
+
+CORPUS = load_tiny_shakespeare()[:30_000]  # enough pairs for 400 tokens
+
+
+@pytest.fixture(scope="module")
+def trained() -> BPETokenizer:
+    return BPETokenizer().train(CORPUS, vocab_size=400, special_tokens=["<|endoftext|>", "<pad>"])
+
+
+# -- CharTokenizer ------------------------------------------------------------------------------
+def test_char_tokenizer_alphabet_is_sorted_and_round_trips():
+    tok = CharTokenizer("hello world")
+    assert tok.chars == [" ", "d", "e", "h", "l", "o", "r", "w"]
+    assert tok.vocab_size == 8
+    assert tok.encode("hello") == [3, 2, 4, 4, 5]
+    assert tok.decode(tok.encode("world hello")) == "world hello"
+
+
+def test_char_tokenizer_on_tiny_shakespeare_has_65_characters():
+    assert CharTokenizer(load_tiny_shakespeare()).vocab_size == 65
+
+
+def test_char_tokenizer_decodes_tensors_and_arrays():
+    tok = CharTokenizer("abc")
+    assert tok.decode(torch.tensor([2, 0, 1])) == "cab"
+    assert tok.decode(np.array([1, 1])) == "bb"
+    assert tok.decode([]) == ""
+
+
+def test_char_tokenizer_unknown_character_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"'z' \(U\+007A\) at position 2 is not in .* 3 characters"):
+        CharTokenizer("abc").encode("abz")
+
+
+@pytest.mark.parametrize("bad", [[3], [-1], [0, 1, 7]])
+def test_char_tokenizer_id_out_of_range(bad):
+    with pytest.raises(ValueError, match=r"out of range for a vocabulary of 3 tokens"):
+        CharTokenizer("abc").decode(bad)
+
+
+def test_char_tokenizer_bad_types():
+    with pytest.raises(TypeError, match="built from a str"):
+        CharTokenizer(["a", "b"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="non-empty"):
+        CharTokenizer("")
+    with pytest.raises(TypeError, match="takes a str"):
+        CharTokenizer("abc").encode(b"abc")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="sequence of integer ids"):
+        CharTokenizer("abc").decode("abc")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"element 1 is 1.5"):
+        CharTokenizer("abc").decode([0, 1.5])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="1-D sequence"):
+        CharTokenizer("abc").decode(torch.zeros(2, 2, dtype=torch.long))
+
+
+# -- pre-tokenization ---------------------------------------------------------------------------
+def test_gpt2_pretokenize_examples():
+    assert gpt2_pretokenize("Hello world's 123 ok!!") == [
+        "Hello",
+        " world",
+        "'s",
+        " 123",
+        " ok",
+        "!!",
+    ]
+    assert gpt2_pretokenize("a  b\n\nc ") == ["a", " ", " b", "\n", "\n", "c", " "]
+    with pytest.raises(TypeError, match="takes a str"):
+        gpt2_pretokenize(42)  # type: ignore[arg-type]
+
+
+@given(st.text())
+@settings(max_examples=200, deadline=None)
+def test_gpt2_pretokenize_covers_the_text(s):
+    pieces = gpt2_pretokenize(s)
+    assert "".join(pieces) == s
+    assert all(pieces)
+
+
+# -- the two BPE primitives ---------------------------------------------------------------------
+def test_count_adjacent_pairs_counts_overlaps():
+    assert count_adjacent_pairs([7, 7, 7]) == Counter({(7, 7): 2})
+    assert count_adjacent_pairs([1, 2, 1, 2]) == Counter({(1, 2): 2, (2, 1): 1})
+    assert count_adjacent_pairs([5]) == Counter()
+    with pytest.raises(TypeError, match="sequence of ids"):
+        count_adjacent_pairs("abc")  # type: ignore[arg-type]
+
+
+def test_merge_adjacent_pair_left_to_right_without_overlap():
+    ids = [7, 7, 7]
+    assert merge_adjacent_pair(ids, (7, 7), 300) == [300, 7]
+    assert ids == [7, 7, 7]  # not modified
+    assert merge_adjacent_pair([7, 7, 7, 7], (7, 7), 300) == [300, 300]
+    assert merge_adjacent_pair([1, 2, 3, 1, 2], (1, 2), 9) == [9, 3, 9]
+    assert merge_adjacent_pair([1, 3], (1, 2), 9) == [1, 3]
+    with pytest.raises(ValueError, match="tuple of two int ids"):
+        merge_adjacent_pair([1, 2], (1, 2, 3), 9)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="new_id must be an int"):
+        merge_adjacent_pair([1, 2], (1, 2), "9")  # type: ignore[arg-type]
+
+
+# -- the trainer --------------------------------------------------------------------------------
+def _recount_train(word_counts, n_merges, first_id=256):
+    """Reference: recount every pair (weighted) before each merge; same tie rule."""
+    words = dict(word_counts)
+    merges = []
+    for step in range(n_merges):
+        counts = Counter()
+        for word, freq in words.items():
+            for pair in pairwise(word):
+                counts[pair] += freq
+        if not counts:
+            break
+        pair = min(counts, key=lambda p: (-counts[p], p))
+        merges.append((pair, counts[pair]))
+        merged = Counter()
+        for word, freq in words.items():
+            merged[tuple(merge_adjacent_pair(word, pair, first_id + step))] += freq
+        words = merged
+    return merges
+
+
+def test_ties_go_to_the_smallest_pair_of_ids():
+    # (1, 2) and (3, 4) both occur once: the smaller pair (1, 2) is merged first.
+    assert train_bpe_merges({(3, 4): 1, (1, 2): 1}, 2) == [((1, 2), 1), ((3, 4), 1)]
+    # Equal first ids: the second id decides.
+    assert train_bpe_merges({(5, 9): 2, (5, 8): 2}, 1) == [((5, 8), 2)]
+    # A higher count beats a smaller pair.
+    assert train_bpe_merges({(1, 2): 1, (8, 9): 3}, 1) == [((8, 9), 3)]
+
+
+def test_trainer_weights_pairs_by_word_counts_and_stops_when_out_of_pairs():
+    merges = train_bpe_merges({(1, 2, 3): 5, (2, 3): 4}, 10)
+    assert merges[0] == ((2, 3), 9)
+    assert merges == [((2, 3), 9), ((1, 256), 5)]  # then every word is one token: stop early
+
+
+word_counts_strategy = st.dictionaries(
+    st.lists(st.integers(0, 4), min_size=1, max_size=8).map(tuple),
+    st.integers(1, 6),
+    max_size=12,
+)
+
+
+@given(word_counts_strategy, st.integers(0, 25))
+@settings(max_examples=200, deadline=None)
+def test_incremental_trainer_equals_recounting(word_counts, n_merges):
+    assert train_bpe_merges(word_counts, n_merges, first_id=10) == _recount_train(
+        word_counts, n_merges, first_id=10
+    )
+
+
+def test_trainer_bad_input():
+    with pytest.raises(ValueError, match="non-negative int"):
+        train_bpe_merges({(1, 2): 1}, -1)
+    with pytest.raises(ValueError, match="counts must be positive"):
+        train_bpe_merges({(1, 2): 0}, 1)
+    with pytest.raises(TypeError, match="tuples of ids"):
+        train_bpe_merges({"ab": 1}, 1)  # type: ignore[dict-item]
+
+
+# -- BPETokenizer -------------------------------------------------------------------------------
+def test_untrained_tokenizer_is_plain_utf8_bytes():
+    tok = BPETokenizer()
+    assert tok.vocab_size == 256
+    assert tok.encode("é!") == [0xC3, 0xA9, 0x21]
+    assert tok.decode([0xC3, 0xA9]) == "é"
+
+
+def test_training_reaches_the_vocab_size_with_fixed_special_ids(trained):
+    assert trained.vocab_size == 400
+    assert trained.special_tokens == {"<|endoftext|>": 256, "<pad>": 257}
+    assert trained.vocab[256] == b"<|endoftext|>"
+    assert len(trained.merges) == 400 - 258
+    # every merged token is the concatenation of its two parts
+    for rank, (left, right) in enumerate(trained.merges):
+        assert trained.vocab[258 + rank] == trained.vocab[left] + trained.vocab[right]
+
+
+def test_training_is_deterministic_and_smaller_vocabularies_are_prefixes(trained):
+    again = BPETokenizer().train(CORPUS, 400, special_tokens=["<|endoftext|>", "<pad>"])
+    assert again.merges == trained.merges
+    smaller = BPETokenizer().train(CORPUS, 300, special_tokens=["<|endoftext|>", "<pad>"])
+    assert smaller.merges == trained.merges[: 300 - 258]
+
+
+def test_first_merge_is_the_most_frequent_pair_of_the_words():
+    words = Counter(gpt2_pretokenize(CORPUS))
+    counts = Counter()
+    for word, freq in words.items():
+        for pair in pairwise(word.encode()):
+            counts[pair] += freq
+    best = min(counts, key=lambda p: (-counts[p], p))
+    assert BPETokenizer().train(CORPUS, 257).merges == [best]
+
+
+def test_special_tokens_are_never_split_and_never_merged(trained):
+    ids = trained.encode("speak<|endoftext|>speak<pad><pad>")
+    assert ids.count(256) == 1 and ids[-2:] == [257, 257]
+    assert trained.encode("<|endoftext|>") == [256]
+    assert all(256 not in pair and 257 not in pair for pair in trained.merges)
+    # no merged token contains a piece of a special token that spans its boundary
+    text = "x<|endoftext|>y"
+    assert trained.decode(trained.encode(text)) == text
+
+
+def test_longest_special_token_wins():
+    tok = BPETokenizer().train("ab ab", 260, special_tokens=["<a>", "<a><b>"])
+    assert tok.encode("<a><b><a>") == [257, 256]
+
+
+def test_encode_equals_applying_every_merge_in_order(trained):
+    for word in ["First", " Citizen", " resolved", " famish", " unseen", "!!", " Marcius"]:
+        ids = list(word.encode())
+        for rank, pair in enumerate(trained.merges):
+            ids = merge_adjacent_pair(ids, pair, 258 + rank)
+        assert trained.encode(word) == ids
+
+
+def test_each_merge_saves_exactly_its_count_of_tokens():
+    word_counts = {tuple(w.encode()): c for w, c in Counter(gpt2_pretokenize(CORPUS)).items()}
+    merges = train_bpe_merges(word_counts, 150)
+    tok = BPETokenizer.from_merges([pair for pair, _ in merges])
+    ids = tok.encode(CORPUS)
+    assert len(ids) == len(CORPUS.encode()) - sum(count for _, count in merges)
+    assert tok.decode(ids) == CORPUS
+
+
+round_trip_text = st.text() | st.lists(
+    st.sampled_from(["<|endoftext|>", "<pad>", "speak", " ", "\n", "é", "🙂", "<pad"])
+).map("".join)
+
+
+@given(round_trip_text)
+@settings(max_examples=300, deadline=None)
+def test_round_trip_any_unicode_string(trained, s):
+    assert trained.decode(trained.encode(s)) == s
+
+
+def test_decode_replaces_invalid_utf8(trained):
+    assert trained.decode([0xFF]) == "\ufffd"
+    assert trained.decode(list("🙂".encode())[:3]) == "\ufffd"
+    assert trained.decode(torch.tensor([104, 105])) == "hi"
+
+
+def test_save_and_load_round_trip(trained, tmp_path):
+    path = tmp_path / "tok.json"
+    trained.save(path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["special_tokens"] == ["<|endoftext|>", "<pad>"]
+    assert data["pattern"] == GPT2_SPLIT_PATTERN
+    loaded = BPETokenizer.load(path)
+    assert loaded.merges == trained.merges and loaded.special_tokens == trained.special_tokens
+    assert loaded.vocab == trained.vocab
+    assert loaded.encode(CORPUS + "<pad>") == trained.encode(CORPUS + "<pad>")
+
+
+# -- bad input ----------------------------------------------------------------------------------
+def test_encode_and_train_reject_non_strings():
+    with pytest.raises(TypeError, match=r"encode\(\) takes a str, got bytes"):
+        BPETokenizer().encode(b"abc")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"train\(\) takes a str, got list"):
+        BPETokenizer().train(["abc"], 300)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="vocab_size must be an int"):
+        BPETokenizer().train("abc", 300.0)  # type: ignore[arg-type]
+
+
+def test_decode_ids_out_of_range(trained):
+    with pytest.raises(ValueError, match=r"id 400 at position 1 is out of range .* 0\.\.399"):
+        trained.decode([1, 400])
+    with pytest.raises(ValueError, match=r"id -1 at position 0"):
+        trained.decode([-1])
+    with pytest.raises(TypeError, match="element 0"):
+        trained.decode([None])  # type: ignore[list-item]
+
+
+def test_vocab_size_smaller_than_the_alphabet():
+    with pytest.raises(ValueError, match=r"256 \+ 1 = 257"):
+        BPETokenizer().train("abc", 256, special_tokens=["<eos>"])
+    with pytest.raises(ValueError, match=r"vocab_size=100"):
+        BPETokenizer().train("abc", 100)
+
+
+def test_bad_special_tokens():
+    with pytest.raises(ValueError, match="empty string"):
+        BPETokenizer().train("abc", 300, special_tokens=[""])
+    with pytest.raises(ValueError, match="distinct"):
+        BPETokenizer().train("abc", 300, special_tokens=["<a>", "<a>"])
+    with pytest.raises(TypeError, match=r"write \['<eos>'\]"):
+        BPETokenizer().train("abc", 300, special_tokens="<eos>")
+    with pytest.raises(TypeError, match="must be strings"):
+        BPETokenizer().train("abc", 300, special_tokens=[1])  # type: ignore[list-item]
+
+
+def test_lone_surrogates_are_a_clear_error(trained):
+    with pytest.raises(ValueError, match="lone surrogate"):
+        trained.encode("ok \ud800")
+    with pytest.raises(ValueError, match="position 1"):
+        BPETokenizer().train("a\udc80", 300)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "invalid JSON"),
+        ("[1, 2]", "no matching 'format'"),
+        ('{"format": "something.else"}', "no matching 'format'"),
+        ('{"format": "lib.tokenizer.BPETokenizer", "version": 99}', "version 99"),
+    ],
+)
+def test_load_rejects_malformed_files(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        BPETokenizer.load(path)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"pattern": r"\w+"}, "different pre-tokenization pattern"),
+        ({"merges": "nope"}, "'merges' must be a list"),
+        ({"merges": [[1, 2], [3]]}, "merge 1 must be a pair"),
+        ({"merges": [[1, 999]]}, r"merge 0 \(1, 999\) uses an id that does not exist"),
+        ({"merges": [[256, 1]]}, "special token's id"),
+        ({"special_tokens": [""]}, "empty string"),
+    ],
+)
+def test_load_rejects_invalid_contents(trained, tmp_path, change, message):
+    data = {**trained.to_dict(), **change}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        BPETokenizer.load(path)
+
+
+def test_chars_per_token():
+    assert chars_per_token("héllo", [1, 2]) == 2.5
+    with pytest.raises(ValueError, match="at least one token"):
+        chars_per_token("abc", [])
+    with pytest.raises(TypeError, match="as a str"):
+        chars_per_token(b"abc", [1])  # type: ignore[arg-type]
