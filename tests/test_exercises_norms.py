@@ -96,9 +96,7 @@ def rms_norm_ok(x, weight, eps):
 
 def test_rms_norm_accepts_the_reference_and_torch():
     assert check_rms_norm(rms_norm_ok) is True
-    assert check_rms_norm(
-        lambda x, w, eps: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps)
-    )
+    assert check_rms_norm(lambda x, w, eps: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps))
 
 
 def test_rms_norm_subtracting_the_mean():

@@ -9,8 +9,8 @@ from torch import nn
 from lib.norms import (
     NORM_POSITIONS,
     LayerNorm,
-    RMSNorm,
     ResidualSublayer,
+    RMSNorm,
     make_final_norm,
     make_norm,
 )

@@ -63,9 +63,7 @@ def _layer_norm_variants(
     all_centred = x - x.mean()
     mistakes = {
         "epsilon must be added to the variance *inside* the square root, "
-        "sqrt(var + eps), not to the standard deviation": affine(
-            centred / (torch.sqrt(var) + eps)
-        ),
+        "sqrt(var + eps), not to the standard deviation": affine(centred / (torch.sqrt(var) + eps)),
         "use the biased variance (divide by d, as torch.var(..., unbiased=False) does), "
         "not the unbiased one (divide by d - 1)": affine(
             centred / torch.sqrt(x.var(-1, unbiased=True, keepdim=True) + eps)
@@ -157,9 +155,7 @@ def check_pre_ln_residual(candidate: Callable[..., torch.Tensor]) -> None:
             "x + f(Norm(x))": norm(x + sublayer(x)),
             "the skip path must carry x itself, not Norm(x): x + f(Norm(x)), "
             "not Norm(x) + f(Norm(x))": norm(x) + sublayer(norm(x)),
-            "the residual connection is missing: add x to the sublayer's output": sublayer(
-                norm(x)
-            ),
+            "the residual connection is missing: add x to the sublayer's output": sublayer(norm(x)),
             "the normalisation is missing: the sublayer must see Norm(x)": x + sublayer(x),
             "normalise the input of the sublayer, not its output: x + f(Norm(x)), "
             "not x + Norm(f(x))": x + norm(sublayer(x)),
