@@ -287,7 +287,7 @@ def sdpa_attention(
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
     )
-    return out.masked_fill(dead, 0.0) if bool(dead.any()) else out
+    return out.masked_fill(dead, 0.0)  # no data-dependent branch: no device sync
 
 
 ATTENTION_BACKENDS: dict[str, Callable[..., torch.Tensor]] = {

@@ -53,7 +53,9 @@ def test_char_tokenizer_decodes_tensors_and_arrays():
 
 
 def test_char_tokenizer_unknown_character_is_a_clear_error():
-    with pytest.raises(ValueError, match=r"'z' \(U\+007A\) at position 2 is not in .* 3 characters"):
+    with pytest.raises(
+        ValueError, match=r"'z' \(U\+007A\) at position 2 is not in .* 3 characters"
+    ):
         CharTokenizer("abc").encode("abz")
 
 
