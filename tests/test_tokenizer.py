@@ -366,3 +366,12 @@ def test_chars_per_token():
         chars_per_token("abc", [])
     with pytest.raises(TypeError, match="as a str"):
         chars_per_token(b"abc", [1])  # type: ignore[arg-type]
+
+
+def test_docstring_examples():
+    import doctest
+
+    import lib.tokenizer
+
+    result = doctest.testmod(lib.tokenizer)
+    assert result.attempted >= 2 and result.failed == 0
