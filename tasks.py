@@ -122,10 +122,27 @@ def cmd_book(strict: bool) -> None:
     ensure_installed("book")
     env = dict(os.environ)
     env.setdefault("TFS_PROFILE", "full" if shutil.which("nvidia-smi") else "smoke")
-    env.setdefault("MPLBACKEND", "Agg")
     flags = ["-W", "-n", "--keep-going"] if strict else []
-    run(sys.executable, "-m", "jupyter_book", "build", ".", *flags, env=env)
+    # jupyter-book 1.x has no `python -m` entry point: call its CLI from this interpreter.
+    cli = "from jupyter_book.cli.main import main; main()"
+    run(sys.executable, "-c", cli, "build", ".", *flags, env=env)
+    if strict:
+        check_figures()
     say(f"the book is at {ROOT / '_build' / 'html' / 'index.html'}")
+
+
+def check_figures() -> None:
+    """Fail if a chapter page lost its figures (e.g. a non-inline matplotlib backend)."""
+    missing = []
+    for chapter in sorted((ROOT / "chapters").glob("[0-9][0-9]-*.md")):
+        shows = chapter.read_text(encoding="utf-8").count("plt.show()")
+        page = ROOT / "_build" / "html" / "chapters" / f"{chapter.stem}.html"
+        images = page.read_text(encoding="utf-8").count("<img") if page.exists() else 0
+        if images < shows:
+            missing.append(f"{chapter.name}: {shows} plt.show() but {images} images")
+    if missing:
+        sys.exit("[tasks] figures missing from the rendered book:\n  " + "\n  ".join(missing))
+    say("every chapter's figures are in the rendered book")
 
 
 def cmd_tangle(check: bool) -> None:
