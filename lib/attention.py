@@ -12,7 +12,7 @@ with einops on named axes, able to return the attention weights) and ``"sdpa"``
 are all masked.
 """
 
-from __future__ import annotations  # noqa: F404, RUF100 (F404 in the notebook only)
+from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
