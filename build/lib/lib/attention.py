@@ -1,0 +1,540 @@
+# This file is generated from chapters/04-attention.md by tools/tangle.py. Do not edit it by hand:
+# edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+"""Attention (chapter 4 of the course): masks, scaled dot-product attention, multi-head attention.
+
+Axis convention: ``q``, ``k``, ``v`` are ``(batch, heads, seq, d_head)``. Masks are boolean and
+broadcast to ``(batch, heads, q_len, k_len)``; ``True`` means "may attend". Additive score
+biases (ALiBi, T5 buckets) are float tensors that broadcast to the same shape.
+
+Two backends share one interface: ``"math"`` (:func:`scaled_dot_product_attention`, written
+with einops on named axes, able to return the attention weights) and ``"sdpa"``
+(:func:`sdpa_attention`, PyTorch's fused kernel). Both return zeros for a query whose keys
+are all masked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from einops import einsum, rearrange, repeat
+from torch import nn
+
+__all__ = [
+    "ATTENTION_BACKENDS",
+    "KVCache",
+    "MultiHeadAttention",
+    "additive_mask",
+    "attention_crossover_length",
+    "attention_layer_flops",
+    "causal_mask",
+    "combine_masks",
+    "kv_cache_bytes",
+    "padding_mask",
+    "repeat_kv_heads",
+    "scaled_dot_product_attention",
+    "sdpa_attention",
+]
+
+
+def padding_mask(lengths: torch.Tensor | Sequence[int], max_len: int | None = None) -> torch.Tensor:
+    """Boolean key mask from sequence lengths: ``True`` where the key is a real token.
+
+    Shapes: ``lengths`` is ``(batch,)`` (integers); the result is ``(batch 1 1 k_pos)`` with
+    ``k_pos = max_len`` (default: the largest length), ready to broadcast over heads and queries.
+    """
+    lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1:
+        raise ValueError(f"lengths must be 1-D (batch,), got shape {tuple(lengths.shape)}")
+    if lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be integers, got dtype {lengths.dtype}")
+    if lengths.numel() and int(lengths.min()) < 0:
+        raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
+    longest = int(lengths.max()) if lengths.numel() else 0
+    if max_len is None:
+        max_len = longest
+    if longest > max_len:
+        raise ValueError(f"a length ({longest}) exceeds max_len={max_len}: {lengths.tolist()}")
+    key_positions = torch.arange(max_len, device=lengths.device)
+    mask = key_positions < rearrange(lengths, "batch -> batch 1")
+    return rearrange(mask, "batch k_pos -> batch 1 1 k_pos")
+
+
+def causal_mask(
+    q_len: int,
+    k_len: int | None = None,
+    offset: int | None = None,
+    *,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Boolean causal mask ``(q_pos k_pos)``: query ``i`` may see key ``j`` iff ``j <= offset + i``.
+
+    The queries sit at absolute positions ``offset .. offset + q_len - 1`` and the keys at
+    ``0 .. k_len - 1``. Defaults: ``k_len = q_len`` and ``offset = k_len - q_len`` (the queries
+    are the last ``q_len`` positions, as when decoding with a key/value cache).
+    """
+    if k_len is None:
+        k_len = q_len
+    for name, value in (("q_len", q_len), ("k_len", k_len)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if offset is None:
+        offset = k_len - q_len
+    if not isinstance(offset, int) or isinstance(offset, bool):
+        raise TypeError(f"offset must be an int, got {type(offset).__name__}")
+    query_positions = torch.arange(q_len, device=device) + offset
+    key_positions = torch.arange(k_len, device=device)
+    return rearrange(key_positions, "k_pos -> 1 k_pos") <= rearrange(
+        query_positions, "q_pos -> q_pos 1"
+    )
+
+
+def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """Logical *and* of boolean masks (``None`` entries are skipped), with broadcasting.
+
+    Returns ``None`` when every mask is ``None`` (nothing is masked).
+    """
+    combined = None
+    for index, mask in enumerate(masks):
+        if mask is None:
+            continue
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise TypeError(
+                f"mask {index} must be a boolean tensor (True = may attend), got {what}"
+            )
+        if combined is None:
+            combined = mask
+            continue
+        try:
+            combined = combined & mask
+        except RuntimeError:
+            raise ValueError(
+                f"masks of shapes {tuple(combined.shape)} and {tuple(mask.shape)} do not broadcast"
+            ) from None
+    return combined
+
+
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The additive form of a boolean mask: ``0.0`` where ``True`` (may attend), ``-inf`` elsewhere.
+
+    Shapes: the result has the shape of ``mask``.
+    """
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"additive_mask takes a boolean mask, got {getattr(mask, 'dtype', mask)!r}")
+    zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return zeros.masked_fill(~mask, float("-inf"))
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dim() != 4:
+            raise ValueError(
+                f"{name} must be 4-D (batch, heads, seq, d_head), got shape {tuple(tensor.shape)}"
+            )
+    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    if not q.shape[0] == k.shape[0] == v.shape[0]:
+        raise ValueError(f"q, k and v must have the same batch size: {shapes}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same d_head to take dot products, got {q.shape[-1]} and "
+            f"{k.shape[-1]}: {shapes}"
+        )
+    if k.shape[1:3] != v.shape[1:3]:
+        raise ValueError(f"k and v must have the same heads and seq: {shapes}")
+    if q.shape[1] % k.shape[1] != 0:
+        raise ValueError(
+            f"q has {q.shape[1]} heads, not a multiple of the {k.shape[1]} key/value heads: {shapes}"
+        )
+
+
+def _check_broadcasts(name: str, tensor: torch.Tensor | None, target: tuple[int, ...]) -> None:
+    if tensor is None:
+        return
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if name == "mask" and tensor.dtype != torch.bool:
+        raise TypeError(
+            f"mask must be boolean (True = may attend), got dtype {tensor.dtype}; pass an "
+            "additive float tensor as bias= instead"
+        )
+    if name == "bias" and not tensor.is_floating_point():
+        raise TypeError(f"bias must be a float tensor, got dtype {tensor.dtype}")
+    try:
+        fits = tensor.dim() <= 4 and torch.broadcast_shapes(tensor.shape, target) == target
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{name} of shape {tuple(tensor.shape)} does not broadcast to "
+            f"(batch, heads, q_len, k_len) = {target}"
+        )
+
+
+def _prepare(q, k, v, mask, bias, causal):
+    """Validate, build the causal mask, repeat key/value heads: the shared front of both backends."""
+    _check_qkv(q, k, v)
+    target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    _check_broadcasts("mask", mask, target)
+    _check_broadcasts("bias", bias, target)
+    if causal:
+        mask = combine_masks(mask, causal_mask(q.shape[2], k.shape[2], device=q.device))
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k, v = repeat_kv_heads(k, group), repeat_kv_heads(v, group)
+    return k, v, mask
+
+
+def repeat_kv_heads(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """Repeat each key/value head ``n_rep`` times, so query head ``h`` meets kv head ``h // n_rep``.
+
+    Shapes: ``x`` is ``(batch kv_heads seq d_head)``, the result
+    ``(batch (kv_heads n_rep) seq d_head)``.
+    """
+    if not isinstance(n_rep, int) or n_rep < 1:
+        raise ValueError(f"n_rep must be a positive int, got {n_rep!r}")
+    if x.dim() != 4:
+        raise ValueError(f"x must be (batch, kv_heads, seq, d_head), got shape {tuple(x.shape)}")
+    if n_rep == 1:
+        return x
+    return repeat(x, "batch kv_heads seq d_head -> batch (kv_heads group) seq d_head", group=n_rep)
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+    return_weights: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Attention written out on named axes: ``softmax(q kᵀ · scale + bias, masked) v``.
+
+    Shapes: ``q`` is ``(batch heads q_pos d_head)``; ``k`` ``(batch kv_heads k_pos d_head)`` and
+    ``v`` ``(batch kv_heads k_pos d_v)`` with ``heads`` a multiple of ``kv_heads``; ``mask``
+    (boolean, True = may attend) and ``bias`` (additive, float) broadcast to
+    ``(batch heads q_pos k_pos)``. ``causal=True`` adds :func:`causal_mask` (bottom-right aligned).
+    ``scale`` defaults to ``1/sqrt(d_head)``; ``dropout_p`` drops weights (pass 0 in eval).
+
+    Returns ``(batch heads q_pos d_v)``, and the weights ``(batch heads q_pos k_pos)`` too when
+    ``return_weights``. A query whose keys are all masked gets zero weights and a zero output.
+    """
+    k, v, mask = _prepare(q, k, v, mask, bias, causal)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = einsum(
+        q, k, "batch heads q_pos d_head, batch heads k_pos d_head -> batch heads q_pos k_pos"
+    )
+    scores = scores * scale
+    if bias is not None:
+        scores = scores + bias
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    if mask is not None or bias is not None:
+        dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # nothing to attend to
+        weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+    else:
+        weights = torch.softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    out = einsum(
+        weights, v, "batch heads q_pos k_pos, batch heads k_pos d_v -> batch heads q_pos d_v"
+    )
+    return (out, weights) if return_weights else out
+
+
+def sdpa_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    *,
+    scale: float | None = None,
+    causal: bool = False,
+) -> torch.Tensor:
+    """The same attention as :func:`scaled_dot_product_attention`, by PyTorch's fused kernel.
+
+    Shapes and arguments as there (no weights are returned). Fully masked query rows give zeros,
+    not NaN; ``causal`` is bottom-right aligned, unlike PyTorch's ``is_causal`` when
+    ``q_len != k_len``.
+    """
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    square_causal = causal and mask is None and bias is None and q_len == k_len
+    k, v, mask = _prepare(q, k, v, mask, bias, causal and not square_causal)
+    if mask is None and bias is None:  # the fast path: no mask tensor at all
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout_p, is_causal=square_causal, scale=scale
+        )
+    if bias is None:
+        dead = ~mask.any(dim=-1, keepdim=True)
+        attn_mask = mask | dead
+    else:
+        attn_mask = bias.to(q.dtype)
+        if mask is not None:
+            attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
+        dead = torch.isneginf(attn_mask).all(dim=-1, keepdim=True)
+        attn_mask = attn_mask.masked_fill(dead, 0.0)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
+    )
+    return out.masked_fill(dead, 0.0)  # no data-dependent branch: no device sync
+
+
+ATTENTION_BACKENDS: dict[str, Callable[..., torch.Tensor]] = {
+    "math": scaled_dot_product_attention,
+    "sdpa": sdpa_attention,
+}
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """The keys and values of the tokens seen so far, for one attention layer.
+
+    Shapes: ``keys`` is ``(batch kv_heads seq d_head)``, ``values`` ``(batch kv_heads seq d_v)``.
+    For self-attention the keys are stored after any rotary embedding (at their absolute
+    positions ``0 .. seq-1``); for cross-attention the cache holds the context's keys and values.
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if (
+            self.keys.dim() != 4
+            or self.values.dim() != 4
+            or self.keys.shape[:3] != self.values.shape[:3]
+        ):
+            raise ValueError(
+                "KVCache needs keys and values of shape (batch, kv_heads, seq, d_head) agreeing in "
+                f"the first three axes, got {tuple(self.keys.shape)} and {tuple(self.values.shape)}"
+            )
+
+    @property
+    def seq_len(self) -> int:
+        """How many positions the cache holds."""
+        return self.keys.shape[2]
+
+    def extend(self, keys: torch.Tensor, values: torch.Tensor) -> KVCache:
+        """A new cache with ``keys`` and ``values`` ``(batch kv_heads new d_head)`` appended."""
+        if keys.shape[:2] + keys.shape[3:] != self.keys.shape[:2] + self.keys.shape[3:]:
+            raise ValueError(
+                f"cannot append keys of shape {tuple(keys.shape)} to a cache of {tuple(self.keys.shape)}"
+            )
+        return KVCache(torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2))
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with grouped key/value heads (MHA, GQA and MQA) and a KV cache.
+
+    ``n_kv_heads`` (default ``n_heads``) must divide ``n_heads``: ``n_kv_heads == n_heads`` is
+    multi-head attention, ``n_kv_heads == 1`` multi-query attention. ``backend`` is ``"sdpa"``
+    (PyTorch's fused kernel) or ``"math"`` (the einops path).
+
+    ``forward(x, context=None, *, mask=None, position_bias=None, causal=False, rope=None,
+    past=None, use_cache=False, need_weights=False)``:
+
+    * ``x`` ``(batch q_pos d_model)`` gives the queries, and the keys and values too unless
+      ``context`` ``(batch k_pos d_model)`` is given (cross-attention).
+    * ``mask`` (boolean, True = may attend) and ``position_bias`` (a float tensor, or a module
+      called as ``position_bias(q_len, k_len, offset)``) broadcast to ``(batch heads q_pos k_pos)``,
+      where ``k_pos`` counts the cached keys too. ``causal`` adds a bottom-right causal mask.
+    * ``rope`` (e.g. ``lib.positions.RotaryEmbedding``) rotates queries and keys by their
+      absolute positions; the queries start at ``offset = past.seq_len``.
+    * ``past``: a :class:`KVCache`. Self-attention appends the new keys and values to it;
+      cross-attention uses it *instead of* projecting ``context`` again.
+
+    Returns ``(batch q_pos d_model)``; with ``use_cache`` and/or ``need_weights``, a tuple
+    ``(output, cache)``, ``(output, weights)`` or ``(output, cache, weights)``, the weights being
+    ``(batch heads q_pos k_pos)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+        backend: str = "sdpa",
+    ) -> None:
+        super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if d_model % n_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by n_heads={n_heads}: "
+                f"each head needs d_model / n_heads dimensions"
+            )
+        if n_heads % n_kv_heads != 0:
+            raise ValueError(
+                f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}: each key/value "
+                "head must serve a whole group of query heads"
+            )
+        if backend not in ATTENTION_BACKENDS:
+            raise ValueError(
+                f"backend must be one of {sorted(ATTENTION_BACKENDS)}, got {backend!r}"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.d_head = d_model // n_heads
+        self.backend, self.dropout = backend, dropout
+        self.q_dim, self.kv_dim = n_heads * self.d_head, n_kv_heads * self.d_head
+        self.qkv_proj = nn.Linear(d_model, self.q_dim + 2 * self.kv_dim, bias=bias)
+        self.out_proj = nn.Linear(self.q_dim, d_model, bias=bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
+            f"backend={self.backend!r}"
+        )
+
+    def _check_sequence(self, name: str, x: torch.Tensor) -> None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"{name} must have shape (batch, seq, d_model={self.d_model}), got {tuple(x.shape)}"
+            )
+
+    def _project_kv(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weight = self.qkv_proj.weight[self.q_dim :]
+        bias = None if self.qkv_proj.bias is None else self.qkv_proj.bias[self.q_dim :]
+        k, v = F.linear(source, weight, bias).split([self.kv_dim, self.kv_dim], dim=-1)
+        return k, v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        position_bias: torch.Tensor | Callable[[int, int, int], torch.Tensor] | None = None,
+        causal: bool = False,
+        rope: Callable[..., torch.Tensor] | None = None,
+        past: KVCache | None = None,
+        use_cache: bool = False,
+        need_weights: bool = False,
+    ):
+        self._check_sequence("x", x)
+        if past is not None and not isinstance(past, KVCache):
+            raise TypeError(f"past must be a KVCache, got {type(past).__name__}")
+        if context is None:  # self-attention: one fused projection for q, k and v
+            q, k, v = self.qkv_proj(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
+        else:  # cross-attention: query rows on x, key/value rows on the context
+            self._check_sequence("context", context)
+            if context.shape[0] != x.shape[0]:
+                raise ValueError(
+                    f"x {tuple(x.shape)} and context {tuple(context.shape)} differ in batch size"
+                )
+            if rope is not None:
+                raise ValueError(
+                    "rope rotates positions of one sequence; it does not apply to cross-attention"
+                )
+            weight = self.qkv_proj.weight[: self.q_dim]
+            bias = None if self.qkv_proj.bias is None else self.qkv_proj.bias[: self.q_dim]
+            q = F.linear(x, weight, bias)
+            k, v = (None, None) if past is not None else self._project_kv(context)
+
+        q = rearrange(q, "batch seq (heads d_head) -> batch heads seq d_head", heads=self.n_heads)
+        if k is not None:
+            k = rearrange(
+                k, "batch seq (heads d_head) -> batch heads seq d_head", heads=self.n_kv_heads
+            )
+            v = rearrange(
+                v, "batch seq (heads d_head) -> batch heads seq d_head", heads=self.n_kv_heads
+            )
+        offset = past.seq_len if (past is not None and context is None) else 0
+        if past is not None and (past.keys.shape[0], past.keys.shape[1], past.keys.shape[3]) != (
+            x.shape[0],
+            self.n_kv_heads,
+            self.d_head,
+        ):
+            raise ValueError(
+                f"past keys {tuple(past.keys.shape)} do not fit this layer: expected "
+                f"(batch={x.shape[0]}, kv_heads={self.n_kv_heads}, seq, d_head={self.d_head})"
+            )
+        if rope is not None:
+            q, k = rope(q, offset=offset), rope(k, offset=offset)
+        if past is None:
+            cache = KVCache(k, v) if use_cache else None
+        elif context is None:
+            cache = past.extend(k, v)
+            k, v = cache.keys, cache.values
+        else:
+            cache, k, v = past, past.keys, past.values
+
+        q_len, k_len = q.shape[2], k.shape[2]
+        bias = position_bias
+        if bias is not None and not isinstance(bias, torch.Tensor):
+            bias = bias(q_len, k_len, offset)
+        dropout_p = self.dropout if self.training else 0.0
+        weights = None
+        if need_weights:
+            out, weights = scaled_dot_product_attention(
+                q, k, v, mask, bias, dropout_p, causal=causal, return_weights=True
+            )
+        else:
+            out = ATTENTION_BACKENDS[self.backend](q, k, v, mask, bias, dropout_p, causal=causal)
+        out = self.out_proj(rearrange(out, "batch heads seq d_head -> batch seq (heads d_head)"))
+        if not use_cache and not need_weights:
+            return out
+        extras = ([cache] if use_cache else []) + ([weights] if need_weights else [])
+        return (out, *extras)
+
+
+def kv_cache_bytes(
+    n_layers: int,
+    n_kv_heads: int,
+    d_head: int,
+    seq_len: int,
+    batch_size: int = 1,
+    bytes_per_value: int = 2,
+) -> int:
+    """Bytes of a full key/value cache: ``2 · n_layers · n_kv_heads · d_head · seq_len · batch_size · bytes_per_value``.
+
+    The 2 counts keys and values; ``bytes_per_value`` is 2 for fp16/bf16, 4 for fp32.
+    """
+    sizes = dict(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, seq_len=seq_len,
+                 batch_size=batch_size, bytes_per_value=bytes_per_value)  # fmt: skip
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return 2 * n_layers * n_kv_heads * d_head * seq_len * batch_size * bytes_per_value
+
+
+def attention_layer_flops(seq_len: int, d_model: int, d_ff: int | None = None) -> dict[str, int]:
+    """Forward FLOPs of one transformer layer on one sequence, split by where they go.
+
+    ``"scores"``: q·kᵀ and the weighted sum, ``4 · n² · d``; ``"projections"``: q, k, v and output,
+    ``8 · n · d²``; ``"ffn"``: two matrices, ``4 · n · d · d_ff`` (``16 · n · d²`` for the default
+    ``d_ff = 4d``).
+    """
+    d_ff = 4 * d_model if d_ff is None else d_ff
+    for name, value in (("seq_len", seq_len), ("d_model", d_model), ("d_ff", d_ff)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    n, d = seq_len, d_model
+    return {"scores": 4 * n * n * d, "projections": 8 * n * d * d, "ffn": 4 * n * d * d_ff}
+
+
+def attention_crossover_length(d_model: int, d_ff: int | None = None) -> int:
+    """The sequence length where the ``n²`` attention FLOPs equal all the layer's linear FLOPs.
+
+    ``4n²d = 8nd² + 4nd·d_ff`` gives ``n = 2·d_model + d_ff`` (``6·d_model`` for ``d_ff = 4d``).
+    """
+    d_ff = 4 * d_model if d_ff is None else d_ff
+    attention_layer_flops(1, d_model, d_ff)  # validates the sizes
+    return 2 * d_model + d_ff

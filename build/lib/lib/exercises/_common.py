@@ -1,0 +1,101 @@
+"""The machinery every checker shares: the error type, the decorator, tensor comparisons."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = [
+    "ExerciseError",
+    "checker",
+    "call_without_mutation",
+    "expect_tensor",
+    "expect_close",
+]
+
+
+class ExerciseError(AssertionError):
+    """The reader's answer is wrong; the message says how."""
+
+
+def checker(title: str) -> Callable[[Callable[..., None]], Callable[..., bool]]:
+    """Turn a function that raises :class:`ExerciseError` into a friendly checker.
+
+    The wrapped checker returns ``True`` after printing a success line, returns ``False``
+    when the answer still raises ``NotImplementedError``, and re-raises every
+    :class:`ExerciseError` with the exercise's title in front.
+    """
+
+    def decorate(check: Callable[..., None]) -> Callable[..., bool]:
+        @functools.wraps(check)
+        def run(candidate: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+            if not callable(candidate):
+                raise TypeError(
+                    f"{title}: pass your function itself (e.g. check(my_fn)), "
+                    f"not {type(candidate).__name__}"
+                )
+            try:
+                check(candidate, *args, **kwargs)
+            except NotImplementedError:
+                print(f"{title}: not attempted yet. Write your answer, then run this cell again.")
+                return False
+            except ExerciseError as err:
+                raise ExerciseError(f"{title}: {err}") from None
+            print(f"{title}: all checks passed.")
+            return True
+
+        return run
+
+    return decorate
+
+
+def call_without_mutation(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn`` and fail if it changed any tensor argument in place."""
+    before = [a.detach().clone() if isinstance(a, torch.Tensor) else None for a in args]
+    result = fn(*args, **kwargs)
+    for i, (arg, saved) in enumerate(zip(args, before)):
+        if saved is not None and not torch.equal(arg.detach(), saved):
+            raise ExerciseError(
+                f"your function modified its input (argument {i}) in place; "
+                "compute a new tensor instead (e.g. x = x + 1, not x += 1)"
+            )
+    return result
+
+
+def expect_tensor(got: Any, shape: tuple[int, ...], what: str = "the result") -> torch.Tensor:
+    """Fail unless ``got`` is a tensor of the given shape."""
+    if not isinstance(got, torch.Tensor):
+        raise ExerciseError(f"{what} should be a torch.Tensor, got {type(got).__name__}")
+    if tuple(got.shape) != tuple(shape):
+        raise ExerciseError(f"{what} has shape {tuple(got.shape)}, expected {tuple(shape)}")
+    return got
+
+
+def expect_close(
+    got: torch.Tensor,
+    want: torch.Tensor,
+    what: str = "the result",
+    *,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    hint: str = "",
+) -> None:
+    """Fail unless ``got`` matches ``want`` in shape and values; explain NaNs and the worst entry."""
+    expect_tensor(got, tuple(want.shape), what)
+    if got.is_floating_point() and torch.isnan(got).any() and not torch.isnan(want).any():
+        raise ExerciseError(
+            f"{what} contains NaN ({int(torch.isnan(got).sum())} entries)"
+            + (f"; {hint}" if hint else "")
+        )
+    if not torch.allclose(got.double(), want.double(), atol=atol, rtol=rtol, equal_nan=True):
+        diff = (got.double() - want.double()).abs()
+        worst = int(diff.flatten().nan_to_num(float("inf")).argmax())
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), diff.shape))
+        raise ExerciseError(
+            f"{what} differs from the reference: at index {index} you have "
+            f"{got[index].item():.6g}, expected {want[index].item():.6g} "
+            f"(max abs difference {diff.max().item():.3g})" + (f"; {hint}" if hint else "")
+        )

@@ -1,0 +1,184 @@
+"""Shared helpers for every chapter: run profile, device, precision, seeding, plotting style.
+
+Hand-written (not tangled from a chapter): these are the course's plumbing, not its subject.
+
+The run profile
+---------------
+Every notebook runs in one of two profiles:
+
+* ``smoke``: small sizes that run on a laptop CPU in well under a minute per chapter.
+  This is what the tests and the book build use.
+* ``full``: the real configuration, meant for a GPU.
+
+The default is ``full`` when CUDA is available and ``smoke`` otherwise. The environment
+variable ``TFS_PROFILE`` (``smoke`` or ``full``) forces either. Notebooks read their sizes
+through :func:`pick`, so one line shows both values::
+
+    n_steps = pick(smoke=50, full=5_000)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from dataclasses import dataclass
+from typing import Literal, TypeVar
+
+import numpy as np
+import torch
+
+__all__ = [
+    "PROFILE_ENV",
+    "DEVICE_ENV",
+    "Precision",
+    "get_profile",
+    "is_smoke",
+    "pick",
+    "get_device",
+    "get_precision",
+    "autocast",
+    "seed_everything",
+    "set_plot_style",
+]
+
+PROFILE_ENV = "TFS_PROFILE"
+DEVICE_ENV = "TFS_DEVICE"
+Profile = Literal["smoke", "full"]
+T = TypeVar("T")
+
+
+def get_profile() -> Profile:
+    """Return the active run profile, ``"smoke"`` or ``"full"``.
+
+    ``TFS_PROFILE`` wins when set; otherwise ``full`` on a CUDA machine, else ``smoke``.
+    """
+    forced = os.environ.get(PROFILE_ENV, "").strip().lower()
+    if forced:
+        if forced not in ("smoke", "full"):
+            raise ValueError(
+                f"{PROFILE_ENV}={os.environ[PROFILE_ENV]!r} is not a profile; "
+                "use 'smoke' (small, CPU) or 'full' (real sizes, GPU)."
+            )
+        return forced  # type: ignore[return-value]
+    return "full" if torch.cuda.is_available() else "smoke"
+
+
+def is_smoke() -> bool:
+    """True in the small CPU profile."""
+    return get_profile() == "smoke"
+
+
+def pick(*, smoke: T, full: T) -> T:
+    """Choose a value by run profile: ``pick(smoke=64, full=1024)``."""
+    return smoke if is_smoke() else full
+
+
+def get_device(prefer: str | None = None) -> torch.device:
+    """The best available device: CUDA, then Apple's MPS, then the CPU.
+
+    ``prefer`` (or the environment variable ``TFS_DEVICE``) forces one, with a clear
+    error if it is not available on this machine.
+    """
+    wanted = (prefer or os.environ.get(DEVICE_ENV, "")).strip().lower()
+    if wanted:
+        kind = wanted.split(":")[0]
+        if kind == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"device {wanted!r} was asked for, but CUDA is not available here")
+        if kind == "mps" and not _mps_available():
+            raise RuntimeError(f"device {wanted!r} was asked for, but MPS is not available here")
+        if kind not in ("cuda", "mps", "cpu"):
+            raise ValueError(f"unknown device {wanted!r}; use 'cuda', 'mps' or 'cpu'")
+        return torch.device(wanted)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if _mps_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How to run the forward pass: the autocast dtype and whether gradients need scaling.
+
+    ``dtype`` is the dtype of autocast regions (``torch.float32`` means no autocast).
+    fp16 has a narrow exponent range, so small gradients underflow unless the loss is
+    scaled first; bf16 has fp32's range and needs no scaling.
+    """
+
+    dtype: torch.dtype
+    use_grad_scaler: bool
+
+    @property
+    def name(self) -> str:
+        return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[self.dtype]
+
+
+def get_precision(device: torch.device | str | None = None) -> Precision:
+    """The fastest safe precision on ``device``.
+
+    * CUDA with bf16 support (Ampere and newer): bf16, no scaler.
+    * Older CUDA GPUs (Colab's T4, V100): fp16 with a gradient scaler. Asking a T4 for
+      bf16 "works" through slow emulation or fails, a frequent complaint about courses
+      that hard-code it.
+    * CPU and MPS: fp32, the accurate and predictable choice for small runs.
+    """
+    device = torch.device(device) if device is not None else get_device()
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported(including_emulation=False):
+            return Precision(torch.bfloat16, use_grad_scaler=False)
+        return Precision(torch.float16, use_grad_scaler=True)
+    return Precision(torch.float32, use_grad_scaler=False)
+
+
+def autocast(device: torch.device | str, precision: Precision):
+    """A context manager for mixed precision; a no-op for fp32."""
+    device = torch.device(device)
+    if precision.dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=precision.dtype)
+
+
+def seed_everything(seed: int = 0, *, deterministic: bool = False) -> torch.Generator:
+    """Seed Python, NumPy and PyTorch (all devices) and return a seeded CPU generator.
+
+    With ``deterministic=True``, also ask PyTorch for deterministic kernels (slower;
+    some operations then raise instead of running nondeterministically).
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    return torch.Generator().manual_seed(seed)
+
+
+def set_plot_style() -> None:
+    """One plotting style for the whole book: readable in HTML, light and dark themes."""
+    import matplotlib as mpl
+
+    mpl.rcParams.update(
+        {
+            "figure.figsize": (6.4, 3.6),
+            "figure.dpi": 110,
+            "savefig.dpi": 150,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+            "axes.titlesize": 11,
+            "axes.labelsize": 10,
+            "legend.fontsize": 9,
+            "legend.frameon": False,
+            "figure.facecolor": "white",
+            "image.cmap": "viridis",
+        }
+    )
