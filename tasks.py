@@ -64,7 +64,12 @@ def reexec_in_venv() -> None:
     """Create .venv if needed and run this same command inside it."""
     if not venv_python().exists():
         say(f"creating a virtual environment in {VENV}")
-        run(sys.executable, "-m", "venv", VENV)
+        if run(sys.executable, "-m", "venv", VENV, check=False) != 0:
+            shutil.rmtree(VENV, ignore_errors=True)
+            sys.exit(
+                "[tasks] could not create .venv (on Debian/Ubuntu: apt install python3-venv). "
+                "Or create and activate a virtual environment yourself, then run this again."
+            )
     os.execv(str(venv_python()), [str(venv_python()), str(Path(__file__)), *sys.argv[1:]])
 
 
