@@ -207,12 +207,14 @@ def main() -> None:
     tangle.add_argument("--check", action="store_true", help="only report drift")
     sub.add_parser("lint", help="ruff lint and format check")
     sub.add_parser("fmt", help="ruff format, chapters included")
-    args = parser.parse_args()
+    args, unknown = parser.parse_known_args()
+    if unknown and args.command != "test":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
 
     if not in_managed_env():
         reexec_in_venv()
     if args.command == "test":
-        cmd_test(args.pytest_args)
+        cmd_test(unknown + args.pytest_args)  # options such as -x or -q go to pytest as well
     elif args.command == "book":
         cmd_book(args.strict)
     elif args.command == "tangle":
