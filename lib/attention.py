@@ -177,8 +177,7 @@ def _check_broadcasts(name: str, tensor: torch.Tensor | None, target: tuple[int,
 
 
 def _prepare(q, k, v, mask, bias, causal):
-    """Validate, build the causal mask, repeat key/value heads: the shared front of both backends."""
-    _check_qkv(q, k, v)
+    """Validate mask and bias, add the causal mask, repeat key/value heads (after _check_qkv)."""
     target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     _check_broadcasts("mask", mask, target)
     _check_broadcasts("bias", bias, target)
@@ -228,6 +227,7 @@ def scaled_dot_product_attention(
     Returns ``(batch heads q_pos d_v)``, and the weights ``(batch heads q_pos k_pos)`` too when
     ``return_weights``. A query whose keys are all masked gets zero weights and a zero output.
     """
+    _check_qkv(q, k, v)
     k, v, mask = _prepare(q, k, v, mask, bias, causal)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = einsum(
@@ -268,8 +268,8 @@ def sdpa_attention(
     not NaN; ``causal`` is bottom-right aligned, unlike PyTorch's ``is_causal`` when
     ``q_len != k_len``.
     """
-    q_len, k_len = q.shape[-2], k.shape[-2]
-    square_causal = causal and mask is None and bias is None and q_len == k_len
+    _check_qkv(q, k, v)
+    square_causal = causal and mask is None and bias is None and q.shape[2] == k.shape[2]
     k, v, mask = _prepare(q, k, v, mask, bias, causal and not square_causal)
     if mask is None and bias is None:  # the fast path: no mask tensor at all
         return F.scaled_dot_product_attention(

@@ -46,7 +46,9 @@ def _check_bool(value: object, name: str, owner: str) -> bool:
 
 
 def _check_dropout(p: object, owner: str) -> float:
-    if not isinstance(p, (int, float)) or isinstance(p, bool) or not 0.0 <= p < 1.0:
+    if not isinstance(p, (int, float)) or isinstance(p, bool):
+        raise TypeError(f"{owner}: dropout must be a number, got {type(p).__name__} {p!r}")
+    if not 0.0 <= p < 1.0:
         raise ValueError(f"{owner}: dropout must be a probability in [0, 1), got {p!r}")
     return float(p)
 
@@ -147,7 +149,9 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
     Shapes: ``x`` is ``(...)``, the result ``(...)``.
     """
     _check_float_tensor(x, "swish")
-    if not isinstance(beta, (int, float)) or isinstance(beta, bool) or not math.isfinite(beta):
+    if not isinstance(beta, (int, float)) or isinstance(beta, bool):
+        raise TypeError(f"swish: beta must be a number, got {type(beta).__name__} {beta!r}")
+    if not math.isfinite(beta):
         raise ValueError(f"swish: beta must be a finite number, got {beta!r}")
     return x * torch.sigmoid(beta * x)
 
@@ -170,15 +174,16 @@ def gated_ffn_hidden_size(d_model: int, multiple_of: int = 64) -> int:
     _check_int(d_model, "d_model", "gated_ffn_hidden_size")
     _check_int(multiple_of, "multiple_of", "gated_ffn_hidden_size")
     hidden = 8 * d_model // 3  # 2/3 of the plain FFN's 4·d_model
-    return multiple_of * math.ceil(hidden / multiple_of)  # round up, never down
+    return multiple_of * -(-hidden // multiple_of)  # round up (ceiling division), never down
 
 
 class GatedFeedForward(nn.Module):
-    """A gated FFN (GLU, ReGLU, GEGLU or SwiGLU): ``W_out · (act(x W_gate) ⊗ x W_value)``.
+    """A gated FFN (GLU, ReGLU, GEGLU or SwiGLU): ``(act(x W_gate) ⊗ x W_value) W_out``.
 
     ``w_in`` holds the gate and value projections fused, gate first: ``w_in.weight`` is
     ``(2·d_ff, d_model)``. ``d_ff`` defaults to :func:`gated_ffn_hidden_size` (the 8/3 rule,
-    rounded up to ``multiple_of``). No biases by default, as in LLaMA.
+    rounded up to ``multiple_of``; an explicit ``d_ff`` is used as given). No biases by
+    default, as in LLaMA. ``dropout`` acts on the gated hidden activations.
 
     Shapes: ``x`` is ``(... d_model)``, the result ``(... d_model)``.
     """
@@ -222,7 +227,11 @@ class GatedFeedForward(nn.Module):
 
 
 def ffn_param_count(d_model: int, d_ff: int, *, gated: bool = False, bias: bool = True) -> int:
-    """Parameters of a (gated) FFN: two (three) weight matrices, plus biases if ``bias``."""
+    """Parameters of a plain or gated FFN, from its sizes.
+
+    Plain: ``2·d_model·d_ff`` weights, plus ``d_ff + d_model`` biases if ``bias``. Gated
+    (``gated=True``): ``3·d_model·d_ff`` weights, plus ``2·d_ff + d_model`` biases.
+    """
     _check_int(d_model, "d_model", "ffn_param_count")
     _check_int(d_ff, "d_ff", "ffn_param_count")
     n_in = 2 * d_ff if gated else d_ff  # a gated FFN projects to gate and value
@@ -239,7 +248,10 @@ class TransformerParamConfig:
     have (masked) self-attention, cross-attention when there is an encoder, and an FFN.
     ``n_positions`` counts *learned* positions (0 for sinusoidal or rotary ones).
     ``n_extra_norms`` counts norms outside the blocks (BERT's embedding norm, a pre-LN final
-    norm). ``published`` is the total the authors report, for comparison.
+    norm). ``published`` is the reported total, for comparison: the paper's figure, or the
+    released checkpoint's where the two differ (GPT-2 small: 124M, not the paper's 117M).
+    The attention count assumes full multi-head attention (``n_heads · d_head = d_model``, no
+    grouped-query sharing of keys and values).
     """
 
     name: str
@@ -265,6 +277,8 @@ class TransformerParamConfig:
         for field in ("n_encoder_layers", "n_decoder_layers", "n_positions", "n_token_types"):
             _check_int(getattr(self, field), field, owner, minimum=0)
         _check_int(self.n_extra_norms, "n_extra_norms", owner, minimum=0)
+        for field in ("gated_ffn", "bias", "norm_bias", "tied_output", "pooler"):
+            _check_bool(getattr(self, field), field, owner)
         if self.d_ff is not None:
             _check_int(self.d_ff, "d_ff", owner)
         if self.n_encoder_layers + self.n_decoder_layers == 0:

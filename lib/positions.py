@@ -202,8 +202,12 @@ def rotary_interleaved(x: torch.Tensor, offset: int = 0, base: float = 10000.0) 
     rather than fast: it is the yardstick for :class:`RotaryEmbedding`.
     Shapes: ``x`` is ``(... seq d_head)``, the result the same.
     """
-    if not isinstance(x, torch.Tensor) or x.ndim < 2:
-        raise ValueError("rotary_interleaved expects a tensor x of shape (... seq d_head)")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"rotary_interleaved takes a torch.Tensor, got {type(x).__name__}")
+    if x.ndim < 2:
+        raise ValueError(
+            f"rotary_interleaved expects x of shape (... seq d_head), got {tuple(x.shape)}"
+        )
     offset = _int_at_least("offset", offset, 0)
     frequency = rope_frequencies(x.shape[-1], base)
     positions = torch.arange(offset, offset + x.shape[-2], dtype=torch.float64)
@@ -257,7 +261,8 @@ class RotaryEmbedding(nn.Module):
     Pairing convention: **half-split** (dimension ``i`` pairs with ``i + d_head/2``), as in
     GPT-NeoX and the Hugging Face LLaMA code; it equals the paper's interleaved pairing up to
     a fixed permutation of the dimensions. ``cos``/``sin`` tables ``(max_len d_head)`` are
-    precomputed buffers; positions past ``max_len`` are computed on the fly.
+    precomputed buffers (angles computed in float64, stored in float32, so a float64 input
+    is rotated to float32 accuracy); positions past ``max_len`` are computed on the fly.
 
     ``forward(x, offset)``: ``x`` is ``(... seq d_head)``, typically ``(batch heads seq
     d_head)``; position ``offset + t`` rotates row ``t``. The result has the shape of ``x``.
@@ -298,7 +303,7 @@ class RotaryEmbedding(nn.Module):
 def alibi_slopes(n_heads: int) -> torch.Tensor:
     """ALiBi's head slopes: for a power of two ``n``, ``2^(-8h/n)`` for ``h = 1 .. n``.
 
-    Otherwise (the paper's rule): the slopes of the closest smaller power of two ``m``,
+    Otherwise (the rule of the authors' code): the slopes of the largest power of two ``m`` below ``n``,
     then every other slope of ``2m`` heads, ``2^(-4h/m)`` for odd ``h``, until there are
     ``n_heads``. Shapes: the result is ``(heads)``, float32.
     """
@@ -428,6 +433,7 @@ class T5RelativePositionBias(nn.Module):
         self.n_heads = _int_at_least("n_heads", n_heads, 1)
         if not isinstance(bidirectional, bool):
             raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__}")
+        # Bucket one dummy position, only to validate num_buckets and max_distance now.
         t5_relative_position_bucket(
             torch.zeros(1, dtype=torch.long), bidirectional, num_buckets, max_distance
         )

@@ -235,6 +235,13 @@ def test_bad_shapes_are_named(backend, shapes, match):
 
 
 @pytest.mark.parametrize("backend", list(ATTENTION_BACKENDS))
+def test_non_tensor_input_is_named(backend):
+    q, k, v = _qkv()
+    with pytest.raises(TypeError, match="k must be a torch.Tensor, got list"):
+        ATTENTION_BACKENDS[backend](q, k.tolist(), v, causal=True)
+
+
+@pytest.mark.parametrize("backend", list(ATTENTION_BACKENDS))
 def test_mask_that_does_not_broadcast_is_named(backend):
     q, k, v = _qkv()
     with pytest.raises(

@@ -17,12 +17,13 @@ from lib.exercises.attention import (
 )
 
 
-def _attention(q, k, v, mask=None, *, scale=True, dim=-1, invert=False, safe=True):
+def _attention(q, k, v, mask=None, *, scale=True, dim=-1, invert=False, safe=True, fill=None):
     scores = q @ k.transpose(-1, -2)
     if scale:
         scores = scores / math.sqrt(q.shape[-1])
     if mask is not None:
-        scores = scores.masked_fill(mask if invert else ~mask, float("-inf"))
+        fill = float("-inf") if fill is None else fill
+        scores = scores.masked_fill(mask if invert else ~mask, fill)
     if not safe:
         return torch.softmax(scores, dim=dim) @ v
     dead = torch.isneginf(scores).all(dim=dim, keepdim=True)
@@ -41,6 +42,7 @@ def test_masked_attention_accepts_the_reference():
         (lambda q, k, v, m=None: _attention(q, k, v, m, dim=-2), "softmax runs over the queries"),
         (lambda q, k, v, m=None: _attention(q, k, v, m, invert=True), "mask is inverted"),
         (lambda q, k, v, m=None: _attention(q, k, v, m, safe=False), "contains NaN.*0·\\(-inf\\)"),
+        (lambda q, k, v, m=None: _attention(q, k, v, m, fill=-1e9), "finite fill such as -1e9"),
         (lambda q, k, v, m=None: _attention(q, k, v, m)[..., :1], "has shape"),
     ],
 )

@@ -68,8 +68,21 @@ def test_activations_reject_non_float(fn):
 
 
 def test_swish_rejects_bad_beta():
-    with pytest.raises(ValueError, match="beta"):
+    with pytest.raises(ValueError, match="beta must be a finite number, got nan"):
         swish(torch.ones(2), beta=float("nan"))
+    with pytest.raises(TypeError, match="beta must be a number, got str"):
+        swish(torch.ones(2), beta="1")
+
+
+def test_swish_dip_and_gap_to_relu_are_c_over_beta():
+    # c = u* - 1 with u* = 1 + exp(-u*): both the negative dip and the largest gap to ReLU.
+    u = 1.0
+    for _ in range(60):
+        u = 1 + math.exp(-u)
+    x = torch.linspace(-40, 40, 800_001, dtype=torch.float64)
+    for beta in (0.5, 1.0, 3.0):
+        assert abs(swish(x, beta).min().item() + (u - 1) / beta) < 1e-6
+        assert abs((swish(x, beta) - torch.relu(x)).abs().max().item() - (u - 1) / beta) < 1e-6
 
 
 # --- FeedForward -------------------------------------------------------------------------
@@ -138,8 +151,10 @@ def test_feedforward_errors_name_the_problem():
         FeedForward(0)
     with pytest.raises(TypeError, match="d_model must be an int"):
         FeedForward(8.0)
-    with pytest.raises(ValueError, match="dropout"):
+    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got 1.0"):
         FeedForward(8, dropout=1.0)
+    with pytest.raises(TypeError, match="dropout must be a number, got str"):
+        FeedForward(8, dropout="0.1")
     with pytest.raises(TypeError, match="bias"):
         FeedForward(8, bias="no")
 
@@ -281,6 +296,12 @@ def test_breakdown_errors():
         TransformerParamConfig("bad", d_model=8, vocab_size=10, n_decoder_layers=1, n_positions=-1)
     with pytest.raises(TypeError, match="TransformerParamConfig"):
         transformer_param_breakdown({"d_model": 8})
+    with pytest.raises(TypeError, match="gated_ffn must be True or False"):
+        TransformerParamConfig("bad", d_model=8, vocab_size=10, n_decoder_layers=1, gated_ffn=1)
+    with pytest.raises(TypeError, match="tied_output must be True or False"):
+        TransformerParamConfig(
+            "bad", d_model=8, vocab_size=10, n_decoder_layers=1, tied_output="no"
+        )
 
 
 def test_module_param_counts_agree_with_breakdown_for_a_block():

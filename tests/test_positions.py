@@ -247,6 +247,10 @@ def test_rope_validates():
         apply_rotary(torch.randn(3, 8), torch.randn(4, 8), torch.randn(4, 8))
     with pytest.raises(ValueError, match="d_head must be even"):
         rotary_interleaved(torch.randn(3, 5))
+    with pytest.raises(TypeError, match="takes a torch.Tensor, got list"):
+        rotary_interleaved([[1.0, 2.0]])
+    with pytest.raises(ValueError, match=r"shape \(... seq d_head\), got \(8,\)"):
+        rotary_interleaved(torch.randn(8))
 
 
 # ---------------------------------------------------------------- ALiBi

@@ -2,8 +2,9 @@
 
 Each checker runs the reader's function on random inputs, compares it with a reference, and
 names the typical mistake when it recognises one: a missing 1/sqrt(d_head), a softmax over the
-wrong axis, NaN from a fully masked row, an off-by-one causal diagonal, heads split in the wrong
-order, key/value heads tiled instead of repeated.
+wrong axis, an inverted mask, NaN (or a uniform average, from a finite fill like -1e9) in a fully
+masked row, an off-by-one causal diagonal, heads split in the wrong order, key/value heads tiled
+instead of repeated.
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ __all__ = [
 ]
 
 
-def _reference_attention(q, k, v, mask=None, *, scale=True, softmax_dim=-1):
+def _reference_attention(q, k, v, mask=None, *, scale=True, softmax_dim=-1, fill=float("-inf")):
+    """The right answer, or (with the keyword arguments) a typical wrong one."""
     scores = q @ k.transpose(-1, -2)
     if scale:
         scores = scores / math.sqrt(q.shape[-1])
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+        scores = scores.masked_fill(~mask, fill)
     dead = torch.isneginf(scores).all(dim=softmax_dim, keepdim=True)
     weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=softmax_dim).masked_fill(dead, 0.0)
     return weights @ v
@@ -95,6 +97,12 @@ def check_masked_attention(attention: Callable[..., torch.Tensor]) -> None:
     dead_mask[1, :, :2] = False
     got = call_without_mutation(attention, q, k, v, dead_mask)
     want = _reference_attention(q, k, v, dead_mask)
+    if _matches(got, _reference_attention(q, k, v, dead_mask, fill=-1e9)):
+        raise ExerciseError(
+            "fully masked rows give the average of all the values: a large finite fill such as "
+            "-1e9 makes their softmax uniform instead of empty; find the rows with no allowed key "
+            "and set their weights (or outputs) to zero"
+        )
     expect_close(
         got,
         want,

@@ -150,7 +150,7 @@ def _alibi_reference(n: int) -> list[float]:
 
 @checker("Exercise 3: ALiBi slopes")
 def check_alibi_head_slopes(fn: Callable[[int], torch.Tensor]) -> None:
-    """``fn(n_heads)`` returns the ``(heads)`` slopes, in the paper's order."""
+    """``fn(n_heads)`` returns the ``(heads)`` slopes, in the order of the authors' code."""
     for n in (8, 1, 2, 4, 16, 6, 12, 20):
         got = fn(n)
         got = (
@@ -163,13 +163,13 @@ def check_alibi_head_slopes(fn: Callable[[int], torch.Tensor]) -> None:
         naive = torch.tensor([2.0 ** (-8.0 * h / n) for h in range(1, n + 1)], dtype=torch.float64)
         if n & (n - 1) and _close(got, naive):
             raise ExerciseError(
-                f"for n_heads={n}, not a power of two, the paper does not use 2^(-8h/n): it takes "
-                "the slopes of the closest smaller power of two, then every other slope of twice "
-                "that many heads"
+                f"for n_heads={n}, not a power of two, ALiBi does not use 2^(-8h/n): it takes "
+                "the slopes of the largest power of two below n_heads, then every other slope of "
+                "twice that many heads"
             )
         if _close(got.double().sort().values, want.sort().values):
             raise ExerciseError(
-                f"alibi_slopes({n}) has the right values in the wrong order; keep the paper's "
+                f"alibi_slopes({n}) has the right values in the wrong order; keep the authors' "
                 "order (the power-of-two block first, then the extra slopes)"
             )
         expect_close(got, want.to(got.dtype), f"alibi_slopes({n})", atol=1e-6)
