@@ -98,7 +98,7 @@ class CharTokenizer:
             ) from None
 
     def decode(self, ids: Sequence[int]) -> str:
-        """The text of ``ids`` (a sequence or 1-D tensor of ids)."""
+        """The text of ``ids``: a list, array or tensor of shape ``(seq,)``, one id a character."""
         ids = _as_id_list(ids, self.vocab_size, "CharTokenizer")
         return "".join([self.chars[i] for i in ids])
 
@@ -382,13 +382,18 @@ class BPETokenizer:
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
-        """The text of ``ids``; bytes that are not valid UTF-8 become U+FFFD."""
+        """The text of ``ids`` (a list, array or tensor of shape ``(seq,)``).
+
+        The tokens' bytes are joined, then decoded once; bytes that are not valid UTF-8
+        (a character cut between tokens, say) become U+FFFD.
+        """
         ids = _as_id_list(ids, self.vocab_size, "BPETokenizer")
         vocab = self.vocab
         return b"".join([vocab[i] for i in ids]).decode("utf-8", errors="replace")
 
     # -- saving and loading --------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready state :meth:`save` writes: pattern, special tokens and merges."""
         return {
             "format": self._FORMAT,
             "version": self._VERSION,

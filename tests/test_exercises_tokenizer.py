@@ -81,6 +81,14 @@ def test_pair_counts_rejects_a_list():
         check_bpe_pair_counts(lambda wc: list(pair_counts_right(wc).items()))
 
 
+def test_pair_counts_rejects_keys_that_are_not_pairs():
+    def keyed_by_string(word_counts):
+        return {f"{a},{b}": n for (a, b), n in pair_counts_right(word_counts).items()}
+
+    with pytest.raises(ExerciseError, match=r"keys should be pairs \(a, b\)"):
+        check_bpe_pair_counts(keyed_by_string)
+
+
 # -- Exercise 2 ---------------------------------------------------------------------------------
 def merge_right(ids, pair, new_id):
     return merge_adjacent_pair(ids, pair, new_id)

@@ -243,13 +243,23 @@ def test_encode_equals_applying_every_merge_in_order(trained):
         assert trained.encode(word) == ids
 
 
-def test_each_merge_saves_exactly_its_count_of_tokens():
+def test_merges_without_overlapping_runs_save_exactly_their_count_of_tokens():
     word_counts = {tuple(w.encode()): c for w, c in Counter(gpt2_pretokenize(CORPUS)).items()}
     merges = train_bpe_merges(word_counts, 150)
     tok = BPETokenizer.from_merges([pair for pair, _ in merges])
     ids = tok.encode(CORPUS)
     assert len(ids) == len(CORPUS.encode()) - sum(count for _, count in merges)
     assert tok.decode(ids) == CORPUS
+
+
+def test_an_overlapping_run_counts_more_than_it_saves():
+    # Counted with overlaps, (97, 97) occurs twice in "aaa" and once in "aa": three times.
+    # But only one merge fits in "aaa" (left to right, no overlap), and one in "aa".
+    merges = train_bpe_merges({tuple(b"aaa"): 1, tuple(b"aa"): 1}, 1)
+    assert merges == [((97, 97), 3)]
+    tok = BPETokenizer.from_merges([(97, 97)])
+    assert tok.encode("aaa") == [256, 97] and tok.encode("aa") == [256]
+    assert len(tok.encode("aaa")) + len(tok.encode("aa")) == 5 - 2  # saves 2, not 3
 
 
 round_trip_text = st.text() | st.lists(

@@ -41,7 +41,13 @@ def _as_count_dict(got: Any, what: str) -> dict[tuple[int, int], int]:
         raise ExerciseError(
             f"{what} should be a dict from pairs to counts, got {type(got).__name__}"
         )
-    return {tuple(k): v for k, v in got.items() if v != 0}
+    counts = {}
+    for pair, count in got.items():
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise ExerciseError(f"{what}: the keys should be pairs (a, b) of ids, got {pair!r}")
+        if count != 0:
+            counts[pair] = count
+    return counts
 
 
 @checker("Exercise 1: count the pairs of one training step")
