@@ -339,7 +339,7 @@ def mesh_tf_bucket(
 
 @pytest.mark.parametrize(
     ("bidirectional", "num_buckets", "max_distance"),
-    [(True, 32, 128), (False, 32, 128), (True, 16, 64)],
+    [(True, 32, 128), (False, 32, 128), (True, 16, 64), (True, 16, 40)],
 )
 def test_t5_buckets_match_a_scalar_reference(bidirectional, num_buckets, max_distance):
     rel = torch.arange(-300, 301)

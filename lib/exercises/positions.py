@@ -20,6 +20,7 @@ from lib.exercises._common import (
     expect_close,
     expect_tensor,
 )
+from lib.positions import t5_relative_position_bucket
 
 __all__ = [
     "check_sinusoidal_table",
@@ -175,27 +176,6 @@ def check_alibi_head_slopes(fn: Callable[[int], torch.Tensor]) -> None:
         expect_close(got, want.to(got.dtype), f"alibi_slopes({n})", atol=1e-6)
 
 
-def _t5_reference(
-    relative_position: int, bidirectional: bool, num_buckets: int, max_distance: int
-) -> int:
-    n = -relative_position
-    bucket = 0
-    if bidirectional:
-        num_buckets //= 2
-        if n < 0:
-            bucket += num_buckets
-        n = abs(n)
-    else:
-        n = max(n, 0)
-    max_exact = num_buckets // 2
-    if n < max_exact:
-        return bucket + n
-    scaled = (
-        math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
-    )
-    return bucket + min(max_exact + int(scaled), num_buckets - 1)
-
-
 @checker("Exercise 4: T5 buckets")
 def check_t5_bucket(fn: Callable[[int, bool, int, int], int]) -> None:
     """``fn(relative_position, bidirectional, num_buckets, max_distance)`` returns an int bucket;
@@ -210,7 +190,12 @@ def check_t5_bucket(fn: Callable[[int, bool, int, int], int]) -> None:
         )
         relatives = range(-300, 301)
         got = {r: int(fn(r, bidirectional, num_buckets, max_distance)) for r in relatives}
-        want = {r: _t5_reference(r, bidirectional, num_buckets, max_distance) for r in relatives}
+        # The reference is the chapter's own function, which tests/test_positions.py checks
+        # against a scalar transcription of T5's bucketing.
+        buckets = t5_relative_position_bucket(
+            torch.tensor(list(relatives)), bidirectional, num_buckets, max_distance
+        )
+        want = dict(zip(relatives, buckets.tolist()))
         if got == want:
             continue
         if all(got[r] == want[-r] for r in relatives if -r in want):
