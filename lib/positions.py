@@ -40,14 +40,19 @@ __all__ = [
 ]
 
 
-def _int_at_least(name: str, value: object, minimum: int) -> int:
-    """``value`` as an int, or a clear error if it is not an integer ``>= minimum``."""
+def _as_int(name: str, value: object) -> int:
+    """``value`` as an int (Python or NumPy integer, 0-d integer tensor), or a clear error."""
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got the bool {value!r}")
     try:
-        value = operator.index(value)
+        return operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
+
+
+def _int_at_least(name: str, value: object, minimum: int) -> int:
+    """``value`` as an int, or a clear error if it is not an integer ``>= minimum``."""
+    value = _as_int(name, value)
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
@@ -100,12 +105,7 @@ def sinusoidal_offset_matrix(k: int, d_model: int, base: float = 10000.0) -> tor
     per (sin, cos) pair with frequency ``w``, and it depends on the offset ``k`` only.
     ``k`` may be negative. Shapes: the result is ``(d_model d_model)``, float32.
     """
-    if isinstance(k, bool):
-        raise TypeError(f"k must be an int, got the bool {k!r}")
-    try:
-        k = operator.index(k)
-    except TypeError:
-        raise TypeError(f"k must be an int, got {type(k).__name__} {k!r}") from None
+    k = _as_int("k", k)  # any sign: a negative offset moves back
     d_model = _int_at_least("d_model", d_model, 2)
     if d_model % 2:
         raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
