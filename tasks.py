@@ -139,7 +139,9 @@ def cmd_book(strict: bool) -> None:
 def check_figures() -> None:
     """Fail if a chapter page lost its figures (e.g. a non-inline matplotlib backend)."""
     missing = []
-    for chapter in sorted((ROOT / "chapters").glob("[0-9][0-9]-*.md")):
+    from tools.tangle import chapter_files
+
+    for chapter in chapter_files():
         shows = chapter.read_text(encoding="utf-8").count("plt.show()")
         page = ROOT / "_build" / "html" / "chapters" / f"{chapter.stem}.html"
         images = page.read_text(encoding="utf-8").count("<img") if page.exists() else 0
@@ -157,22 +159,9 @@ def cmd_tangle(check: bool) -> None:
 
 def notebooks() -> list[str]:
     """Convert the chapters to ipynb under _build/notebooks so ruff can read their code."""
-    out = ROOT / "_build" / "notebooks"
-    out.mkdir(parents=True, exist_ok=True)
-    chapters = sorted((ROOT / "chapters").glob("[0-9][0-9]-*.md"))
-    for chapter in chapters:
-        run(
-            sys.executable,
-            "-m",
-            "jupytext",
-            "--quiet",
-            "--to",
-            "ipynb",
-            "--output",
-            out / (chapter.stem + ".ipynb"),
-            chapter,
-        )
-    return [str(out / (c.stem + ".ipynb")) for c in chapters]
+    from tools.tangle import chapter_files, write_notebook
+
+    return [str(write_notebook(chapter)) for chapter in chapter_files()]
 
 
 def cmd_lint() -> None:
@@ -189,7 +178,9 @@ def cmd_lint() -> None:
 def cmd_fmt() -> None:
     ensure_installed("test")
     run(sys.executable, "-m", "ruff", "format", *PY_PATHS)
-    chapters = sorted(str(p) for p in (ROOT / "chapters").glob("[0-9][0-9]-*.md"))
+    from tools.tangle import chapter_files
+
+    chapters = [str(p) for p in chapter_files()]
     run(sys.executable, "-m", "jupytext", "--pipe", f"{sys.executable} -m ruff format -", *chapters)
     run(sys.executable, "tools/tangle.py")
 

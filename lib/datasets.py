@@ -20,7 +20,6 @@ from pathlib import Path
 
 __all__ = [
     "DATA_DIR",
-    "CACHE_ENV",
     "Dataset",
     "TINY_SHAKESPEARE",
     "DownloadError",
@@ -32,7 +31,6 @@ __all__ = [
 ]
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-CACHE_ENV = "TFS_DATA_CACHE"
 
 
 @dataclass(frozen=True)

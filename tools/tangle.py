@@ -14,6 +14,7 @@ hand-written code. The generated modules are committed: ``import lib`` needs no 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = ROOT / "chapters"
 LIB = ROOT / "lib"
+NOTEBOOK_DIR = ROOT / "_build" / "notebooks"  # converted chapters, for nbmake and ruff
 EXPORT_TAG = "export"
 CHAPTER_NAME = re.compile(r"^(\d\d)-([a-z0-9-]+)\.md$")
 
@@ -34,6 +36,27 @@ HEADER = """\
 def chapter_files() -> list[Path]:
     """The chapter sources, in course order."""
     return sorted(p for p in CHAPTERS.glob("*.md") if CHAPTER_NAME.match(p.name))
+
+
+def is_chapter(path: Path) -> bool:
+    """True for a chapter source ``chapters/NN-name.md``."""
+    return path.parent.resolve() == CHAPTERS and CHAPTER_NAME.match(path.name) is not None
+
+
+def write_notebook(chapter: Path) -> Path:
+    """Convert a chapter to ``_build/notebooks/NN-name.ipynb`` and return that path.
+
+    Written under a temporary name and moved into place, so parallel test workers converting
+    the same chapter never read half a file.
+    """
+    import jupytext
+
+    NOTEBOOK_DIR.mkdir(parents=True, exist_ok=True)
+    target = NOTEBOOK_DIR / (chapter.stem + ".ipynb")
+    partial = target.with_name(f"{target.stem}.{os.getpid()}.part")
+    partial.write_text(jupytext.writes(jupytext.read(chapter), fmt="ipynb"), encoding="utf-8")
+    os.replace(partial, target)
+    return target
 
 
 def module_name(chapter: Path) -> str:
@@ -66,17 +89,14 @@ def export_cells(chapter: Path) -> list[str]:
 
 def ruff_format(source: str, filename: str) -> str:
     """Format Python source with the project's ruff settings."""
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "ruff", "format", "--stdin-filename", filename, "-"],
-            input=source,
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            check=False,
-        )
-    except FileNotFoundError:  # pragma: no cover - the interpreter always exists
-        raise
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--stdin-filename", filename, "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
     if done.returncode != 0:
         if "No module named ruff" in done.stderr:
             raise RuntimeError("tangling needs ruff: pip install -e '.[test]'") from None
