@@ -20,12 +20,39 @@ def test_there_are_chapters():
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
 def test_module_matches_its_chapter(chapter: Path):
-    module = LIB / f"{tangle.module_name(chapter)}.py"
-    assert module.exists(), f"{module.name} is missing: run `python tools/tangle.py`"
-    assert module.read_text(encoding="utf-8") == tangle.render(chapter), (
-        f"lib/{module.name} differs from the export cells of chapters/{chapter.name}: "
-        "edit the chapter, not the module, then run `python tools/tangle.py`"
+    for name, text in tangle.render_all(chapter).items():
+        module = LIB / f"{name}.py"
+        assert module.exists(), f"{module.name} is missing: run `python tools/tangle.py`"
+        assert module.read_text(encoding="utf-8") == text, (
+            f"lib/{module.name} differs from the export cells of chapters/{chapter.name}: "
+            "edit the chapter, not the module, then run `python tools/tangle.py`"
+        )
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_does_not_import_what_it_generates(chapter: Path):
+    lines = tangle.self_imports(chapter)
+    assert not lines, (
+        f"chapters/{chapter.name} imports from a module it generates, so the reader runs the "
+        f"committed copy instead of the code on the page: {lines}"
     )
+
+
+def test_self_import_detector_and_export_targets(tmp_path: Path, monkeypatch):
+    chapter = tmp_path / "07-demo.md"
+    chapter.write_text(
+        "---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n---\n\n"
+        "```{code-cell} ipython3\n:tags: [export]\n\ndef f():\n    return 1\n```\n\n"
+        "```{code-cell} ipython3\n:tags: [export:other]\n\ndef g():\n    return 2\n```\n\n"
+        "```{code-cell} ipython3\nfrom lib.other import g\nfrom lib.utils import pick\n```\n",
+        encoding="utf-8",
+    )
+    modules = tangle.export_cells_by_module(chapter)
+    assert set(modules) == {"demo", "other"}
+    assert tangle.self_imports(chapter) == ["from lib.other import g"]
+    assert tangle.cell_target(["export:models"], "demo") == "models"
+    with pytest.raises(ValueError, match="one module only"):
+        tangle.cell_target(["export", "export:models"], "demo")
 
 
 def _top_level_names(path: Path) -> list[tuple[str, int]]:

@@ -3,7 +3,13 @@
 A chapter ``chapters/NN-some-name.md`` owns the module ``lib/some_name.py``. Its code cells
 tagged ``export`` are copied, in order, into that module under a header that says where
 they came from, and the result is formatted with ruff so that ``lib`` reads like ordinary
-hand-written code. The generated modules are committed: ``import lib`` needs no build.
+hand-written code. A cell tagged ``export:other_name`` goes to ``lib/other_name.py``
+instead, so one chapter can fill several modules (chapter 7 writes ``models``,
+``generation`` and ``hf_weights``). The generated modules are committed: ``import lib``
+needs no build.
+
+A chapter may not import the module it is generating (``from lib.tokenizer import ...``
+inside chapter 1): the reader would run the committed copy instead of the code on the page.
 
     python tools/tangle.py           # rewrite every module
     python tools/tangle.py --check   # exit 1 if any module differs from its chapter
@@ -67,14 +73,34 @@ def module_name(chapter: Path) -> str:
     return match.group(2).replace("-", "_")
 
 
-def export_cells(chapter: Path) -> list[str]:
-    """The source of every code cell tagged ``export``, in order."""
+def cell_target(tags: list[str], default: str) -> str | None:
+    """The module a cell exports to: ``default`` for ``export``, ``name`` for ``export:name``."""
+    targets = []
+    for tag in tags:
+        if tag == EXPORT_TAG:
+            targets.append(default)
+        elif tag.startswith(EXPORT_TAG + ":"):
+            name = tag.split(":", 1)[1]
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+                raise ValueError(f"export tag {tag!r} must name a module: export:some_name")
+            targets.append(name)
+    if len(targets) > 1:
+        raise ValueError(f"a cell may export to one module only, got tags {tags}")
+    return targets[0] if targets else None
+
+
+def export_cells_by_module(chapter: Path) -> dict[str, list[str]]:
+    """The source of every exported code cell, grouped by target module, in order."""
     import jupytext
 
     notebook = jupytext.read(chapter)
-    sources = []
+    default = module_name(chapter)
+    modules: dict[str, list[str]] = {}
     for index, cell in enumerate(notebook.cells):
-        if cell.cell_type != "code" or EXPORT_TAG not in cell.metadata.get("tags", []):
+        if cell.cell_type != "code":
+            continue
+        target = cell_target(list(cell.metadata.get("tags", [])), default)
+        if target is None:
             continue
         source = cell.source.strip("\n")
         for line in source.splitlines():
@@ -83,8 +109,30 @@ def export_cells(chapter: Path) -> list[str]:
                     f"{chapter.name}, cell {index}: an exported cell must be plain Python, "
                     f"but has the notebook line {line.strip()!r}"
                 )
-        sources.append(source)
-    return sources
+        modules.setdefault(target, []).append(source)
+    return modules
+
+
+def export_cells(chapter: Path) -> list[str]:
+    """The source of every cell exported to the chapter's own module, in order."""
+    return export_cells_by_module(chapter).get(module_name(chapter), [])
+
+
+def self_imports(chapter: Path) -> list[str]:
+    """Lines of the chapter's non-exported code that import a module the chapter generates."""
+    import jupytext
+
+    generated = set(export_cells_by_module(chapter))
+    pattern = re.compile(r"^\s*(?:from\s+lib\.(\w+)\s+import|import\s+lib\.(\w+))")
+    found = []
+    for cell in jupytext.read(chapter).cells:
+        if cell.cell_type != "code":
+            continue
+        for line in cell.source.splitlines():
+            match = pattern.match(line)
+            if match and (match.group(1) or match.group(2)) in generated:
+                found.append(line.strip())
+    return found
 
 
 def ruff_format(source: str, filename: str) -> str:
@@ -104,15 +152,22 @@ def ruff_format(source: str, filename: str) -> str:
     return done.stdout
 
 
-def render(chapter: Path) -> str:
-    """The text that ``lib/<module>.py`` should contain for this chapter."""
-    cells = export_cells(chapter)
-    if not cells:
+def render_all(chapter: Path) -> dict[str, str]:
+    """``{module name: the text lib/<module>.py should contain}`` for this chapter."""
+    modules = export_cells_by_module(chapter)
+    if not modules:
         raise ValueError(f"{chapter.name} has no cell tagged {EXPORT_TAG!r}")
     source = f"chapters/{chapter.name}"
-    body = "\n\n\n".join(cells) + "\n"
-    target = f"lib/{module_name(chapter)}.py"
-    return HEADER.format(source=source) + ruff_format(body, target)
+    return {
+        name: HEADER.format(source=source)
+        + ruff_format("\n\n\n".join(cells) + "\n", f"lib/{name}.py")
+        for name, cells in modules.items()
+    }
+
+
+def render(chapter: Path) -> str:
+    """The text that the chapter's own module ``lib/<module>.py`` should contain."""
+    return render_all(chapter)[module_name(chapter)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,16 +178,16 @@ def main(argv: list[str] | None = None) -> int:
     chapters = [p.resolve() for p in args.chapters] or chapter_files()
     stale = []
     for chapter in chapters:
-        target = LIB / f"{module_name(chapter)}.py"
-        text = render(chapter)
-        current = target.read_text(encoding="utf-8") if target.exists() else None
-        if current == text:
-            continue
-        if args.check:
-            stale.append(target.relative_to(ROOT))
-        else:
-            target.write_text(text, encoding="utf-8")
-            print(f"wrote {target.relative_to(ROOT)} from chapters/{chapter.name}")
+        for name, text in render_all(chapter).items():
+            target = LIB / f"{name}.py"
+            current = target.read_text(encoding="utf-8") if target.exists() else None
+            if current == text:
+                continue
+            if args.check:
+                stale.append(target.relative_to(ROOT))
+            else:
+                target.write_text(text, encoding="utf-8")
+                print(f"wrote {target.relative_to(ROOT)} from chapters/{chapter.name}")
     if stale:
         print("out of date with their chapters (run `python tools/tangle.py`):")
         for path in stale:
