@@ -138,6 +138,14 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
                 f"{name} must be 4-D (batch, heads, seq, d_head), got shape {tuple(tensor.shape)}"
             )
     shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.is_floating_point():
+        raise TypeError(f"q, k and v must be floating point, got {q.dtype}")
+    if not q.device == k.device == v.device:
+        raise ValueError(
+            f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
+        )
     if not q.shape[0] == k.shape[0] == v.shape[0]:
         raise ValueError(f"q, k and v must have the same batch size: {shapes}")
     if q.shape[-1] != k.shape[-1]:
@@ -176,17 +184,34 @@ def _check_broadcasts(name: str, tensor: torch.Tensor | None, target: tuple[int,
         )
 
 
+def _check_scale_and_dropout(scale: float | None, dropout_p: float) -> None:
+    if scale is not None and not (
+        isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale)
+    ):
+        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
+    if isinstance(dropout_p, bool) or not (
+        isinstance(dropout_p, (int, float)) and 0.0 <= dropout_p < 1.0
+    ):
+        raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
+
+
 def _prepare(q, k, v, mask, bias, causal):
-    """Validate mask and bias, add the causal mask, repeat key/value heads (after _check_qkv)."""
+    """Validate mask and bias, add the causal mask, repeat key/value heads (after _check_qkv).
+
+    The bias is cast to the queries' dtype: an fp32 ALiBi or T5 table then works with bf16
+    queries on every backend.
+    """
     target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     _check_broadcasts("mask", mask, target)
     _check_broadcasts("bias", bias, target)
     if causal:
         mask = combine_masks(mask, causal_mask(q.shape[2], k.shape[2], device=q.device))
+    if bias is not None:
+        bias = bias.to(q.dtype)
     group = q.shape[1] // k.shape[1]
     if group > 1:
         k, v = repeat_kv_heads(k, group), repeat_kv_heads(v, group)
-    return k, v, mask
+    return k, v, mask, bias
 
 
 def repeat_kv_heads(x: torch.Tensor, n_rep: int) -> torch.Tensor:
@@ -228,7 +253,8 @@ def scaled_dot_product_attention(
     ``return_weights``. A query whose keys are all masked gets zero weights and a zero output.
     """
     _check_qkv(q, k, v)
-    k, v, mask = _prepare(q, k, v, mask, bias, causal)
+    _check_scale_and_dropout(scale, dropout_p)
+    k, v, mask, bias = _prepare(q, k, v, mask, bias, causal)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = einsum(
         q, k, "batch heads q_pos d_head, batch heads k_pos d_head -> batch heads q_pos k_pos"
@@ -269,8 +295,9 @@ def sdpa_attention(
     ``q_len != k_len``.
     """
     _check_qkv(q, k, v)
+    _check_scale_and_dropout(scale, dropout_p)
     square_causal = causal and mask is None and bias is None and q.shape[2] == k.shape[2]
-    k, v, mask = _prepare(q, k, v, mask, bias, causal and not square_causal)
+    k, v, mask, bias = _prepare(q, k, v, mask, bias, causal and not square_causal)
     if mask is None and bias is None:  # the fast path: no mask tensor at all
         return F.scaled_dot_product_attention(
             q, k, v, dropout_p=dropout_p, is_causal=square_causal, scale=scale
@@ -279,7 +306,7 @@ def sdpa_attention(
         dead = ~mask.any(dim=-1, keepdim=True)
         attn_mask = mask | dead
     else:
-        attn_mask = bias.to(q.dtype)
+        attn_mask = bias
         if mask is not None:
             attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
         dead = torch.isneginf(attn_mask).all(dim=-1, keepdim=True)
@@ -294,6 +321,49 @@ ATTENTION_BACKENDS: dict[str, Callable[..., torch.Tensor]] = {
     "math": scaled_dot_product_attention,
     "sdpa": sdpa_attention,
 }
+
+
+def register_attention_backend(
+    name: str, fn: Callable[..., torch.Tensor], *, replace: bool = False
+) -> None:
+    """Make ``fn`` available as the attention backend ``name``.
+
+    ``fn(q, k, v, mask=None, bias=None, dropout_p=0.0, *, scale=None, causal=False)``
+    receives ``q`` ``(batch heads q_pos d_head)``, ``k`` and ``v``
+    ``(batch kv_heads k_pos d_head)`` (``heads`` a multiple of ``kv_heads``), a boolean
+    ``mask`` (True = may attend) and/or an additive float ``bias``, both broadcasting to
+    ``(batch heads q_pos k_pos)``, the score ``scale`` (None: ``1/sqrt(d_head)``), ``causal``
+    (bottom-right aligned) and the dropout probability on the weights. It returns
+    ``(batch heads q_pos d_head)``, with zeros for a query whose keys are all masked.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"a backend name must be a non-empty str, got {name!r}")
+    if not callable(fn):
+        raise TypeError(f"backend {name!r} must be callable, got {type(fn).__name__}")
+    if name in ATTENTION_BACKENDS and not replace and ATTENTION_BACKENDS[name] is not fn:
+        raise ValueError(f"attention backend {name!r} exists; pass replace=True to replace it")
+    ATTENTION_BACKENDS[name] = fn
+
+
+def _check_backend(name: object) -> str:
+    if name not in ATTENTION_BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; known: {sorted(ATTENTION_BACKENDS)}")
+    return name
+
+
+def set_attention_backend(model: nn.Module, name: str) -> nn.Module:
+    """Switch every :class:`MultiHeadAttention` inside ``model`` to the backend ``name``.
+
+    Returns ``model``. Raises ``ValueError`` listing the known names for an unknown one,
+    and when ``model`` holds no attention module at all.
+    """
+    _check_backend(name)
+    modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    if not modules:
+        raise ValueError(f"{type(model).__name__} has no MultiHeadAttention module to switch")
+    for module in modules:
+        module.backend = name
+    return model
 
 
 @dataclass(frozen=True)
@@ -332,13 +402,42 @@ class KVCache:
             )
         return KVCache(torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2))
 
+    def select(self, indices: torch.Tensor) -> KVCache:
+        """The cache with its batch rows gathered by ``indices`` ``(new_batch,)``.
+
+        Beam search reorders (and duplicates) the rows this way when beams are re-ranked.
+        """
+        indices = torch.as_tensor(indices, device=self.keys.device)
+        if indices.dim() != 1 or indices.is_floating_point() or indices.dtype == torch.bool:
+            raise ValueError(
+                f"indices must be a 1-D integer tensor, got {indices.dtype} {tuple(indices.shape)}"
+            )
+        batch = self.keys.shape[0]
+        if indices.numel() and (int(indices.min()) < -batch or int(indices.max()) >= batch):
+            raise IndexError(f"indices {indices.tolist()} out of range for a batch of {batch}")
+        return KVCache(self.keys.index_select(0, indices), self.values.index_select(0, indices))
+
+    def crop(self, length: int) -> KVCache:
+        """The cache of the first ``length`` positions (to roll back rejected draft tokens)."""
+        if (
+            isinstance(length, bool)
+            or not isinstance(length, int)
+            or not 0 <= length <= self.seq_len
+        ):
+            raise ValueError(f"length must be an int in [0, {self.seq_len}], got {length!r}")
+        return KVCache(self.keys[:, :, :length], self.values[:, :, :length])
+
 
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with grouped key/value heads (MHA, GQA and MQA) and a KV cache.
 
     ``n_kv_heads`` (default ``n_heads``) must divide ``n_heads``: ``n_kv_heads == n_heads`` is
-    multi-head attention, ``n_kv_heads == 1`` multi-query attention. ``backend`` is ``"sdpa"``
-    (PyTorch's fused kernel) or ``"math"`` (the einops path).
+    multi-head attention, ``n_kv_heads == 1`` multi-query attention. The options after the
+    sizes are keyword-only: ``bias`` (projection biases), ``dropout`` (on the weights, in
+    training), ``backend`` (a name in :data:`ATTENTION_BACKENDS`: ``"sdpa"``, PyTorch's fused
+    kernel, or ``"math"``, the einops path), ``scale`` (the score scale; default
+    ``1/sqrt(d_head)``; T5 uses 1.0) and ``d_head`` (default ``d_model // n_heads``; any value
+    lets ``n_heads · d_head`` differ from ``d_model``, as T5 allows).
 
     ``forward(x, context=None, *, mask=None, position_bias=None, causal=False, rope=None,
     past=None, use_cache=False, need_weights=False)``:
@@ -363,34 +462,37 @@ class MultiHeadAttention(nn.Module):
         d_model: int,
         n_heads: int,
         n_kv_heads: int | None = None,
+        *,
         bias: bool = True,
         dropout: float = 0.0,
         backend: str = "sdpa",
+        scale: float | None = None,
+        d_head: int | None = None,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        for name, value in (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)):
+        sizes = [("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)]
+        for name, value in sizes + ([("d_head", d_head)] if d_head is not None else []):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if d_model % n_heads != 0:
+        if d_head is None and d_model % n_heads != 0:
             raise ValueError(
                 f"d_model={d_model} is not divisible by n_heads={n_heads}: "
-                f"each head needs d_model / n_heads dimensions"
+                f"each head needs d_model / n_heads dimensions (or pass d_head)"
             )
         if n_heads % n_kv_heads != 0:
             raise ValueError(
                 f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}: each key/value "
                 "head must serve a whole group of query heads"
             )
-        if backend not in ATTENTION_BACKENDS:
-            raise ValueError(
-                f"backend must be one of {sorted(ATTENTION_BACKENDS)}, got {backend!r}"
-            )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        _check_backend(backend)
+        _check_scale_and_dropout(scale, dropout)
+        if not isinstance(bias, bool):
+            raise TypeError(f"bias must be a bool, got {bias!r}")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.d_head = d_model // n_heads
-        self.backend, self.dropout = backend, dropout
+        self.d_head = d_model // n_heads if d_head is None else d_head
+        self.backend, self.dropout = backend, float(dropout)
+        self.scale = None if scale is None else float(scale)
         self.q_dim, self.kv_dim = n_heads * self.d_head, n_kv_heads * self.d_head
         self.qkv_proj = nn.Linear(d_model, self.q_dim + 2 * self.kv_dim, bias=bias)
         self.out_proj = nn.Linear(self.q_dim, d_model, bias=bias)
@@ -398,7 +500,7 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
-            f"backend={self.backend!r}"
+            f"d_head={self.d_head}, scale={self.scale}, backend={self.backend!r}"
         )
 
     def _check_sequence(self, name: str, x: torch.Tensor) -> None:
@@ -428,6 +530,11 @@ class MultiHeadAttention(nn.Module):
         use_cache: bool = False,
         need_weights: bool = False,
     ):
+        """Attend from ``x`` ``(batch q_pos d_model)`` to itself or to ``context``.
+
+        Returns ``(batch q_pos d_model)``, or a tuple with the :class:`KVCache` and/or the
+        weights ``(batch heads q_pos k_pos)`` after it (see the class docstring).
+        """
         self._check_sequence("x", x)
         if past is not None and not isinstance(past, KVCache):
             raise TypeError(f"past must be a KVCache, got {type(past).__name__}")
@@ -484,10 +591,11 @@ class MultiHeadAttention(nn.Module):
         weights = None
         if need_weights:
             out, weights = scaled_dot_product_attention(
-                q, k, v, mask, bias, dropout_p, causal=causal, return_weights=True
+                q, k, v, mask, bias, dropout_p, scale=self.scale, causal=causal, return_weights=True
             )
         else:
-            out = ATTENTION_BACKENDS[self.backend](q, k, v, mask, bias, dropout_p, causal=causal)
+            attend = ATTENTION_BACKENDS[self.backend]
+            out = attend(q, k, v, mask, bias, dropout_p, scale=self.scale, causal=causal)
         out = self.out_proj(rearrange(out, "batch heads seq d_head -> batch seq (heads d_head)"))
         if not use_cache and not need_weights:
             return out

@@ -415,7 +415,7 @@ def test_position_bias_module_equals_its_tensor():
         (dict(d_model=30, n_heads=4), "d_model=30 is not divisible by n_heads=4"),
         (dict(d_model=32, n_heads=4, n_kv_heads=3), "n_heads=4 is not divisible by n_kv_heads=3"),
         (dict(d_model=32, n_heads=0), "n_heads must be a positive int"),
-        (dict(d_model=32, n_heads=4, backend="flash"), "backend must be one of"),
+        (dict(d_model=32, n_heads=4, backend="flash"), "unknown attention backend .flash.; known"),
         (dict(d_model=32, n_heads=4, dropout=1.0), "dropout"),
     ],
 )
@@ -491,3 +491,158 @@ def test_flop_formulas_and_crossover():
     assert attention_crossover_length(64, d_ff=128) == 2 * 64 + 128
     with pytest.raises(ValueError, match="seq_len"):
         attention_layer_flops(0, 64)
+
+
+# --- Options for the model families (issue 7): scale, d_head, bf16 bias, registry, cache ---
+
+
+@pytest.mark.parametrize("backend", ["math", "sdpa"])
+def test_scale_reaches_every_backend_and_the_weights(backend):
+    q, k, v = _qkv()
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * 1.0  # T5: no 1/sqrt(d_head)
+    expected = torch.softmax(scores, -1) @ v
+    out = ATTENTION_BACKENDS[backend](q, k, v, scale=1.0)
+    assert torch.allclose(out, expected, atol=1e-5)
+    assert not torch.allclose(out, ATTENTION_BACKENDS[backend](q, k, v), atol=1e-3)
+    mha = MultiHeadAttention(32, 4, backend=backend, scale=1.0).eval()
+    x = torch.randn(2, 6, 32)
+    out, weights = mha(x, need_weights=True)
+    qh = mha.qkv_proj(x)[..., :32].reshape(2, 6, 4, 8).transpose(1, 2)
+    kh = mha.qkv_proj(x)[..., 32:64].reshape(2, 6, 4, 8).transpose(1, 2)
+    assert torch.allclose(weights, torch.softmax(qh @ kh.transpose(-1, -2), -1), atol=1e-5)
+    assert torch.allclose(mha(x), out, atol=1e-5)
+
+
+def test_d_head_lets_heads_differ_from_d_model():
+    mha = MultiHeadAttention(20, 3, d_head=16, backend="math").eval()
+    assert mha.qkv_proj.weight.shape == (3 * 48, 20) and mha.out_proj.weight.shape == (20, 48)
+    x = torch.randn(2, 5, 20)
+    out, weights = mha(x, causal=True, need_weights=True)
+    assert out.shape == (2, 5, 20) and weights.shape == (2, 3, 5, 5)
+    sdpa = MultiHeadAttention(20, 3, d_head=16, backend="sdpa").eval()
+    sdpa.load_state_dict(mha.state_dict())
+    assert torch.allclose(sdpa(x, causal=True), out, atol=1e-5)
+    with pytest.raises(ValueError, match="d_head must be a positive int"):
+        MultiHeadAttention(20, 3, d_head=0)
+
+
+def test_options_after_the_sizes_are_keyword_only():
+    with pytest.raises(TypeError):
+        MultiHeadAttention(32, 4, 4, False)  # bias passed positionally
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "1.0", True])
+def test_non_finite_or_non_numeric_scale_is_rejected(bad):
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        scaled_dot_product_attention(q, k, v, scale=bad)
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        MultiHeadAttention(32, 4, scale=bad)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.0, float("nan")])
+def test_dropout_outside_zero_one_is_rejected(bad):
+    q, k, v = _qkv()
+    for backend in ("math", "sdpa"):
+        with pytest.raises(ValueError, match="dropout_p must be a number in"):
+            ATTENTION_BACKENDS[backend](q, k, v, dropout_p=bad)
+
+
+def _bias(kind, heads, q_len, k_len):
+    from lib.positions import ALiBi, T5RelativePositionBias
+
+    if kind == "alibi":
+        return ALiBi(heads, causal=False)(q_len, k_len)
+    if kind == "t5":
+        return T5RelativePositionBias(heads)(q_len, k_len)
+    return additive_mask(padding_mask([k_len, k_len - 2]))  # fp32 -inf/0 mask
+
+
+@pytest.mark.parametrize("backend", ["math", "sdpa"])
+@pytest.mark.parametrize("kind", ["alibi", "t5", "additive_mask"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fp32_bias_works_with_every_query_dtype(backend, kind, dtype):
+    q, k, v = (t.to(dtype) for t in _qkv())
+    bias = _bias(kind, 4, 5, 7)
+    assert bias.dtype == torch.float32
+    with torch.no_grad():
+        out = ATTENTION_BACKENDS[backend](q, k, v, bias=bias)
+        reference = scaled_dot_product_attention(q.float(), k.float(), v.float(), bias=bias)
+    assert out.dtype == dtype
+    tolerance = 1e-5 if dtype == torch.float32 else 5e-2
+    assert (out.float() - reference).abs().max() < tolerance
+
+
+def test_mismatched_dtypes_or_devices_are_a_clear_error():
+    q, k, v = _qkv()
+    with pytest.raises(TypeError, match="q, k and v must share a dtype"):
+        scaled_dot_product_attention(q.double(), k, v)
+    with pytest.raises(TypeError, match="must be floating point"):
+        sdpa_attention(q.long(), k.long(), v.long())
+
+
+def test_registry_and_set_attention_backend():
+    from lib.attention import register_attention_backend, set_attention_backend
+
+    calls = []
+
+    def spy(q, k, v, mask=None, bias=None, dropout_p=0.0, *, scale=None, causal=False):
+        calls.append((q.shape, scale, causal))
+        return sdpa_attention(q, k, v, mask, bias, dropout_p, scale=scale, causal=causal)
+
+    register_attention_backend("spy_test", spy)
+    try:
+        model = torch.nn.Sequential(MultiHeadAttention(32, 4), MultiHeadAttention(32, 4))
+        x = torch.randn(2, 3, 32)
+        before = model(x)
+        assert set_attention_backend(model, "spy_test") is model
+        assert all(m.backend == "spy_test" for m in model)
+        assert torch.allclose(model(x), before, atol=1e-6)
+        assert len(calls) == 2
+        with pytest.raises(ValueError, match=r"unknown attention backend 'nope'; known: \["):
+            set_attention_backend(model, "nope")
+        with pytest.raises(ValueError, match="exists; pass replace=True"):
+            register_attention_backend("sdpa", spy)
+        with pytest.raises(ValueError, match="no MultiHeadAttention"):
+            set_attention_backend(torch.nn.Linear(2, 2), "math")
+    finally:
+        ATTENTION_BACKENDS.pop("spy_test", None)
+
+
+def test_kv_cache_select_reorders_beams_and_crop_rolls_back():
+    keys, values = torch.randn(3, 2, 5, 4), torch.randn(3, 2, 5, 4)
+    cache = KVCache(keys, values)
+    chosen = cache.select(torch.tensor([2, 2, 0]))
+    assert torch.equal(chosen.keys, keys[[2, 2, 0]]) and torch.equal(chosen.values, values[[2, 2, 0]])
+    cropped = cache.crop(3)
+    assert cropped.seq_len == 3 and torch.equal(cropped.keys, keys[:, :, :3])
+    with pytest.raises(IndexError, match="out of range for a batch of 3"):
+        cache.select(torch.tensor([3]))
+    with pytest.raises(ValueError, match="1-D integer tensor"):
+        cache.select(torch.tensor([0.0]))
+    with pytest.raises(ValueError, match=r"length must be an int in \[0, 5\]"):
+        cache.crop(6)
+
+
+def test_beam_reordered_cache_decodes_like_the_reordered_batch():
+    mha = MultiHeadAttention(32, 4, n_kv_heads=2).eval()
+    x = torch.randn(3, 6, 32)
+    _, cache = mha(x[:, :5], causal=True, use_cache=True)
+    order = torch.tensor([1, 1, 2])
+    step, _ = mha(x[order, 5:], causal=True, past=cache.select(order), use_cache=True)
+    assert torch.allclose(step, mha(x[order], causal=True)[:, 5:], atol=1e-5)
+
+
+def test_nan_in_a_padded_value_is_documented_to_spread():
+    # Decision (documented in chapter 4): padded keys and values must be finite. A masked key
+    # gets weight 0, but 0 * NaN is NaN, so a NaN there reaches every query's output. Embedded
+    # pad tokens are always finite; finite garbage in padded positions changes nothing.
+    q, k, v = _qkv(batch=1)
+    mask = padding_mask([5], max_len=7)
+    base = scaled_dot_product_attention(q, k, v, mask)
+    v_garbage = v.clone()
+    v_garbage[:, :, 5:] = 1e4
+    assert torch.allclose(scaled_dot_product_attention(q, k, v_garbage, mask), base)
+    v_nan = v.clone()
+    v_nan[:, :, 6] = float("nan")
+    assert torch.isnan(scaled_dot_product_attention(q, k, v_nan, mask)).all()
