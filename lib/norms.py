@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from einops import reduce
 from torch import nn
 
@@ -67,6 +68,17 @@ def _check_features(module: nn.Module, x: object, d_model: int) -> torch.Tensor:
     return x
 
 
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """fp32 for fp32 and half-precision inputs, fp64 for fp64: never less than fp32."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
 class LayerNorm(nn.Module):
     """Layer normalisation (Ba et al., 2016) over the last axis, as in ``torch.nn.LayerNorm``.
 
@@ -80,6 +92,8 @@ class LayerNorm(nn.Module):
         eps: added to the variance before the square root; must be > 0.
         elementwise_affine: learn a per-feature gain ``weight`` (initialised to 1).
         bias: with ``elementwise_affine``, also learn a per-feature ``bias`` (initialised to 0).
+        fused: compute with ``F.layer_norm`` (one kernel; the default) instead of the einops
+            teaching form; both give the same result (tested).
     """
 
     def __init__(
@@ -88,32 +102,40 @@ class LayerNorm(nn.Module):
         eps: float = 1e-5,
         elementwise_affine: bool = True,
         bias: bool = True,
+        *,
+        fused: bool = True,
     ) -> None:
         super().__init__()
         self.d_model = _check_size("d_model", d_model)
         self.eps = _check_eps(eps)
-        self.elementwise_affine = bool(elementwise_affine)
+        self.elementwise_affine = _check_bool("elementwise_affine", elementwise_affine)
+        self.fused = _check_bool("fused", fused)
         self.weight = nn.Parameter(torch.ones(d_model)) if elementwise_affine else None
         self.bias = nn.Parameter(torch.zeros(d_model)) if elementwise_affine and bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: ``(... d_model)`` -> ``(... d_model)``, each token with mean 0 and variance ~1."""
         _check_features(self, x, self.d_model)
-        x32 = x.float()
-        mean = reduce(x32, "... d_model -> ... 1", "mean")
-        centred = x32 - mean
+        dtype = _compute_dtype(x)
+        xc = x.to(dtype)
+        weight = None if self.weight is None else self.weight.to(dtype)
+        bias = None if self.bias is None else self.bias.to(dtype)
+        if self.fused:
+            return F.layer_norm(xc, (self.d_model,), weight, bias, self.eps).to(x.dtype)
+        mean = reduce(xc, "... d_model -> ... 1", "mean")
+        centred = xc - mean
         var = reduce(centred.pow(2), "... d_model -> ... 1", "mean")  # biased: divides by d
         y = centred * torch.rsqrt(var + self.eps)  # eps inside the square root
-        if self.weight is not None:
-            y = y * self.weight
-        if self.bias is not None:
-            y = y + self.bias
+        if weight is not None:
+            y = y * weight
+        if bias is not None:
+            y = y + bias
         return y.to(x.dtype)
 
     def extra_repr(self) -> str:
         return (
             f"{self.d_model}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
-            f"bias={self.bias is not None}"
+            f"bias={self.bias is not None}, fused={self.fused}"
         )
 
 
@@ -128,27 +150,43 @@ class RMSNorm(nn.Module):
         d_model: the size of the normalised (last) axis.
         eps: added to the mean square before the square root; must be > 0.
         elementwise_affine: learn a per-feature gain ``weight`` (initialised to 1).
+        fused: compute with ``F.rms_norm`` (the default) instead of the einops teaching form.
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-6, elementwise_affine: bool = True) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        eps: float = 1e-6,
+        elementwise_affine: bool = True,
+        *,
+        fused: bool = True,
+    ) -> None:
         super().__init__()
         self.d_model = _check_size("d_model", d_model)
         self.eps = _check_eps(eps)
-        self.elementwise_affine = bool(elementwise_affine)
+        self.elementwise_affine = _check_bool("elementwise_affine", elementwise_affine)
+        self.fused = _check_bool("fused", fused)
         self.weight = nn.Parameter(torch.ones(d_model)) if elementwise_affine else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: ``(... d_model)`` -> ``(... d_model)``, each token with root mean square ~1."""
         _check_features(self, x, self.d_model)
-        x32 = x.float()
-        mean_square = reduce(x32.pow(2), "... d_model -> ... 1", "mean")
-        y = x32 * torch.rsqrt(mean_square + self.eps)
-        if self.weight is not None:
-            y = y * self.weight
+        dtype = _compute_dtype(x)
+        xc = x.to(dtype)
+        weight = None if self.weight is None else self.weight.to(dtype)
+        if self.fused:
+            return F.rms_norm(xc, (self.d_model,), weight, self.eps).to(x.dtype)
+        mean_square = reduce(xc.pow(2), "... d_model -> ... 1", "mean")
+        y = xc * torch.rsqrt(mean_square + self.eps)
+        if weight is not None:
+            y = y * weight
         return y.to(x.dtype)
 
     def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+        return (
+            f"{self.d_model}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+            f"fused={self.fused}"
+        )
 
 
 def make_norm(kind: str, d_model: int, eps: float | None = None) -> nn.Module:
@@ -172,7 +210,10 @@ class ResidualSublayer(nn.Module):
     needs one more normalisation after its last block: see :func:`make_final_norm`.
 
     Shapes: ``x`` is ``(... d_model)``; ``f`` must map it to the same shape. Extra arguments
-    of ``forward`` go to ``f`` (for instance an attention mask, or the encoder's output).
+    of ``forward`` go to ``f`` (for instance an attention mask, or the encoder's output). If
+    ``f`` returns a tuple ``(out, *extras)`` (attention with a KV cache or its weights), the
+    wrapper returns ``(x + out, *extras)`` (post-LN: the norm of that sum), so the extras
+    cross the residual connection.
 
     Args:
         sublayer: the module ``f`` (attention, feed-forward, ...).
@@ -213,22 +254,32 @@ class ResidualSublayer(nn.Module):
         self.norm = make_norm(norm, d_model, eps)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        """``x``: ``(... d_model)`` -> ``(... d_model)``."""
+    def forward(self, x: torch.Tensor, *args, **kwargs):
+        """``x``: ``(... d_model)`` -> ``(... d_model)``, or ``(that, *extras)`` when the
+        sublayer returns ``(out, *extras)``."""
         _check_features(self, x, self.d_model)
         if self.position == "pre":
-            return x + self.dropout(self._branch(self.norm(x), x, *args, **kwargs))
-        return self.norm(x + self.dropout(self._branch(x, x, *args, **kwargs)))
+            out, extras = self._branch(self.norm(x), x, *args, **kwargs)
+            y = x + self.dropout(out)
+        else:
+            out, extras = self._branch(x, x, *args, **kwargs)
+            y = self.norm(x + self.dropout(out))
+        return y if extras is None else (y, *extras)
 
-    def _branch(self, h: torch.Tensor, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    def _branch(self, h: torch.Tensor, x: torch.Tensor, *args, **kwargs):
+        """The sublayer's output and its extras (``None`` when it returned a plain tensor)."""
         out = self.sublayer(h, *args, **kwargs)
+        extras = None
+        if isinstance(out, tuple) and len(out) > 0:
+            out, extras = out[0], out[1:]
         if not isinstance(out, torch.Tensor) or out.shape != x.shape:
             got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise ValueError(
                 f"the sublayer {type(self.sublayer).__name__} must return a tensor of the "
-                f"input's shape {tuple(x.shape)} for the residual sum, but returned {got}"
+                f"input's shape {tuple(x.shape)} (or a tuple starting with one) for the "
+                f"residual sum, but returned {got}"
             )
-        return out
+        return out, extras
 
     def extra_repr(self) -> str:
         return f"position={self.position!r}"

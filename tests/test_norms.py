@@ -308,3 +308,95 @@ def test_sublayer_changing_the_shape_is_reported():
 def test_residual_input_with_wrong_width_is_reported():
     with pytest.raises(ValueError, match=r"ResidualSublayer\(d_model=8\).*\(2, 5\)"):
         ResidualSublayer(nn.Identity(), 8)(torch.randn(2, 5))
+
+
+# --- Fused paths, float64, and extras across the residual (issue 7) ---
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_fused_path_equals_the_teaching_form(cls, dtype):
+    torch.manual_seed(0)
+    teaching, fused = cls(48, fused=False), cls(48)
+    with torch.no_grad():
+        for p in teaching.parameters():
+            p.copy_(torch.randn_like(p))
+    fused.load_state_dict(teaching.state_dict())
+    x = (3 * torch.randn(4, 7, 48) + 1).to(dtype)
+    a, b = teaching(x), fused(x)
+    assert a.dtype == b.dtype == dtype
+    tolerance = {torch.float32: 1e-5, torch.float64: 1e-12, torch.bfloat16: 2e-2}[dtype]
+    assert (a.double() - b.double()).abs().max() < tolerance
+
+
+def test_fused_ops_are_the_functional_ones():
+    x, w, b = torch.randn(3, 16), torch.randn(16), torch.randn(16)
+    ln, rms = LayerNorm(16, eps=1e-5), RMSNorm(16, eps=1e-6)
+    with torch.no_grad():
+        ln.weight.copy_(w)
+        ln.bias.copy_(b)
+        rms.weight.copy_(w)
+    assert torch.equal(ln(x), torch.nn.functional.layer_norm(x, (16,), w, b, 1e-5))
+    assert torch.equal(rms(x), torch.nn.functional.rms_norm(x, (16,), w, 1e-6))
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
+def test_float64_input_is_normalised_in_float64(cls):
+    x = torch.randn(2, 3, 32, dtype=torch.float64) * 1e3 + 1e6
+    for fused in (False, True):
+        norm = cls(32, elementwise_affine=False, fused=fused)
+        out = norm(x)
+        assert out.dtype == torch.float64
+        reference = cls(32, elementwise_affine=False, fused=False)(x)
+        assert (out - reference).abs().max() < 1e-9
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
+def test_non_bool_flags_are_rejected(cls):
+    with pytest.raises(TypeError, match="fused must be a bool"):
+        cls(8, fused=1)
+    with pytest.raises(TypeError, match="elementwise_affine must be a bool"):
+        cls(8, elementwise_affine="yes")
+
+
+class _WithExtras(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.linear(x), "cache", x.sum()
+
+
+@pytest.mark.parametrize("position", ["pre", "post"])
+def test_residual_passes_extras_through(position):
+    torch.manual_seed(0)
+    block = ResidualSublayer(_WithExtras(), 8, position=position).eval()
+    plain = ResidualSublayer(torch.nn.Linear(8, 8), 8, position=position).eval()
+    plain.sublayer.load_state_dict(block.sublayer.linear.state_dict())
+    plain.norm.load_state_dict(block.norm.state_dict())
+    x = torch.randn(2, 5, 8)
+    y, tag, total = block(x)
+    assert tag == "cache" and torch.is_tensor(total)
+    assert torch.allclose(y, plain(x), atol=1e-6)
+    assert isinstance(plain(x), torch.Tensor)  # a plain sublayer still returns a tensor
+
+
+def test_residual_shape_check_applies_to_the_first_element():
+    class Bad(torch.nn.Module):
+        def forward(self, x):
+            return x[..., :4], None
+
+    with pytest.raises(ValueError, match="must return a tensor of the input's shape"):
+        ResidualSublayer(Bad(), 8)(torch.randn(2, 3, 8))
+
+
+def test_attention_cache_crosses_the_residual():
+    from lib.attention import KVCache, MultiHeadAttention
+
+    block = ResidualSublayer(MultiHeadAttention(16, 2), 16).eval()
+    x = torch.randn(1, 4, 16)
+    out, cache = block(x, causal=True, use_cache=True)
+    assert isinstance(cache, KVCache) and cache.seq_len == 4
+    step, cache = block(torch.randn(1, 1, 16), causal=True, past=cache, use_cache=True)
+    assert step.shape == (1, 1, 16) and cache.seq_len == 5
