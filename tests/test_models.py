@@ -1,0 +1,233 @@
+"""Unit tests of lib.models (chapter 7): configuration, the stacks, the caches, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lib.attention import set_attention_backend
+from lib.models import (
+    BERT,
+    GPT,
+    T5,
+    Decoder,
+    Encoder,
+    ModelCache,
+    TransformerConfig,
+    count_parameters,
+    init_weights,
+    kv_cache_bytes_per_token,
+    parameter_breakdown,
+)
+
+SMALL = dict(vocab_size=97, d_model=32, n_heads=4, n_layers=2, max_len=40)
+CONFIGS = {
+    "gpt2": TransformerConfig(**SMALL, activation="gelu_tanh"),
+    "llama": TransformerConfig(
+        **SMALL, n_kv_heads=2, positions="rope", norm="rmsnorm", activation="swiglu",
+        bias=False, tie_embeddings=False,
+    ),  # fmt: skip
+    "alibi": TransformerConfig(**SMALL, positions="alibi"),
+    "sinusoidal_post": TransformerConfig(**SMALL, positions="sinusoidal", norm_position="post"),
+    "t5_positions": TransformerConfig(**SMALL, positions="t5", attn_scale=1.0, d_head=12),
+}
+T5_CFG = TransformerConfig(
+    **SMALL, n_decoder_layers=3, positions="t5", norm="rmsnorm", activation="relu",
+    bias=False, attn_scale=1.0, d_head=8,
+)  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def _ids(batch=2, seq=12, vocab=97):
+    return torch.randint(0, vocab, (batch, seq))
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_gpt_cached_steps_equal_the_full_forward(name):
+    model = GPT(CONFIGS[name]).eval()
+    ids = _ids()
+    with torch.no_grad():
+        full = model(ids)
+        logits, cache = model.step(ids[:, :5])
+        pieces = [logits]
+        for t in range(5, ids.shape[1]):
+            logits, cache = model.step(ids[:, t : t + 1], cache)
+            pieces.append(logits)
+    assert (torch.cat(pieces, 1) - full).abs().max() < 1e-5
+    assert cache.seq_len == ids.shape[1] and len(cache.self_attn) == 2
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_gpt_is_causal(name):
+    model = GPT(CONFIGS[name]).eval()
+    ids = _ids()
+    changed = ids.clone()
+    changed[:, 8:] = (changed[:, 8:] + 1) % 97
+    with torch.no_grad():
+        a, b = model(ids), model(changed)
+    assert torch.allclose(a[:, :8], b[:, :8], atol=1e-5)
+    assert not torch.allclose(a[:, 8:], b[:, 8:], atol=1e-3)
+
+
+def test_bert_is_bidirectional_and_ignores_padding():
+    cfg = TransformerConfig(**SMALL, norm_position="post", n_token_types=2, embedding_norm=True)
+    model = BERT(cfg).eval()
+    ids = _ids()
+    changed = ids.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % 97
+    with torch.no_grad():
+        assert not torch.allclose(model(ids)[:, 0], model(changed)[:, 0], atol=1e-4)
+        mask = torch.ones_like(ids, dtype=torch.bool)
+        mask[1, 7:] = False  # sequence 1 has 7 real tokens
+        padded = model(ids, mask=mask)
+        other_pad = ids.clone()
+        other_pad[1, 7:] = 3
+        assert torch.allclose(padded[1, :7], model(other_pad, mask=mask)[1, :7], atol=1e-5)
+        alone = model(ids[1:, :7])
+        assert torch.allclose(padded[1, :7], alone[0], atol=1e-5)
+
+
+def test_t5_cached_decoding_and_beam_reordering():
+    model = T5(T5_CFG).eval()
+    src, tgt = _ids(seq=9), _ids(seq=7)
+    with torch.no_grad():
+        full = model(src, tgt)
+        bound = model.bind(src)
+        logits, cache = bound.step(tgt[:, :1])
+        pieces = [logits]
+        for t in range(1, 7):
+            logits, cache = bound.step(tgt[:, t : t + 1], cache)
+            pieces.append(logits)
+        assert (torch.cat(pieces, 1) - full).abs().max() < 1e-5
+        # Beam search: duplicate row 1 and drop row 0; decoding continues as for that batch.
+        order = torch.tensor([1, 1])
+        _, cache = bound.step(tgt[:, :4])
+        logits, _ = bound.step(tgt[order, 4:5], cache.select(order))
+        reference = model(src[order], tgt[order, :5])[:, 4:5]
+        assert (logits - reference).abs().max() < 1e-5
+    assert cache.crop(2).seq_len == 2 and cache.crop(2).cross_attn[0].seq_len == 9
+
+
+def test_t5_with_source_padding_matches_the_unpadded_source():
+    model = T5(T5_CFG).eval()
+    src, tgt = _ids(seq=9), _ids(seq=5)
+    mask = torch.ones_like(src, dtype=torch.bool)
+    mask[0, 6:] = False
+    with torch.no_grad():
+        padded = model(src, tgt, src_mask=mask)[0]
+        alone = model(src[:1, :6], tgt[:1])[0]
+    assert (padded - alone).abs().max() < 1e-5
+
+
+def test_backends_agree_on_a_whole_model():
+    model = GPT(CONFIGS["alibi"]).eval()
+    ids = _ids()
+    with torch.no_grad():
+        on_sdpa = model(ids)
+        on_math = set_attention_backend(model, "math")(ids)
+    assert (on_sdpa - on_math).abs().max() < 1e-5
+
+
+def test_init_weights_scales_residual_projections():
+    cfg = TransformerConfig(vocab_size=500, d_model=256, n_heads=4, n_layers=8)
+    model = GPT(cfg)
+    block = model.decoder.blocks[0]
+    assert abs(block.self_attn.sublayer.qkv_proj.weight.std().item() - 0.02) < 0.002
+    expected = 0.02 / math.sqrt(2 * 8)
+    assert abs(block.self_attn.sublayer.out_proj.weight.std().item() - expected) < 0.001
+    assert abs(block.ffn.sublayer.w_out.weight.std().item() - expected) < 0.001
+    assert torch.count_nonzero(block.ffn.sublayer.w_in.bias) == 0
+    assert init_weights(model) is model
+
+
+def test_parameter_counts_and_tying():
+    tied, untied = GPT(CONFIGS["gpt2"]), GPT(replace_cfg(CONFIGS["gpt2"], tie_embeddings=False))
+    assert tied.head.weight is tied.embed.tokens.weight
+    assert count_parameters(untied) - count_parameters(tied) == 97 * 32
+    parts = parameter_breakdown(untied)
+    assert parts["head"] == 97 * 32 and sum(parts.values()) == count_parameters(untied)
+
+
+def replace_cfg(cfg, **changes):
+    from dataclasses import replace
+
+    return replace(cfg, **changes)
+
+
+def test_kv_cache_bytes_per_token():
+    cfg = CONFIGS["llama"]  # 2 layers, 2 kv heads of 8
+    assert kv_cache_bytes_per_token(cfg) == 2 * 2 * 2 * 8 * 2
+    assert kv_cache_bytes_per_token(T5_CFG, bytes_per_value=4) == 2 * 3 * 4 * 8 * 4
+
+
+def test_encoder_takes_embedded_input():
+    cfg = TransformerConfig(**SMALL, positions="none")
+    encoder = Encoder(cfg).eval()
+    x = torch.randn(2, 5, 32)
+    assert encoder(x).shape == (2, 5, 32)
+    with pytest.raises(ValueError, match="takes embedded input"):
+        encoder(_ids())
+    with pytest.raises(ValueError, match="needs context"):
+        Decoder(cfg, cross_attention=True)(x)
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        (dict(positions="rotary"), "unknown positions 'rotary'; known: 'learned'"),
+        (dict(norm="batchnorm"), "unknown norm 'batchnorm'; known"),
+        (dict(activation="tanh"), "unknown activation 'tanh'; known"),
+        (dict(norm_position="middle"), "unknown norm_position"),
+        (dict(attn_backend="flashy"), "unknown attn_backend"),
+        (dict(n_heads=5), "n_heads=5 does not divide d_model=32"),
+        (dict(n_kv_heads=3), "n_kv_heads=3 does not divide n_heads=4"),
+        (dict(d_model=0), "d_model must be a positive int"),
+        (dict(n_layers=2.0), "n_layers must be a positive int"),
+        (dict(dropout=1.0), "dropout must be in"),
+        (dict(n_token_types=-1), "n_token_types must be an int >= 0"),
+        (dict(positions="rope", d_head=7), "RoPE needs an even d_head"),
+    ],
+)
+def test_bad_configuration_is_a_clear_error(changes, match):
+    with pytest.raises(ValueError, match=match):
+        TransformerConfig(**{**SMALL, **changes})
+
+
+def test_bad_model_input_is_a_clear_error():
+    model = GPT(CONFIGS["gpt2"]).eval()
+    with pytest.raises(ValueError, match="exceed max_len=40"):
+        model(_ids(seq=41))
+    _, cache = model.step(_ids(seq=39))
+    with pytest.raises(ValueError, match="exceed max_len=40"):
+        model.step(_ids(seq=2), cache)
+    with pytest.raises(ValueError, match=r"ids must be in 0..96, got ids from 0 to 97"):
+        model(torch.tensor([[0, 97]]))
+    with pytest.raises(TypeError, match="int64 or int32"):
+        model(torch.zeros(1, 3))
+    with pytest.raises(ValueError, match=r"must be \(batch, seq\)"):
+        model(torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match=r"mask must be \(batch, k_pos\)"):
+        model(_ids(), mask=torch.ones(2, 5, dtype=torch.bool))
+    t5 = T5(T5_CFG)
+    with pytest.raises(ValueError, match="T5 needs encoder input"):
+        t5.encode(None)
+    with pytest.raises(ValueError, match="needs decoder input"):
+        t5(_ids())
+    bert = BERT(TransformerConfig(**SMALL))
+    with pytest.raises(ValueError, match="token_types given, but the config has n_token_types=0"):
+        bert(_ids(), token_types=torch.zeros(2, 12, dtype=torch.long))
+
+
+def test_model_cache_select_checks_indices():
+    model = GPT(CONFIGS["gpt2"]).eval()
+    _, cache = model.step(_ids())
+    assert isinstance(cache, ModelCache) and cache.batch_size == 2
+    with pytest.raises(IndexError, match="out of range for a batch of 2"):
+        cache.select(torch.tensor([2]))
+    assert cache.select(torch.tensor([0, 0, 1])).batch_size == 3
