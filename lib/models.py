@@ -27,7 +27,6 @@ from lib.attention import (
     ATTENTION_BACKENDS,
     KVCache,
     MultiHeadAttention,
-    combine_masks,
     kv_cache_bytes,
 )
 from lib.embeddings import TokenEmbedding, Unembedding
@@ -656,5 +655,4 @@ def parameter_breakdown(model: nn.Module) -> dict[str, int]:
 
 def kv_cache_bytes_per_token(cfg: TransformerConfig, bytes_per_value: int = 2) -> int:
     """Bytes the self-attention caches of a decoder add per generated token."""
-    n_layers = cfg.decoder_layers if cfg.n_decoder_layers else cfg.n_layers
-    return kv_cache_bytes(n_layers, cfg.kv_heads, cfg.head_size, 1, 1, bytes_per_value)
+    return kv_cache_bytes(cfg.decoder_layers, cfg.kv_heads, cfg.head_size, 1, 1, bytes_per_value)

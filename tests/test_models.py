@@ -26,9 +26,14 @@ SMALL = dict(vocab_size=97, d_model=32, n_heads=4, n_layers=2, max_len=40)
 CONFIGS = {
     "gpt2": TransformerConfig(**SMALL, activation="gelu_tanh"),
     "llama": TransformerConfig(
-        **SMALL, n_kv_heads=2, positions="rope", norm="rmsnorm", activation="swiglu",
-        bias=False, tie_embeddings=False,
-    ),  # fmt: skip
+        **SMALL,
+        n_kv_heads=2,
+        positions="rope",
+        norm="rmsnorm",
+        activation="swiglu",
+        bias=False,
+        tie_embeddings=False,
+    ),
     "alibi": TransformerConfig(**SMALL, positions="alibi"),
     "sinusoidal_post": TransformerConfig(**SMALL, positions="sinusoidal", norm_position="post"),
     "t5_positions": TransformerConfig(**SMALL, positions="t5", attn_scale=1.0, d_head=12),
