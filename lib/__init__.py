@@ -8,9 +8,69 @@ Each module is generated from the chapter that explains it (``tools/tangle.py``)
 * :mod:`lib.attention` (chapter 4): masks, scaled dot-product and multi-head attention, KV cache.
 * :mod:`lib.ffn` (chapter 5): position-wise and gated feed-forward networks.
 * :mod:`lib.norms` (chapter 6): LayerNorm, RMSNorm, pre-LN and post-LN residual blocks.
+* :mod:`lib.models`, :mod:`lib.generation`, :mod:`lib.hf_weights` (chapter 7): the model
+  families, decoding, loading reference weights.
+* :mod:`lib.objectives`, :mod:`lib.training` (chapter 8), :mod:`lib.flash` (chapter 9),
+  :mod:`lib.vit` (chapter 10).
 
 Hand-written plumbing: :mod:`lib.utils` (profile, device, precision, seeding, plot style),
-:mod:`lib.datasets` (shipped data, checked downloads), :mod:`lib.exercises` (checkers).
+:mod:`lib.datasets` (shipped data, checked downloads), :mod:`lib.exercises` (checkers) and
+``lib._checks`` (the argument checks every module shares).
+
+``import lib`` is cheap: a submodule is imported the first time it is used, so
+``lib.tokenizer.BPETokenizer`` works after a bare ``import lib``. A module a later chapter
+writes is listed in ``__all__`` only once its file exists.
 """
 
+from __future__ import annotations
+
+import importlib as _importlib
+from pathlib import Path as _Path
+
 __version__ = "0.1.0"
+
+#: Every submodule the course has or will have, in chapter order, then the plumbing.
+_SUBMODULES = (
+    "tokenizer",
+    "embeddings",
+    "positions",
+    "attention",
+    "ffn",
+    "norms",
+    "models",
+    "generation",
+    "hf_weights",
+    "objectives",
+    "training",
+    "flash",
+    "vit",
+    "utils",
+    "datasets",
+    "exercises",
+)
+
+
+def _exists(name: str) -> bool:
+    here = _Path(__file__).resolve().parent
+    return (here / f"{name}.py").is_file() or (here / name / "__init__.py").is_file()
+
+
+__all__ = [name for name in _SUBMODULES if _exists(name)]
+
+
+def __getattr__(name: str):
+    """Import ``lib.<name>`` on first access (the module is then an ordinary attribute)."""
+    if name in _SUBMODULES:
+        if not _exists(name):
+            raise AttributeError(
+                f"module 'lib' has no attribute {name!r}: lib/{name}.py does not exist yet "
+                f"(the chapter that writes it has not been added); available: {', '.join(__all__)}"
+            )
+        return _importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(
+        f"module 'lib' has no attribute {name!r}; its modules are {', '.join(__all__)}"
+    )
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -19,18 +19,14 @@ import torch.nn.functional as F
 from einops import einsum
 from torch import nn
 
+from lib import _checks as check
+
 __all__ = [
     "init_embedding_",
     "TokenEmbedding",
     "Unembedding",
     "embedding_param_count",
 ]
-
-
-def _require_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
 
 
 @torch.no_grad()
@@ -45,55 +41,29 @@ def init_embedding_(
 
     Shapes: ``weight`` is ``(vocab d_model)``.
     """
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-        shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
-        raise ValueError(f"weight must be a 2-D tensor (vocab d_model), got {shape}")
-    if not weight.is_floating_point():
-        raise TypeError(f"weight must be floating point, got {weight.dtype}")
-    if (
-        isinstance(std, bool)
-        or not isinstance(std, (int, float))
-        or not math.isfinite(std)
-        or std < 0
-    ):
-        raise ValueError(f"std must be a finite number >= 0, got {std!r}")
-    weight.normal_(0.0, float(std), generator=generator)
+    check.tensor("weight", weight, "vocab d_model", floating=True)
+    std = check.finite_float("std", std, low=0)
+    if padding_idx is not None:  # checked before the weight is touched
+        padding_idx = check.int_in_range("padding_idx", padding_idx, 0, weight.shape[0] - 1)
+    weight.normal_(0.0, std, generator=generator)
     if padding_idx is not None:
-        if isinstance(padding_idx, bool) or not isinstance(padding_idx, int):
-            raise TypeError(f"padding_idx must be an int or None, got {padding_idx!r}")
-        if not 0 <= padding_idx < weight.shape[0]:
-            raise ValueError(
-                f"padding_idx={padding_idx} is outside the vocabulary of {weight.shape[0]} "
-                f"tokens (valid ids are 0..{weight.shape[0] - 1})"
-            )
         weight[padding_idx].zero_()
     return weight
 
 
-def _validate_token_ids(token_ids: object, vocab_size: int, owner: str) -> torch.Tensor:
-    """Return ``token_ids`` as an int64 or int32 tensor, or raise a clear error."""
-    if not isinstance(token_ids, torch.Tensor):
-        raise TypeError(f"{owner} takes a tensor of token ids, got {type(token_ids).__name__}")
-    if token_ids.dtype == torch.bool or token_ids.is_floating_point() or token_ids.is_complex():
-        raise TypeError(
-            f"{owner} takes integer token ids, got dtype {token_ids.dtype}; "
-            "token ids are indices, convert them with .long() (and check they are whole numbers)"
+def _check_id_range(token_ids: torch.Tensor, vocab_size: int, owner: str) -> None:
+    """Raise a clear error unless every id is in ``0..vocab_size - 1`` (reads the data)."""
+    if token_ids.numel() == 0:
+        return
+    low, high = (int(v) for v in torch.aminmax(token_ids))
+    if low < 0:
+        raise ValueError(f"{owner}: token id {low} is negative; ids must be in 0..{vocab_size - 1}")
+    if high >= vocab_size:
+        raise ValueError(
+            f"{owner}: token id {high} is out of range for vocab_size={vocab_size} "
+            f"(the largest valid id is {vocab_size - 1}); was the tokenizer's vocabulary "
+            "larger than the model's?"
         )
-    if token_ids.dtype not in (torch.int64, torch.int32):
-        token_ids = token_ids.long()
-    if token_ids.numel() > 0:
-        low, high = (int(v) for v in torch.aminmax(token_ids))
-        if low < 0:
-            raise ValueError(
-                f"{owner}: token id {low} is negative; ids must be in 0..{vocab_size - 1}"
-            )
-        if high >= vocab_size:
-            raise ValueError(
-                f"{owner}: token id {high} is out of range for vocab_size={vocab_size} "
-                f"(the largest valid id is {vocab_size - 1}); was the tokenizer's vocabulary "
-                "larger than the model's?"
-            )
-    return token_ids
 
 
 class TokenEmbedding(nn.Module):
@@ -123,20 +93,17 @@ class TokenEmbedding(nn.Module):
         check_ids: bool = True,
     ) -> None:
         super().__init__()
-        self.vocab_size = _require_positive_int("vocab_size", vocab_size)
-        self.d_model = _require_positive_int("d_model", d_model)
-        if padding_idx is not None and (
-            isinstance(padding_idx, bool)
-            or not isinstance(padding_idx, int)
-            or not 0 <= padding_idx < vocab_size
-        ):
-            raise ValueError(
-                f"padding_idx must be None or an id in 0..{vocab_size - 1}, got {padding_idx!r}"
-            )
-        self.scale = bool(scale)
+        owner = "TokenEmbedding"
+        self.vocab_size = check.positive_int("vocab_size", vocab_size, owner=owner)
+        self.d_model = check.positive_int("d_model", d_model, owner=owner)
+        if padding_idx is not None:
+            padding_idx = check.int_in_range("padding_idx", padding_idx, 0, vocab_size - 1)
         self.padding_idx = padding_idx
-        self.init_std = d_model**-0.5 if init_std is None else init_std
-        self.check_ids = bool(check_ids)
+        self.scale = check.boolean("scale", scale, owner=owner)
+        self.check_ids = check.boolean("check_ids", check_ids, owner=owner)
+        if init_std is None:
+            init_std = d_model**-0.5
+        self.init_std = check.finite_float("init_std", init_std, low=0, owner=owner)
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         self.reset_parameters()
 
@@ -144,9 +111,18 @@ class TokenEmbedding(nn.Module):
         init_embedding_(self.weight, self.init_std, padding_idx=self.padding_idx)
 
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
-        """``token_ids (...)`` integers -> ``(... d_model)`` vectors."""
+        """Look up the vectors of ``token_ids``.
+
+        Shapes: ``token_ids`` is ``(...)``, typically ``(batch seq)``, of any integer dtype,
+        on the table's device; the result is ``(... d_model)`` in the table's dtype.
+        """
+        hint = "token ids are indices: convert them with .long()"
+        check.tensor("token_ids", token_ids, integer=True, owner="TokenEmbedding", hint=hint)
+        check.same_device(token_ids=token_ids, weight=self.weight, owner="TokenEmbedding")
         if self.check_ids:
-            token_ids = _validate_token_ids(token_ids, self.vocab_size, "TokenEmbedding")
+            _check_id_range(token_ids, self.vocab_size, "TokenEmbedding")
+        if token_ids.dtype not in (torch.int64, torch.int32):  # what F.embedding accepts
+            token_ids = token_ids.long()
         vectors = F.embedding(token_ids, self.weight, padding_idx=self.padding_idx)
         if self.scale:
             vectors = vectors * math.sqrt(self.d_model)
@@ -187,8 +163,13 @@ class Unembedding(nn.Module):
         init_std: float | None = None,
     ) -> None:
         super().__init__()
-        self.d_model = _require_positive_int("d_model", d_model)
-        self.vocab_size = _require_positive_int("vocab_size", vocab_size)
+        owner = "Unembedding"
+        self.d_model = check.positive_int("d_model", d_model, owner=owner)
+        self.vocab_size = check.positive_int("vocab_size", vocab_size, owner=owner)
+        check.boolean("bias", bias, owner=owner)
+        if init_std is None:
+            init_std = d_model**-0.5
+        init_std = check.finite_float("init_std", init_std, low=0, owner=owner)
         if tie_to is not None:
             tied_weight = getattr(tie_to, "weight", None)
             if not isinstance(tied_weight, nn.Parameter):
@@ -204,23 +185,21 @@ class Unembedding(nn.Module):
             self.weight = tied_weight  # the same Parameter object: one tensor, two roles
         else:
             self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
-            init_embedding_(self.weight, d_model**-0.5 if init_std is None else init_std)
+            init_embedding_(self.weight, init_std)
         self.is_tied = tie_to is not None
         self.bias = nn.Parameter(torch.zeros(vocab_size)) if bias else None
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """``hidden (... d_model)`` -> ``logits (... vocab)``."""
-        if not isinstance(hidden, torch.Tensor):
-            raise TypeError(f"Unembedding takes a tensor, got {type(hidden).__name__}")
-        if not hidden.is_floating_point():
-            raise TypeError(
-                f"Unembedding takes float vectors (... d_model), got dtype {hidden.dtype}; "
-                "did you pass token ids? Embed them first."
-            )
-        if hidden.dim() == 0 or hidden.shape[-1] != self.d_model:
-            raise ValueError(
-                f"Unembedding expects (... d_model={self.d_model}), got shape {tuple(hidden.shape)}"
-            )
+        """Score every token of the vocabulary.
+
+        Shapes: ``hidden`` is ``(... d_model)``, typically ``(batch seq d_model)``, in the
+        weight's dtype (any dtype under autocast) and on its device; the result is
+        ``(... vocab)``.
+        """
+        owner = "Unembedding"
+        d_model = self.d_model
+        check.tensor("hidden", hidden, "... d_model", d_model=d_model, floating=True, owner=owner)
+        check.same_dtype_and_device(hidden=hidden, weight=self.weight, autocast=True, owner=owner)
         logits = einsum(hidden, self.weight, "... d_model, vocab d_model -> ... vocab")
         if self.bias is not None:
             logits = logits + self.bias
@@ -249,11 +228,12 @@ def embedding_param_count(
     vectors of width ``d_model`` (0 for sinusoidal positions or no segments); a bias per
     token if ``output_bias``.
     """
-    _require_positive_int("vocab_size", vocab_size)
-    _require_positive_int("d_model", d_model)
-    for name, value in (("n_positions", n_positions), ("n_segment_types", n_segment_types)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
+    check.positive_int("vocab_size", vocab_size)
+    check.positive_int("d_model", d_model)
+    check.int_at_least("n_positions", n_positions, 0)
+    check.int_at_least("n_segment_types", n_segment_types, 0)
+    check.boolean("tied", tied)
+    check.boolean("output_bias", output_bias)
     token_tables = 1 if tied else 2
     return (
         token_tables * vocab_size * d_model

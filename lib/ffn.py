@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from lib import _checks as check
+
 __all__ = [
     "gelu_erf",
     "gelu_tanh",
@@ -30,54 +32,12 @@ __all__ = [
 ]
 
 
-def _check_int(value: object, name: str, owner: str, *, minimum: int = 1) -> int:
-    """``value`` as an int, or a clear error saying which argument of ``owner`` was wrong."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{owner}: {name} must be an int, got {type(value).__name__} {value!r}")
-    if value < minimum:
-        raise ValueError(f"{owner}: {name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _check_bool(value: object, name: str, owner: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{owner}: {name} must be True or False, got {value!r}")
-    return value
-
-
-def _check_dropout(p: object, owner: str) -> float:
-    if not isinstance(p, (int, float)) or isinstance(p, bool):
-        raise TypeError(f"{owner}: dropout must be a number, got {type(p).__name__} {p!r}")
-    if not 0.0 <= p < 1.0:
-        raise ValueError(f"{owner}: dropout must be a probability in [0, 1), got {p!r}")
-    return float(p)
-
-
-def _check_float_tensor(x: object, owner: str) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{owner} takes a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{owner} needs a floating-point tensor, got dtype {x.dtype}")
-    return x
-
-
-def _check_features(x: object, d_model: int, owner: str) -> torch.Tensor:
-    """Fail unless ``x`` is a float tensor shaped ``(... d_model)``."""
-    _check_float_tensor(x, owner)
-    if x.ndim == 0 or x.shape[-1] != d_model:
-        raise ValueError(
-            f"{owner} expects input of shape (..., d_model={d_model}), "
-            f"got shape {tuple(x.shape)}: its last dimension must be the model dimension"
-        )
-    return x
-
-
 def gelu_erf(x: torch.Tensor) -> torch.Tensor:
     """GELU, exact form: ``x·Φ(x) = x/2 · (1 + erf(x/√2))`` with Φ the standard normal CDF.
 
     Shapes: ``x`` is ``(...)``, the result ``(...)``.
     """
-    _check_float_tensor(x, "gelu_erf")
+    check.tensor("x", x, floating=True, owner="gelu_erf()")
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
@@ -86,7 +46,7 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 
     Shapes: ``x`` is ``(...)``, the result ``(...)``.
     """
-    _check_float_tensor(x, "gelu_tanh")
+    check.tensor("x", x, floating=True, owner="gelu_tanh()")
     inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
     return 0.5 * x * (1.0 + torch.tanh(inner))
 
@@ -119,23 +79,27 @@ class FeedForward(nn.Module):
     ) -> None:
         super().__init__()
         owner = "FeedForward"
-        _check_int(d_model, "d_model", owner)
-        d_ff = 4 * d_model if d_ff is None else _check_int(d_ff, "d_ff", owner)
-        if activation not in FFN_ACTIVATIONS:
-            gated = activation in ("glu", "reglu", "geglu", "swiglu")
-            hint = " (gated variants are GatedFeedForward's)" if gated else ""
-            raise ValueError(
-                f"{owner}: unknown activation {activation!r}{hint}; "
-                f"valid ones are {', '.join(repr(name) for name in FFN_ACTIVATIONS)}"
-            )
+        d_model = check.positive_int("d_model", d_model, owner=owner)
+        d_ff = 4 * d_model if d_ff is None else check.positive_int("d_ff", d_ff, owner=owner)
+        gated = activation in ("glu", "reglu", "geglu", "swiglu")
+        hint = "gated variants are GatedFeedForward's" if gated else None
+        check.one_of("activation", activation, FFN_ACTIVATIONS, owner=owner, hint=hint)
+        check.boolean("bias", bias, owner=owner)
+        dropout = check.probability("dropout", dropout, owner=owner)
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
-        _check_bool(bias, "bias", owner)
         self.w_in = nn.Linear(d_model, d_ff, bias=bias)  # rows of w_in.weight: the "keys"
         self.w_out = nn.Linear(d_ff, d_model, bias=bias)  # columns of w_out.weight: the "values"
-        self.dropout = nn.Dropout(_check_dropout(dropout, owner))
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_features(x, self.d_model, "FeedForward")
+        """Apply the FFN to every position of ``x`` on its own.
+
+        Shapes: ``x`` is ``(... d_model)``, typically ``(batch seq d_model)``, in the
+        weights' dtype (any dtype under autocast); the result is ``(... d_model)``.
+        """
+        owner = "FeedForward"
+        check.tensor("x", x, "... d_model", d_model=self.d_model, floating=True, owner=owner)
+        check.same_dtype_and_device(x=x, weight=self.w_in.weight, autocast=True, owner=owner)
         hidden = FFN_ACTIVATIONS[self.activation](self.w_in(x))  # (... d_ff)
         return self.w_out(self.dropout(hidden))  # (... d_model)
 
@@ -148,11 +112,8 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
     Shapes: ``x`` is ``(...)``, the result ``(...)``.
     """
-    _check_float_tensor(x, "swish")
-    if not isinstance(beta, (int, float)) or isinstance(beta, bool):
-        raise TypeError(f"swish: beta must be a number, got {type(beta).__name__} {beta!r}")
-    if not math.isfinite(beta):
-        raise ValueError(f"swish: beta must be a finite number, got {beta!r}")
+    check.tensor("x", x, floating=True, owner="swish()")
+    beta = check.finite_float("beta", beta, owner="swish()")
     return x * torch.sigmoid(beta * x)
 
 
@@ -171,8 +132,8 @@ def gated_ffn_hidden_size(d_model: int, multiple_of: int = 64) -> int:
     ``floor(8/3 · d_model)`` (three matrices instead of two), rounded up to a multiple of
     ``multiple_of`` as LLaMA does; ``gated_ffn_hidden_size(4096, 256) == 11008``.
     """
-    _check_int(d_model, "d_model", "gated_ffn_hidden_size")
-    _check_int(multiple_of, "multiple_of", "gated_ffn_hidden_size")
+    d_model = check.positive_int("d_model", d_model, owner="gated_ffn_hidden_size()")
+    multiple_of = check.positive_int("multiple_of", multiple_of, owner="gated_ffn_hidden_size()")
     hidden = 8 * d_model // 3  # 2/3 of the plain FFN's 4·d_model
     return multiple_of * -(-hidden // multiple_of)  # round up (ceiling division), never down
 
@@ -199,25 +160,29 @@ class GatedFeedForward(nn.Module):
     ) -> None:
         super().__init__()
         owner = "GatedFeedForward"
-        _check_int(d_model, "d_model", owner)
-        _check_int(multiple_of, "multiple_of", owner)
+        d_model = check.positive_int("d_model", d_model, owner=owner)
+        multiple_of = check.positive_int("multiple_of", multiple_of, owner=owner)
         if d_ff is None:
             d_ff = gated_ffn_hidden_size(d_model, multiple_of)
-        _check_int(d_ff, "d_ff", owner)
-        if activation not in GATED_FFN_ACTIVATIONS:
-            hint = " (a plain FFN is FeedForward's)" if activation in FFN_ACTIVATIONS else ""
-            raise ValueError(
-                f"{owner}: unknown activation {activation!r}{hint}; "
-                f"valid ones are {', '.join(repr(name) for name in GATED_FFN_ACTIVATIONS)}"
-            )
+        d_ff = check.positive_int("d_ff", d_ff, owner=owner)
+        hint = "a plain FFN is FeedForward's" if activation in FFN_ACTIVATIONS else None
+        check.one_of("activation", activation, GATED_FFN_ACTIVATIONS, owner=owner, hint=hint)
+        check.boolean("bias", bias, owner=owner)
+        dropout = check.probability("dropout", dropout, owner=owner)
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
-        _check_bool(bias, "bias", owner)
         self.w_in = nn.Linear(d_model, 2 * d_ff, bias=bias)  # gate and value, fused
         self.w_out = nn.Linear(d_ff, d_model, bias=bias)
-        self.dropout = nn.Dropout(_check_dropout(dropout, owner))
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        _check_features(x, self.d_model, "GatedFeedForward")
+        """Apply the gated FFN to every position of ``x`` on its own.
+
+        Shapes: ``x`` is ``(... d_model)``, typically ``(batch seq d_model)``, in the
+        weights' dtype (any dtype under autocast); the result is ``(... d_model)``.
+        """
+        owner = "GatedFeedForward"
+        check.tensor("x", x, "... d_model", d_model=self.d_model, floating=True, owner=owner)
+        check.same_dtype_and_device(x=x, weight=self.w_in.weight, autocast=True, owner=owner)
         gate, value = rearrange(self.w_in(x), "... (branch d_ff) -> branch ... d_ff", branch=2)
         hidden = GATED_FFN_ACTIVATIONS[self.activation](gate) * value  # (... d_ff)
         return self.w_out(self.dropout(hidden))  # (... d_model)
@@ -232,8 +197,10 @@ def ffn_param_count(d_model: int, d_ff: int, *, gated: bool = False, bias: bool 
     Plain: ``2·d_model·d_ff`` weights, plus ``d_ff + d_model`` biases if ``bias``. Gated
     (``gated=True``): ``3·d_model·d_ff`` weights, plus ``2·d_ff + d_model`` biases.
     """
-    _check_int(d_model, "d_model", "ffn_param_count")
-    _check_int(d_ff, "d_ff", "ffn_param_count")
+    check.positive_int("d_model", d_model, owner="ffn_param_count()")
+    check.positive_int("d_ff", d_ff, owner="ffn_param_count()")
+    check.boolean("gated", gated, owner="ffn_param_count()")
+    check.boolean("bias", bias, owner="ffn_param_count()")
     n_in = 2 * d_ff if gated else d_ff  # a gated FFN projects to gate and value
     weights = d_model * n_in + d_ff * d_model
     biases = n_in + d_model if bias else 0
@@ -272,15 +239,18 @@ class TransformerParamConfig:
 
     def __post_init__(self) -> None:
         owner = f"TransformerParamConfig({self.name!r})"
+        check.string("name", self.name, owner=owner)
         for field in ("d_model", "vocab_size"):
-            _check_int(getattr(self, field), field, owner)
+            check.positive_int(field, getattr(self, field), owner=owner)
         for field in ("n_encoder_layers", "n_decoder_layers", "n_positions", "n_token_types"):
-            _check_int(getattr(self, field), field, owner, minimum=0)
-        _check_int(self.n_extra_norms, "n_extra_norms", owner, minimum=0)
+            check.int_at_least(field, getattr(self, field), 0, owner=owner)
+        check.int_at_least("n_extra_norms", self.n_extra_norms, 0, owner=owner)
         for field in ("gated_ffn", "bias", "norm_bias", "tied_output", "pooler"):
-            _check_bool(getattr(self, field), field, owner)
+            check.boolean(field, getattr(self, field), owner=owner)
         if self.d_ff is not None:
-            _check_int(self.d_ff, "d_ff", owner)
+            check.positive_int("d_ff", self.d_ff, owner=owner)
+        if self.published is not None:
+            check.finite_float("published", self.published, low=0, low_open=True, owner=owner)
         if self.n_encoder_layers + self.n_decoder_layers == 0:
             raise ValueError(f"{owner}: a transformer needs at least one encoder or decoder layer")
 

@@ -17,11 +17,12 @@ Positions follow the course's KV-cache convention: queries sit at absolute posit
 """
 
 import math
-import operator
 
 import torch
 from einops import einsum, rearrange
 from torch import nn
+
+from lib import _checks as check
 
 __all__ = [
     "sinusoidal_positions",
@@ -40,62 +41,38 @@ __all__ = [
 ]
 
 
-def _as_int(name: str, value: object) -> int:
-    """``value`` as an int (Python or NumPy integer, 0-d integer tensor), or a clear error."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got the bool {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}") from None
-
-
-def _int_at_least(name: str, value: object, minimum: int) -> int:
-    """``value`` as an int, or a clear error if it is not an integer ``>= minimum``."""
-    value = _as_int(name, value)
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
 def _check_base(base: float) -> float:
-    if not isinstance(base, (int, float)) or isinstance(base, bool) or not base > 1:
-        raise ValueError(f"base must be a number > 1 (the papers use 10000), got {base!r}")
-    return float(base)
+    """Every scheme's ``base`` (10000 in the papers): a finite number > 1."""
+    return check.finite_float("base", base, low=1, low_open=True, hint="the papers use 10000")
 
 
-def _check_last_dim(x: object, size: int, what: str, axes: str) -> torch.Tensor:
-    """Fail unless ``x`` is a floating tensor ``(... seq size)``."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{what} takes a torch.Tensor, got {type(x).__name__}")
-    if x.ndim < 2 or x.shape[-1] != size:
-        raise ValueError(
-            f"{what} expects x of shape ({axes}) with last axis {size}, got {tuple(x.shape)}"
-        )
-    if not x.is_floating_point():
-        raise TypeError(f"{what} expects a floating-point x, got {x.dtype}")
-    return x
+def _finer_than_tables(dtype: torch.dtype) -> bool:
+    """Whether ``dtype`` is more precise than the float32 in which the tables are stored (even
+    after ``module.double()``), so that rows for it must be computed afresh."""
+    return torch.finfo(dtype).bits > 32
 
 
-def sinusoidal_positions(n_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
+def sinusoidal_positions(
+    n_positions: int, d_model: int, base: float = 10000.0, *, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """The sinusoidal table of Vaswani et al.: ``PE[pos, 2i] = sin(pos / base^(2i/d_model))``
     and ``PE[pos, 2i+1] = cos(pos / base^(2i/d_model))``.
 
-    Shapes: the result is ``(n_positions d_model)``, float32 (computed in float64 so that
-    large positions keep their accuracy). ``d_model`` must be even: dimensions come in
-    (sin, cos) pairs.
+    Shapes: the result is ``(n_positions d_model)`` in ``dtype`` (computed in float64 so that
+    large positions keep their accuracy, then rounded). ``d_model`` must be even: dimensions
+    come in (sin, cos) pairs.
     """
-    n_positions = _int_at_least("n_positions", n_positions, 1)
-    d_model = _int_at_least("d_model", d_model, 2)
-    if d_model % 2:
-        raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
+    n_positions = check.int_at_least("n_positions", n_positions, 0)
+    d_model = check.even("d_model", check.positive_int("d_model", d_model), hint="sin/cos pairs")
     base = _check_base(base)
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
     position = torch.arange(n_positions, dtype=torch.float64)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
     frequency = base ** (-two_i / d_model)  # (pair): one angular frequency per pair
     angle = einsum(position, frequency, "pos, pair -> pos pair")
     table = torch.stack((angle.sin(), angle.cos()), dim=-1)  # (pos pair sin_cos)
-    return rearrange(table, "pos pair sin_cos -> pos (pair sin_cos)").float()
+    return rearrange(table, "pos pair sin_cos -> pos (pair sin_cos)").to(dtype)
 
 
 def sinusoidal_offset_matrix(k: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
@@ -105,10 +82,8 @@ def sinusoidal_offset_matrix(k: int, d_model: int, base: float = 10000.0) -> tor
     per (sin, cos) pair with frequency ``w``, and it depends on the offset ``k`` only.
     ``k`` may be negative. Shapes: the result is ``(d_model d_model)``, float32.
     """
-    k = _as_int("k", k)  # any sign: a negative offset moves back
-    d_model = _int_at_least("d_model", d_model, 2)
-    if d_model % 2:
-        raise ValueError(f"d_model must be even (sin/cos pairs), got {d_model}")
+    k = check.integer("k", k)  # any sign: a negative offset moves back
+    d_model = check.even("d_model", check.positive_int("d_model", d_model), hint="sin/cos pairs")
     base = _check_base(base)
     frequency = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     cos, sin = (k * frequency).cos(), (k * frequency).sin()
@@ -119,32 +94,37 @@ def sinusoidal_offset_matrix(k: int, d_model: int, base: float = 10000.0) -> tor
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds the sinusoidal table to token embeddings (no parameters), then dropout.
 
-    ``forward(x, offset)``: ``x`` is ``(batch seq d_model)`` (any leading axes work); row
-    ``t`` receives ``PE[offset + t]``. The table is precomputed up to ``max_len`` positions;
-    beyond that the rows are computed on the fly, since the formula has no limit.
+    The table is precomputed (float32) up to ``max_len`` positions; rows beyond, or for an
+    input more precise than float32, are computed on the fly, since the formula has no limit.
     """
 
     def __init__(
         self, d_model: int, max_len: int = 4096, dropout: float = 0.0, base: float = 10000.0
     ) -> None:
         super().__init__()
-        self.d_model = _int_at_least("d_model", d_model, 2)
-        self.max_len = _int_at_least("max_len", max_len, 1)
+        self.d_model = check.positive_int("d_model", d_model)
+        self.max_len = check.positive_int("max_len", max_len)
         self.base = _check_base(base)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        dropout = check.probability("dropout", dropout)
         self.register_buffer("pe", sinusoidal_positions(max_len, d_model, base), persistent=False)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        _check_last_dim(x, self.d_model, "SinusoidalPositionalEncoding", "batch seq d_model")
-        offset = _int_at_least("offset", offset, 0)
+        """Add ``PE[offset + t]`` to row ``t`` of ``x``.
+
+        Shapes: ``x`` is ``(batch seq d_model)`` (any leading axes work), floating point, on
+        the module's device; the result has the shape and dtype of ``x``.
+        """
+        owner = "SinusoidalPositionalEncoding"
+        check.tensor("x", x, "... seq d_model", d_model=self.d_model, floating=True, owner=owner)
+        check.same_device(x=x, pe=self.pe, owner=owner)
+        offset = check.int_at_least("offset", offset, 0, owner=owner)
         end = offset + x.shape[-2]
-        if end <= self.max_len:
+        if end <= self.max_len and not _finer_than_tables(x.dtype):
             pe = self.pe[offset:end]
-        else:  # past the cache: the formula still holds
-            pe = sinusoidal_positions(end, self.d_model, self.base)[offset:].to(x.device)
-        return self.dropout(x + pe.to(x.dtype))
+        else:  # past the table, or finer than it: the formula gives any row
+            pe = sinusoidal_positions(end, self.d_model, self.base, dtype=x.dtype)[offset:]
+        return self.dropout(x + pe.to(x.device, x.dtype))
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, max_len={self.max_len}, base={self.base:g}"
@@ -160,14 +140,23 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int, init_std: float = 0.02) -> None:
         super().__init__()
-        self.max_len = _int_at_least("max_len", max_len, 1)
-        self.d_model = _int_at_least("d_model", d_model, 1)
+        self.max_len = check.positive_int("max_len", max_len)
+        self.d_model = check.positive_int("d_model", d_model)
+        init_std = check.finite_float("init_std", init_std, low=0)
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, std=init_std)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        _check_last_dim(x, self.d_model, "LearnedPositionalEmbedding", "batch seq d_model")
-        offset = _int_at_least("offset", offset, 0)
+        """Add ``weight[offset + t]`` to row ``t`` of ``x``.
+
+        Shapes: ``x`` is ``(batch seq d_model)`` (any leading axes work), floating point, on
+        the module's device; the result has the shape and dtype of ``x``.
+        """
+        owner = "LearnedPositionalEmbedding"
+        weight = self.embedding.weight
+        check.tensor("x", x, "... seq d_model", d_model=self.d_model, floating=True, owner=owner)
+        check.same_device(x=x, weight=weight, owner=owner)
+        offset = check.int_at_least("offset", offset, 0, owner=owner)
         end = offset + x.shape[-2]
         if end > self.max_len:
             raise ValueError(
@@ -175,7 +164,7 @@ class LearnedPositionalEmbedding(nn.Module):
                 f"seq={x.shape[-2]}) go past max_len={self.max_len}; a learned table has no "
                 f"row for position {self.max_len} or later. Use a shorter input or a larger max_len."
             )
-        positions = torch.arange(offset, end, device=self.embedding.weight.device)
+        positions = torch.arange(offset, end, device=weight.device)
         return x + self.embedding(positions).to(x.dtype)
 
     def extra_repr(self) -> str:
@@ -187,9 +176,8 @@ def rope_frequencies(d_head: int, base: float = 10000.0) -> torch.Tensor:
 
     Shapes: the result is ``(pair)`` with ``pair = d_head / 2``, float64.
     """
-    d_head = _int_at_least("d_head", d_head, 2)
-    if d_head % 2:
-        raise ValueError(f"RoPE rotates pairs of dimensions, so d_head must be even, got {d_head}")
+    hint = "RoPE rotates pairs of dimensions"
+    d_head = check.even("d_head", check.positive_int("d_head", d_head), hint=hint)
     base = _check_base(base)
     return base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
 
@@ -202,13 +190,9 @@ def rotary_interleaved(x: torch.Tensor, offset: int = 0, base: float = 10000.0) 
     rather than fast: it is the yardstick for :class:`RotaryEmbedding`.
     Shapes: ``x`` is ``(... seq d_head)``, the result the same.
     """
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"rotary_interleaved takes a torch.Tensor, got {type(x).__name__}")
-    if x.ndim < 2:
-        raise ValueError(
-            f"rotary_interleaved expects x of shape (... seq d_head), got {tuple(x.shape)}"
-        )
-    offset = _int_at_least("offset", offset, 0)
+    owner = "rotary_interleaved()"
+    check.tensor("x", x, "... seq d_head", floating=True, owner=owner)
+    offset = check.int_at_least("offset", offset, 0, owner=owner)
     frequency = rope_frequencies(x.shape[-1], base)
     positions = torch.arange(offset, offset + x.shape[-2], dtype=torch.float64)
     angle = einsum(positions, frequency, "pos, pair -> pos pair")
@@ -221,10 +205,10 @@ def rotary_interleaved(x: torch.Tensor, offset: int = 0, base: float = 10000.0) 
 def _rope_cos_sin(
     positions: torch.Tensor, d_head: int, base: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables ``(pos d_head)`` in the half-split layout, float32."""
+    """cos and sin tables ``(pos d_head)`` in the half-split layout, float64."""
     angle = einsum(positions.double(), rope_frequencies(d_head, base), "pos, pair -> pos pair")
     angle = torch.cat((angle, angle), dim=-1)  # both halves of a pair share its angle
-    return angle.cos().float(), angle.sin().float()
+    return angle.cos(), angle.sin()
 
 
 def rope_rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -233,6 +217,8 @@ def rope_rotate_half(x: torch.Tensor) -> torch.Tensor:
     With the half-split pairing (dimension ``i`` pairs with ``i + d/2``), this is the
     quarter turn that ``x * cos + rope_rotate_half(x) * sin`` needs.
     """
+    check.tensor("x", x, "... d", owner="rope_rotate_half()")
+    check.even("the last axis of x", x.shape[-1], owner="rope_rotate_half()")
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
@@ -241,15 +227,16 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     """Rotate each half-split pair of ``x`` by its angle: ``x * cos + rope_rotate_half(x) * sin``.
 
     Shapes: ``x`` is ``(... seq d_head)``; ``cos`` and ``sin`` are ``(seq d_head)`` (or
-    broadcastable to ``x``); the result has the shape of ``x``.
+    broadcastable to ``x``), of the dtype of ``x`` and on its device; the result has the
+    shape and dtype of ``x``.
     """
-    if not all(isinstance(t, torch.Tensor) for t in (x, cos, sin)):
-        raise TypeError("apply_rotary takes three tensors: x, cos and sin")
-    if x.ndim < 2 or x.shape[-1] % 2:
-        raise ValueError(f"apply_rotary: d_head must be even, got x of shape {tuple(x.shape)}")
+    owner = "apply_rotary()"
+    check.tensor("x", x, "... seq d_head", floating=True, owner=owner)
+    check.even("d_head", x.shape[-1], owner=owner)
+    check.same_dtype_and_device(x=x, cos=cos, sin=sin, owner=owner)
     if cos.shape != sin.shape or cos.shape[-2:] != x.shape[-2:]:
         raise ValueError(
-            f"apply_rotary: cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must both end in "
+            f"{owner}: cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must both end in "
             f"(seq d_head) = {tuple(x.shape[-2:])}, the last two axes of x {tuple(x.shape)}"
         )
     return x * cos + rope_rotate_half(x) * sin
@@ -261,40 +248,48 @@ class RotaryEmbedding(nn.Module):
     Pairing convention: **half-split** (dimension ``i`` pairs with ``i + d_head/2``), as in
     GPT-NeoX and the Hugging Face LLaMA code; it equals the paper's interleaved pairing up to
     a fixed permutation of the dimensions. ``cos``/``sin`` tables ``(max_len d_head)`` are
-    precomputed buffers (angles computed in float64, stored in float32, so a float64 input
-    is rotated to float32 accuracy); positions past ``max_len`` are computed on the fly.
-
-    ``forward(x, offset)``: ``x`` is ``(... seq d_head)``, typically ``(batch heads seq
-    d_head)``; position ``offset + t`` rotates row ``t``. The result has the shape of ``x``.
+    precomputed buffers (angles computed in float64, stored in float32); rows past
+    ``max_len``, or for an input more precise than the tables (float64), are computed on the
+    fly, so a float64 input is rotated to float64 accuracy.
     """
 
     def __init__(self, d_head: int, max_len: int = 4096, base: float = 10000.0) -> None:
         super().__init__()
-        self.d_head = _int_at_least("d_head", d_head, 2)
-        if d_head % 2:
-            raise ValueError(
-                f"RoPE rotates pairs of dimensions, so d_head must be even, got {d_head}"
-            )
-        self.max_len = _int_at_least("max_len", max_len, 1)
+        hint = "RoPE rotates pairs of dimensions"
+        self.d_head = check.even("d_head", check.positive_int("d_head", d_head), hint=hint)
+        self.max_len = check.positive_int("max_len", max_len)
         self.base = _check_base(base)
         cos, sin = _rope_cos_sin(torch.arange(max_len), d_head, self.base)
-        self.register_buffer("cos_cached", cos, persistent=False)  # (pos d_head)
-        self.register_buffer("sin_cached", sin, persistent=False)
+        self.register_buffer("cos_cached", cos.float(), persistent=False)  # (pos d_head)
+        self.register_buffer("sin_cached", sin.float(), persistent=False)
 
-    def cos_sin(self, offset: int, seq: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The ``(seq d_head)`` cos and sin rows for positions ``offset .. offset + seq - 1``."""
-        offset = _int_at_least("offset", offset, 0)
-        end = offset + _int_at_least("seq", seq, 0)
-        if end <= self.max_len:
-            return self.cos_cached[offset:end], self.sin_cached[offset:end]
+    def cos_sin(
+        self, offset: int, seq: int, dtype: torch.dtype | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``(seq d_head)`` cos and sin rows for positions ``offset .. offset + seq - 1``,
+        in ``dtype`` (default: the tables' dtype)."""
+        offset = check.int_at_least("offset", offset, 0)
+        end = offset + check.int_at_least("seq", seq, 0)
+        table = self.cos_cached
+        dtype = table.dtype if dtype is None else dtype
+        if end <= self.max_len and not _finer_than_tables(dtype):
+            return self.cos_cached[offset:end].to(dtype), self.sin_cached[offset:end].to(dtype)
+        # past the tables, or finer than them: compute these rows (in float64, then round)
         cos, sin = _rope_cos_sin(torch.arange(offset, end), self.d_head, self.base)
-        return cos.to(self.cos_cached.device), sin.to(self.sin_cached.device)
+        return cos.to(table.device, dtype), sin.to(table.device, dtype)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        _check_last_dim(x, self.d_head, "RotaryEmbedding", "... seq d_head")
-        offset = _int_at_least("offset", offset, 0)
-        cos, sin = self.cos_sin(offset, x.shape[-2])
-        return apply_rotary(x, cos.to(x.dtype), sin.to(x.dtype))
+        """Rotate row ``t`` of ``x`` (a query or a key) to position ``offset + t``.
+
+        Shapes: ``x`` is ``(... seq d_head)``, typically ``(batch heads seq d_head)``,
+        floating point, on the module's device; the result has the shape and dtype of ``x``.
+        """
+        owner = "RotaryEmbedding"
+        check.tensor("x", x, "... seq d_head", d_head=self.d_head, floating=True, owner=owner)
+        check.same_device(x=x, cos_cached=self.cos_cached, owner=owner)
+        offset = check.int_at_least("offset", offset, 0, owner=owner)
+        cos, sin = self.cos_sin(offset, x.shape[-2], x.dtype)
+        return apply_rotary(x, cos, sin)
 
     def extra_repr(self) -> str:
         return f"d_head={self.d_head}, max_len={self.max_len}, base={self.base:g}"
@@ -307,7 +302,7 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     then every other slope of ``2m`` heads, ``2^(-4h/m)`` for odd ``h``, until there are
     ``n_heads``. Shapes: the result is ``(heads)``, float32.
     """
-    n_heads = _int_at_least("n_heads", n_heads, 1)
+    n_heads = check.positive_int("n_heads", n_heads)
 
     def geometric(n: int) -> list[float]:
         return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
@@ -319,9 +314,9 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 
 def _query_key_distance(q_len: int, k_len: int, offset: int, device: torch.device) -> torch.Tensor:
     """``i - j`` for query position ``i = offset + row`` and key position ``j``: ``(q_pos k_pos)``."""
-    q_len = _int_at_least("q_len", q_len, 1)
-    k_len = _int_at_least("k_len", k_len, 1)
-    offset = _int_at_least("offset", offset, 0)
+    q_len = check.positive_int("q_len", q_len)
+    k_len = check.positive_int("k_len", k_len)
+    offset = check.int_at_least("offset", offset, 0)
     query = torch.arange(offset, offset + q_len, device=device)
     key = torch.arange(k_len, device=device)
     return rearrange(query, "q_pos -> q_pos 1") - rearrange(key, "k_pos -> 1 k_pos")
@@ -339,13 +334,15 @@ class ALiBi(nn.Module):
 
     def __init__(self, n_heads: int, causal: bool = True) -> None:
         super().__init__()
-        self.n_heads = _int_at_least("n_heads", n_heads, 1)
-        if not isinstance(causal, bool):
-            raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-        self.causal = causal
+        self.n_heads = check.positive_int("n_heads", n_heads)
+        self.causal = check.boolean("causal", causal)
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)  # (heads)
 
     def forward(self, q_len: int, k_len: int, offset: int = 0) -> torch.Tensor:
+        """The bias for queries at ``offset .. offset + q_len - 1`` and keys at ``0 .. k_len - 1``.
+
+        Shapes: the result is ``(heads q_pos k_pos)``, float32, on the module's device.
+        """
         distance = _query_key_distance(q_len, k_len, offset, self.slopes.device)
         bias = -einsum(
             self.slopes, distance.abs().float(), "heads, q_pos k_pos -> heads q_pos k_pos"
@@ -376,20 +373,12 @@ def t5_relative_position_bucket(
     """
     if not isinstance(relative_position, torch.Tensor):
         relative_position = torch.as_tensor(relative_position)
-    if (
-        relative_position.is_floating_point()
-        or relative_position.is_complex()
-        or relative_position.dtype == torch.bool
-    ):
-        raise TypeError(
-            f"relative_position must hold integers, got dtype {relative_position.dtype}"
-        )
-    num_buckets = _int_at_least("num_buckets", num_buckets, 4 if bidirectional else 2)
-    if bidirectional and num_buckets % 2:
-        raise ValueError(
-            f"bidirectional buckets are split in two halves, so num_buckets must be even, got {num_buckets}"
-        )
-    max_distance = _int_at_least("max_distance", max_distance, 1)
+    check.tensor("relative_position", relative_position, integer=True)
+    bidirectional = check.boolean("bidirectional", bidirectional)
+    num_buckets = check.int_at_least("num_buckets", num_buckets, 4 if bidirectional else 2)
+    if bidirectional:
+        check.even("num_buckets", num_buckets, hint="bidirectional buckets come in two halves")
+    max_distance = check.positive_int("max_distance", max_distance)
     distance = -relative_position.long()  # how far back the key is: > 0 for past keys
     bucket = torch.zeros_like(distance)
     if bidirectional:
@@ -430,22 +419,21 @@ class T5RelativePositionBias(nn.Module):
         init_std: float = 0.02,
     ) -> None:
         super().__init__()
-        self.n_heads = _int_at_least("n_heads", n_heads, 1)
-        if not isinstance(bidirectional, bool):
-            raise TypeError(f"bidirectional must be a bool, got {type(bidirectional).__name__}")
-        # Bucket one dummy position, only to validate num_buckets and max_distance now.
-        t5_relative_position_bucket(
-            torch.zeros(1, dtype=torch.long), bidirectional, num_buckets, max_distance
-        )
-        self.num_buckets, self.max_distance, self.bidirectional = (
-            num_buckets,
-            max_distance,
-            bidirectional,
-        )
-        self.relative_attention_bias = nn.Embedding(num_buckets, n_heads)
+        self.n_heads = check.positive_int("n_heads", n_heads)
+        self.bidirectional = check.boolean("bidirectional", bidirectional)
+        self.num_buckets = check.integer("num_buckets", num_buckets)
+        self.max_distance = check.integer("max_distance", max_distance)
+        init_std = check.finite_float("init_std", init_std, low=0)
+        # Bucket one dummy position, only to check num_buckets and max_distance now.
+        t5_relative_position_bucket(0, bidirectional, num_buckets, max_distance)
+        self.relative_attention_bias = nn.Embedding(self.num_buckets, self.n_heads)
         nn.init.normal_(self.relative_attention_bias.weight, std=init_std)
 
     def forward(self, q_len: int, k_len: int, offset: int = 0) -> torch.Tensor:
+        """The bias for queries at ``offset .. offset + q_len - 1`` and keys at ``0 .. k_len - 1``.
+
+        Shapes: the result is ``(heads q_pos k_pos)``, in the table's dtype and on its device.
+        """
         device = self.relative_attention_bias.weight.device
         relative = -_query_key_distance(q_len, k_len, offset, device)  # key_pos - query_pos
         bucket = t5_relative_position_bucket(

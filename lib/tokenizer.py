@@ -6,7 +6,8 @@
 * :func:`gpt2_pretokenize` cuts text into words with GPT-2's regular expression.
 * :func:`count_adjacent_pairs`, :func:`merge_adjacent_pair` and :func:`train_bpe_merges`
   are the pieces of byte pair encoding; :class:`BPETokenizer` puts them together with
-  special tokens, a cached encoder, exact decoding and JSON save/load.
+  special tokens, a cached encoder, exact decoding, streaming encoding of a file too large
+  for memory (``encode_iterable``) and JSON save/load.
 * :func:`chars_per_token` measures compression.
 """
 
@@ -16,12 +17,14 @@ import heapq
 import json
 import os
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from itertools import pairwise
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import chain, pairwise
 from pathlib import Path
 from typing import Any
 
 import regex
+
+from lib import _checks as check
 
 __all__ = [
     "GPT2_SPLIT_PATTERN",
@@ -37,23 +40,18 @@ __all__ = [
 
 def _as_id_list(ids: Any, vocab_size: int, owner: str) -> list[int]:
     """``ids`` (a sequence, array or 1-D tensor of ints) as a list, each checked to be in range."""
-    if isinstance(ids, (str, bytes)):
-        raise TypeError(
-            f"{owner}.decode() takes a sequence of integer ids, got {type(ids).__name__}"
-        )
     if hasattr(ids, "tolist"):  # torch tensors and NumPy arrays
         ids = ids.tolist()
-    if not isinstance(ids, Iterable):
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
         raise TypeError(
             f"{owner}.decode() takes a sequence of integer ids, got {type(ids).__name__}"
         )
     ids = list(ids)
     for position, token_id in enumerate(ids):
-        if not isinstance(token_id, int) or isinstance(token_id, bool):
-            raise TypeError(
-                f"{owner}.decode(): element {position} is {token_id!r} "
-                f"({type(token_id).__name__}); ids must be ints in a 1-D sequence"
-            )
+        if type(token_id) is not int:  # NumPy ints are converted; bools, floats, lists refused
+            hint = "ids must be ints in a 1-D sequence"
+            name, where = f"ids[{position}]", f"{owner}.decode()"
+            ids[position] = check.integer(name, token_id, owner=where, hint=hint)
     if ids and (min(ids) < 0 or max(ids) >= vocab_size):
         position, bad = next((p, i) for p, i in enumerate(ids) if not 0 <= i < vocab_size)
         raise ValueError(
@@ -61,6 +59,17 @@ def _as_id_list(ids: Any, vocab_size: int, owner: str) -> list[int]:
             f"vocabulary of {vocab_size} tokens (valid ids are 0..{vocab_size - 1})"
         )
     return ids
+
+
+def _checked_lines(lines: Iterable[str], owner: str) -> Iterator[str]:
+    """``lines`` (checked now: an iterable, not one str), yielding each item checked to be a str."""
+    if isinstance(lines, (str, bytes)) or not isinstance(lines, Iterable):
+        raise TypeError(
+            f"{owner} takes an iterable of str (an open text file, a list of lines), "
+            f"got {type(lines).__name__}; encode() takes one str"
+        )
+    hint = "open files in text mode"
+    return (check.string(f"line {n}", line, owner=owner, hint=hint) for n, line in enumerate(lines))
 
 
 class CharTokenizer:
@@ -72,10 +81,7 @@ class CharTokenizer:
     """
 
     def __init__(self, text: str) -> None:
-        if not isinstance(text, str):
-            raise TypeError(f"CharTokenizer is built from a str, got {type(text).__name__}")
-        if not text:
-            raise ValueError("CharTokenizer needs a non-empty text to take its alphabet from")
+        check.string("text", text, nonempty=True, owner="CharTokenizer")
         self.chars: list[str] = sorted(set(text))
         self.char_to_id: dict[str, int] = {c: i for i, c in enumerate(self.chars)}
 
@@ -85,8 +91,7 @@ class CharTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """The ids of the characters of ``text``, one per character."""
-        if not isinstance(text, str):
-            raise TypeError(f"CharTokenizer.encode() takes a str, got {type(text).__name__}")
+        check.string("text", text, owner="CharTokenizer.encode()")
         try:
             return [self.char_to_id[c] for c in text]
         except KeyError:
@@ -96,6 +101,11 @@ class CharTokenizer:
                 f"tokenizer's alphabet of {self.vocab_size} characters; build the CharTokenizer "
                 "from a text that contains it"
             ) from None
+
+    def encode_iterable(self, lines: Iterable[str]) -> Iterator[int]:
+        """The ids of ``"".join(lines)``, produced lazily, one line in memory at a time."""
+        lines = _checked_lines(lines, "CharTokenizer.encode_iterable()")
+        return chain.from_iterable(map(self.encode, lines))
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids``: a list, array or tensor of shape ``(seq,)``, one id a character."""
@@ -138,11 +148,11 @@ def merge_adjacent_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) 
     """
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
         raise TypeError(f"merge_adjacent_pair() takes a sequence of ids, got {type(ids).__name__}")
-    if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(i, int) for i in pair)):
+    if not (isinstance(pair, tuple) and len(pair) == 2):
         raise ValueError(f"pair must be a tuple of two int ids, got {pair!r}")
-    if not isinstance(new_id, int):
-        raise TypeError(f"new_id must be an int, got {type(new_id).__name__}")
-    return _merge_ids(ids, pair[0], pair[1], new_id)
+    left, right = (check.int_at_least(f"pair[{i}]", pair[i], 0) for i in (0, 1))
+    new_id = check.int_at_least("new_id", new_id, 0)
+    return _merge_ids(ids, left, right, new_id)
 
 
 GPT2_SPLIT_PATTERN = (
@@ -153,8 +163,7 @@ _GPT2_SPLIT = regex.compile(GPT2_SPLIT_PATTERN)
 
 def gpt2_pretokenize(text: str) -> list[str]:
     """Cut ``text`` into GPT-2's pre-tokens; ``"".join(gpt2_pretokenize(t)) == t``."""
-    if not isinstance(text, str):
-        raise TypeError(f"gpt2_pretokenize() takes a str, got {type(text).__name__}")
+    check.string("text", text, owner="gpt2_pretokenize()")
     return _GPT2_SPLIT.findall(text)
 
 
@@ -164,20 +173,26 @@ def train_bpe_merges(
     """Learn up to ``n_merges`` BPE merges from words (tuples of ids) and their counts.
 
     Returns ``[((a, b), count), ...]`` in merge order; the k-th merge creates id
-    ``first_id + k``. Each step merges the pair with the largest count, ties broken by the
-    smallest ``(a, b)``. Training stops early when no pair is left (every word is one token).
+    ``first_id + k``, so the words' ids must lie in ``0 .. first_id - 1``. Each step merges
+    the pair with the largest count, ties broken by the smallest ``(a, b)``. Training stops
+    early when no pair is left (every word is one token).
     """
-    if not isinstance(n_merges, int) or isinstance(n_merges, bool) or n_merges < 0:
-        raise ValueError(f"n_merges must be a non-negative int, got {n_merges!r}")
+    n_merges = check.int_at_least("n_merges", n_merges, 0)
+    first_id = check.int_at_least("first_id", first_id, 0)
+    if not isinstance(word_counts, Mapping):
+        raise TypeError(f"word_counts must map words to counts, got {type(word_counts).__name__}")
     words: list[tuple[int, ...]] = []
     freqs: list[int] = []
     for word, count in word_counts.items():
         if not isinstance(word, tuple):
             raise TypeError(f"words must be tuples of ids, got {type(word).__name__}: {word!r}")
-        if not isinstance(count, int) or count <= 0:
-            raise ValueError(f"word {word!r} has count {count!r}; counts must be positive ints")
+        if not all(type(i) is int and 0 <= i < first_id for i in word):
+            raise ValueError(
+                f"word {word!r} holds an id outside 0..{first_id - 1}: the ids from "
+                f"first_id={first_id} on are the new ids that the merges create"
+            )
         words.append(word)
-        freqs.append(count)
+        freqs.append(check.positive_int(f"the count of word {word!r}", count))
 
     pair_counts: defaultdict[tuple[int, int], int] = defaultdict(int)
     where: defaultdict[tuple[int, int], set[int]] = defaultdict(set)
@@ -221,6 +236,13 @@ def train_bpe_merges(
     return merges
 
 
+# Where encode_iterable may cut a stream without changing any pre-token: (1) after a lone
+# whitespace character other than a space, between two non-space characters; (2) inside a
+# run of whitespace, before its last character, when a non-space character that cannot start
+# a special token ({starts}) follows.
+_SAFE_CUT = r"(?<=\S[^\S ])(?=\S)|(?<=\s)(?=\s[^\s{starts}])"
+
+
 class BPETokenizer:
     """Byte-level BPE with GPT-2's pre-tokenization, trained from scratch.
 
@@ -258,6 +280,10 @@ class BPETokenizer:
             if longest_first
             else None
         )
+        # Where encode_iterable may cut a stream (see _SAFE_CUT): never just before a
+        # character that may start a special token.
+        starts = "".join(sorted({regex.escape(t[0], special_only=True) for t in longest_first}))
+        self._safe_cut = regex.compile(_SAFE_CUT.format(starts=starts))
 
     @property
     def vocab_size(self) -> int:
@@ -271,11 +297,9 @@ class BPETokenizer:
                 f"write [{special_tokens!r}]"
             )
         tokens = list(special_tokens)
-        for token in tokens:
-            if not isinstance(token, str):
-                raise TypeError(f"special tokens must be strings, got {token!r}")
-            if not token:
-                raise ValueError("a special token cannot be the empty string")
+        for i, token in enumerate(tokens):
+            check.string(f"special_tokens[{i}]", token, nonempty=True)
+            _check_utf8(token)
         if len(set(tokens)) != len(tokens):
             raise ValueError(f"special tokens must be distinct, got {tokens}")
         return tokens
@@ -288,7 +312,7 @@ class BPETokenizer:
         specials = cls._check_special_tokens(special_tokens)
         tokenizer = cls()
         next_id = 256 + len(specials)
-        checked = []
+        checked: dict[tuple[int, int], int] = {}  # pair -> rank
         for rank, pair in enumerate(merges):
             if (
                 not isinstance(pair, (tuple, list))
@@ -304,10 +328,15 @@ class BPETokenizer:
                 )
             if 256 <= left < 256 + len(specials) or 256 <= right < 256 + len(specials):
                 raise ValueError(f"merge {rank} ({left}, {right}) uses a special token's id")
-            checked.append((left, right))
+            if (left, right) in checked:  # its second id could never be produced by encode
+                raise ValueError(
+                    f"merge {rank} ({left}, {right}) repeats merge {checked[left, right]}; "
+                    "a pair is merged once"
+                )
+            checked[left, right] = rank
             next_id += 1
         tokenizer.special_tokens = {token: 256 + i for i, token in enumerate(specials)}
-        tokenizer.merges = checked
+        tokenizer.merges = list(checked)
         tokenizer._rebuild()
         return tokenizer
 
@@ -318,10 +347,8 @@ class BPETokenizer:
         Ties between equally frequent pairs go to the smallest pair of ids. If the text runs
         out of pairs first, the vocabulary is smaller than ``vocab_size``.
         """
-        if not isinstance(text, str):
-            raise TypeError(f"BPETokenizer.train() takes a str, got {type(text).__name__}")
-        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool):
-            raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
+        check.string("text", text, owner="BPETokenizer.train()")
+        vocab_size = check.integer("vocab_size", vocab_size, owner="BPETokenizer.train()")
         specials = self._check_special_tokens(special_tokens)
         base = 256 + len(specials)
         if vocab_size < base:
@@ -359,8 +386,7 @@ class BPETokenizer:
 
     def encode(self, text: str) -> list[int]:
         """The ids of ``text``: special tokens first, then pre-tokens, each through the merges."""
-        if not isinstance(text, str):
-            raise TypeError(f"BPETokenizer.encode() takes a str, got {type(text).__name__}")
+        check.string("text", text, owner="BPETokenizer.encode()")
         chunks = self._special_split.split(text) if self._special_split else [text]
         cache = self._cache
         ids: list[int] = []
@@ -380,6 +406,44 @@ class BPETokenizer:
             _check_utf8(text)
             raise
         return ids
+
+    def encode_iterable(self, lines: Iterable[str]) -> Iterator[int]:
+        """The ids of ``"".join(lines)``, equal to ``encode`` of it, produced lazily.
+
+        ``lines`` is any iterable of str, such as a file opened in text mode. Text is held
+        only back to the last place where cutting it cannot change the ids (see
+        :data:`_SAFE_CUT`): in ordinary text, the last line or two.
+        """
+        owner = "BPETokenizer.encode_iterable()"
+        lines = _checked_lines(lines, owner)
+        for token in self.special_tokens:
+            if regex.search(r"\s", token):
+                raise ValueError(
+                    f"{owner} cuts the text at whitespace, so it cannot stream with the special "
+                    f"token {token!r}, which contains whitespace; use encode()"
+                )
+        return self._encode_stream(lines)
+
+    def _encode_stream(self, lines: Iterator[str]) -> Iterator[int]:
+        pending: list[str] = []  # text not yet encoded, from position `start` to `end`
+        start = end = 0
+        tail = ""  # the last three characters seen, for the lookbehind of a cut
+        for line in lines:
+            window, window_start = tail + line, end - len(tail)
+            pending.append(line)
+            end += len(line)
+            tail = window[-3:]
+            # New cut positions begin one character before the line (a cut needs the
+            # character after it); keep the last one.
+            cut = None
+            for match in self._safe_cut.finditer(window, max(len(window) - len(line) - 1, 0)):
+                cut = window_start + match.start()
+            if cut is not None and cut > start:
+                text = "".join(pending)
+                yield from self.encode(text[: cut - start])
+                pending, start = [text[cut - start :]], cut
+        if end > start:
+            yield from self.encode("".join(pending))
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids`` (a list, array or tensor of shape ``(seq,)``).
@@ -451,8 +515,9 @@ def _check_utf8(text: str) -> None:
 
 def chars_per_token(text: str, ids: Sequence[int]) -> float:
     """Compression of an encoding: ``len(text) / len(ids)`` (characters, not bytes, per token)."""
-    if not isinstance(text, str):
-        raise TypeError(f"chars_per_token() takes the text as a str, got {type(text).__name__}")
+    check.string("text", text, owner="chars_per_token()")
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__len__"):
+        raise TypeError(f"chars_per_token() takes ids as a sequence, got {type(ids).__name__}")
     if len(ids) == 0:
         raise ValueError("chars_per_token() needs at least one token")
     return len(text) / len(ids)

@@ -613,7 +613,9 @@ def test_kv_cache_select_reorders_beams_and_crop_rolls_back():
     keys, values = torch.randn(3, 2, 5, 4), torch.randn(3, 2, 5, 4)
     cache = KVCache(keys, values)
     chosen = cache.select(torch.tensor([2, 2, 0]))
-    assert torch.equal(chosen.keys, keys[[2, 2, 0]]) and torch.equal(chosen.values, values[[2, 2, 0]])
+    assert torch.equal(chosen.keys, keys[[2, 2, 0]]) and torch.equal(
+        chosen.values, values[[2, 2, 0]]
+    )
     cropped = cache.crop(3)
     assert cropped.seq_len == 3 and torch.equal(cropped.keys, keys[:, :, :3])
     with pytest.raises(IndexError, match="out of range for a batch of 3"):

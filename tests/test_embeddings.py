@@ -38,17 +38,51 @@ def test_init_embedding_is_reproducible_with_a_generator():
 @pytest.mark.parametrize(
     ("weight", "std", "kwargs", "error", "match"),
     [
-        (torch.empty(3), 1.0, {}, ValueError, r"2-D tensor \(vocab d_model\), got \(3,\)"),
-        (torch.empty(3, 2, dtype=torch.long), 1.0, {}, TypeError, "floating point"),
+        (
+            torch.empty(3),
+            1.0,
+            {},
+            ValueError,
+            r"weight must have shape \(vocab d_model\), got shape \(3,\)",
+        ),
+        (
+            torch.empty(3, 2, dtype=torch.long),
+            1.0,
+            {},
+            TypeError,
+            "weight must be a floating-point",
+        ),
         (torch.empty(3, 2), -1.0, {}, ValueError, "std must be a finite number >= 0, got -1.0"),
         (torch.empty(3, 2), float("nan"), {}, ValueError, "std must be a finite number"),
-        (torch.empty(3, 2), 1.0, {"padding_idx": 3}, ValueError, r"padding_idx=3 .* 0\.\.2"),
+        (
+            torch.empty(3, 2),
+            float("inf"),
+            {},
+            ValueError,
+            "std must be a finite number >= 0, got inf",
+        ),
+        (torch.empty(3, 2), True, {}, TypeError, "std must be a number, got bool True"),
+        (
+            torch.empty(3, 2),
+            1.0,
+            {"padding_idx": 3},
+            ValueError,
+            r"padding_idx must be an int in 0\.\.2, got 3",
+        ),
         (torch.empty(3, 2), 1.0, {"padding_idx": 1.0}, TypeError, "padding_idx must be an int"),
     ],
 )
 def test_init_embedding_rejects_bad_input(weight, std, kwargs, error, match):
     with pytest.raises(error, match=match):
         init_embedding_(weight, std, **kwargs)
+
+
+def test_init_embedding_checks_padding_idx_before_touching_the_weight():
+    # Before: the weight was redrawn, then the bad padding_idx raised: a failed call changed it.
+    weight = torch.ones(3, 2)
+    with pytest.raises(ValueError, match="padding_idx"):
+        init_embedding_(weight, 1.0, padding_idx=5)
+    assert torch.equal(weight, torch.ones(3, 2))
 
 
 # --- TokenEmbedding ----------------------------------------------------------------------------
@@ -126,9 +160,17 @@ def test_empty_input_gives_empty_output():
             r"token id 12 is out of range for vocab_size=10 .*largest valid id is 9",
         ),
         (torch.tensor([3, -1]), ValueError, r"token id -1 is negative; ids must be in 0\.\.9"),
-        (torch.tensor([1.0, 2.0]), TypeError, "integer token ids, got dtype torch.float32"),
-        (torch.tensor([True, False]), TypeError, "integer token ids, got dtype torch.bool"),
-        ([1, 2], TypeError, "takes a tensor of token ids, got list"),
+        (
+            torch.tensor([1.0, 2.0]),
+            TypeError,
+            "token_ids must be an integer tensor, got dtype torch.float32; token ids are indices",
+        ),
+        (
+            torch.tensor([True, False]),
+            TypeError,
+            "token_ids must be an integer tensor, got dtype torch.bool",
+        ),
+        ([1, 2], TypeError, r"token_ids must be a torch.Tensor, got list \[1, 2\]"),
     ],
 )
 def test_bad_ids_are_clear_errors(ids, error, match):
@@ -141,19 +183,48 @@ def test_check_ids_false_skips_the_check():
     embed = TokenEmbedding(10, 4, check_ids=False)
     with pytest.raises(IndexError):  # PyTorch's own error, not ours
         embed(torch.tensor([12]))
+    with pytest.raises(TypeError, match="integer tensor"):  # the cheap checks stay
+        embed(torch.tensor([1.0]))
+
+
+def test_small_integer_dtypes_are_accepted():
+    embed = TokenEmbedding(10, 4)
+    ids = torch.tensor([[1, 9]])
+    for dtype in (torch.uint8, torch.int16, torch.int32):
+        assert torch.equal(embed(ids.to(dtype)), embed(ids))
+
+
+def test_ids_on_another_device_are_a_clear_error():
+    embed = TokenEmbedding(10, 4)
+    with pytest.raises(
+        ValueError, match=r"token_ids and weight must be on one device, got token_ids on meta"
+    ):
+        embed(torch.zeros(2, dtype=torch.long, device="meta"))
 
 
 @pytest.mark.parametrize(
-    ("args", "kwargs", "match"),
+    ("args", "kwargs", "error", "match"),
     [
-        ((0, 4), {}, "vocab_size must be a positive int, got 0"),
-        ((10, 2.5), {}, "d_model must be a positive int, got 2.5"),
-        ((10, 4), {"padding_idx": 10}, r"padding_idx must be None or an id in 0\.\.9, got 10"),
-        ((10, 4), {"padding_idx": -1}, r"padding_idx must be None or an id in 0\.\.9, got -1"),
+        ((0, 4), {}, ValueError, "vocab_size must be an int >= 1, got 0"),
+        ((10, 2.5), {}, TypeError, "d_model must be an int, got float 2.5"),
+        ((True, 4), {}, TypeError, "vocab_size must be an int, got bool True"),
+        ((10, 4), {"padding_idx": 10}, ValueError, r"padding_idx must be an int in 0\.\.9, got 10"),
+        ((10, 4), {"padding_idx": -1}, ValueError, r"padding_idx must be an int in 0\.\.9, got -1"),
+        # before: bool("no") is True, so the vectors were silently scaled
+        ((10, 4), {"scale": "no"}, TypeError, "scale must be True or False, got str 'no'"),
+        ((10, 4), {"check_ids": 0}, TypeError, "check_ids must be True or False, got int 0"),
+        # before: NaN reached init_embedding_ and was reported as a bad "std"
+        (
+            (10, 4),
+            {"init_std": float("nan")},
+            ValueError,
+            "init_std must be a finite number >= 0, got nan",
+        ),
+        ((10, 4), {"init_std": -0.1}, ValueError, "init_std must be a finite number >= 0"),
     ],
 )
-def test_token_embedding_rejects_bad_construction(args, kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_token_embedding_rejects_bad_construction(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
         TokenEmbedding(*args, **kwargs)
 
 
@@ -239,6 +310,44 @@ def test_unembedding_rejects_a_bad_tie(kwargs, error, match):
         Unembedding(4, 10, **kwargs)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        # before: bool("yes") made a bias silently
+        ({"bias": "yes"}, TypeError, "bias must be True or False, got str 'yes'"),
+        ({"init_std": float("inf")}, ValueError, "init_std must be a finite number >= 0, got inf"),
+        # before: ignored without a word when tied
+        (
+            {"init_std": -1.0, "tie_to": TokenEmbedding(10, 4)},
+            ValueError,
+            "init_std must be a finite",
+        ),
+        ({}, None, None),
+    ],
+)
+def test_unembedding_checks_its_options(kwargs, error, match):
+    if error is None:
+        assert Unembedding(4, 10, **kwargs).bias is None
+        return
+    with pytest.raises(error, match=match):
+        Unembedding(4, 10, **kwargs)
+
+
+def test_unembedding_dtype_and_device_must_match_the_weight():
+    head = Unembedding(4, 10)
+    # before: "expected scalar type Double but found Float" from inside einsum
+    with pytest.raises(
+        TypeError,
+        match="hidden and weight must share a dtype, got hidden torch.float64, weight torch.float32",
+    ):
+        head(torch.randn(2, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="hidden and weight must be on one device"):
+        head(torch.randn(2, 4, device="meta"))
+    assert head.double()(torch.randn(2, 4, dtype=torch.float64)).dtype == torch.float64
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts the weight itself
+        assert Unembedding(4, 10)(torch.randn(2, 4, dtype=torch.bfloat16)).shape == (2, 10)
+
+
 def test_unembedding_accepts_a_plain_nn_embedding():
     embed = nn.Embedding(10, 4)
     head = Unembedding(4, 10, tie_to=embed)
@@ -248,10 +357,18 @@ def test_unembedding_accepts_a_plain_nn_embedding():
 @pytest.mark.parametrize(
     ("hidden", "error", "match"),
     [
-        (torch.randn(2, 5), ValueError, r"expects \(\.\.\. d_model=4\), got shape \(2, 5\)"),
+        (
+            torch.randn(2, 5),
+            ValueError,
+            r"hidden must have shape \(\.\.\. d_model\) with d_model=4, got shape \(2, 5\)",
+        ),
         (torch.tensor(1.0), ValueError, r"got shape \(\)"),
-        (torch.tensor([[1, 2, 3, 4]]), TypeError, "did you pass token ids"),
-        ([1.0, 2.0, 3.0, 4.0], TypeError, "takes a tensor, got list"),
+        (
+            torch.tensor([[1, 2, 3, 4]]),
+            TypeError,
+            r"floating-point tensor, got dtype torch.int64 \(ids\? embed them first\)",
+        ),
+        ([1.0, 2.0, 3.0, 4.0], TypeError, "hidden must be a torch.Tensor, got list"),
     ],
 )
 def test_unembedding_rejects_bad_hidden(hidden, error, match):
@@ -285,14 +402,22 @@ def test_untied_counts_the_matrix_twice():
 
 
 @pytest.mark.parametrize(
-    ("args", "kwargs", "match"),
+    ("args", "kwargs", "error", "match"),
     [
-        ((0, 10), {}, "vocab_size must be a positive int, got 0"),
-        ((10, -1), {}, "d_model must be a positive int, got -1"),
-        ((10, 10), {"n_positions": -5}, "n_positions must be an int >= 0, got -5"),
-        ((10, 10), {"n_segment_types": 1.5}, "n_segment_types must be an int >= 0, got 1.5"),
+        ((0, 10), {}, ValueError, "vocab_size must be an int >= 1, got 0"),
+        ((10, -1), {}, ValueError, "d_model must be an int >= 1, got -1"),
+        ((10, 10), {"n_positions": -5}, ValueError, "n_positions must be an int >= 0, got -5"),
+        (
+            (10, 10),
+            {"n_segment_types": 1.5},
+            TypeError,
+            "n_segment_types must be an int, got float 1.5",
+        ),
+        # before: bool("no") is True, so the count was silently that of a tied model
+        ((10, 10), {"tied": "no"}, TypeError, "tied must be True or False, got str 'no'"),
+        ((10, 10), {"output_bias": 1}, TypeError, "output_bias must be True or False, got int 1"),
     ],
 )
-def test_param_count_rejects_bad_input(args, kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_param_count_rejects_bad_input(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
         embedding_param_count(*args, **kwargs)

@@ -70,6 +70,8 @@ def test_activations_reject_non_float(fn):
 def test_swish_rejects_bad_beta():
     with pytest.raises(ValueError, match="beta must be a finite number, got nan"):
         swish(torch.ones(2), beta=float("nan"))
+    with pytest.raises(ValueError, match="beta must be a finite number, got inf"):
+        swish(torch.ones(2), beta=float("inf"))
     with pytest.raises(TypeError, match="beta must be a number, got str"):
         swish(torch.ones(2), beta="1")
 
@@ -145,9 +147,9 @@ def test_feedforward_errors_name_the_problem():
         FeedForward(8, activation="tanh")
     with pytest.raises(ValueError, match="GatedFeedForward"):
         FeedForward(8, activation="swiglu")
-    with pytest.raises(ValueError, match="d_ff must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="FeedForward: d_ff must be an int >= 1, got 0"):
         FeedForward(8, d_ff=0)
-    with pytest.raises(ValueError, match="d_model must be >= 1"):
+    with pytest.raises(ValueError, match="d_model must be an int >= 1"):
         FeedForward(0)
     with pytest.raises(TypeError, match="d_model must be an int"):
         FeedForward(8.0)
@@ -155,8 +157,33 @@ def test_feedforward_errors_name_the_problem():
         FeedForward(8, dropout=1.0)
     with pytest.raises(TypeError, match="dropout must be a number, got str"):
         FeedForward(8, dropout="0.1")
-    with pytest.raises(TypeError, match="bias"):
+    with pytest.raises(TypeError, match="bias must be True or False, got str 'no'"):
         FeedForward(8, bias="no")
+    # before: -0.1 was refused here, but an unhashable activation raised "unhashable type"
+    with pytest.raises(ValueError, match="dropout must be a probability"):
+        FeedForward(8, dropout=-0.1)
+    with pytest.raises(ValueError, match=r"activation must be one of .*, got list \['relu'\]"):
+        FeedForward(8, activation=["relu"])
+    with pytest.raises(TypeError, match="dropout must be a number, got bool True"):
+        FeedForward(8, dropout=True)
+
+
+@pytest.mark.parametrize(
+    "layer", [FeedForward(8), GatedFeedForward(8)], ids=lambda m: type(m).__name__
+)
+def test_ffn_input_must_match_the_weights(layer):
+    # before: "mat1 and mat2 must have the same dtype" from inside the linear layer
+    with pytest.raises(
+        TypeError,
+        match="x and weight must share a dtype, got x torch.float64, weight torch.float32",
+    ):
+        layer(torch.randn(2, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="x and weight must be on one device, got x on meta"):
+        layer(torch.randn(2, 8, device="meta"))
+    assert layer.double()(torch.randn(2, 8, dtype=torch.float64)).dtype == torch.float64
+    layer.float()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts the weights itself
+        assert layer(torch.randn(2, 8, dtype=torch.bfloat16)).shape == (2, 8)
 
 
 # --- gated FFN and the 8/3 rule ----------------------------------------------------------
@@ -185,7 +212,7 @@ def test_gated_hidden_size_is_the_smallest_multiple_above_the_rule(d_model, mult
 
 
 def test_gated_hidden_size_errors():
-    with pytest.raises(ValueError, match="multiple_of must be >= 1"):
+    with pytest.raises(ValueError, match="multiple_of must be an int >= 1"):
         gated_ffn_hidden_size(64, 0)
     with pytest.raises(TypeError, match="d_model must be an int"):
         gated_ffn_hidden_size(64.0)
@@ -223,8 +250,12 @@ def test_gated_feedforward_errors():
         GatedFeedForward(8)(torch.randn(4, 9))
     with pytest.raises(ValueError, match="multiple_of"):
         GatedFeedForward(8, multiple_of=0)
-    with pytest.raises(ValueError, match="d_ff must be >= 1"):
+    with pytest.raises(ValueError, match="d_ff must be an int >= 1"):
         GatedFeedForward(8, d_ff=-3)
+    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got -0.5"):
+        GatedFeedForward(8, dropout=-0.5)
+    with pytest.raises(TypeError, match="bias must be True or False, got int 1"):
+        GatedFeedForward(8, bias=1)
 
 
 # --- parameter counts --------------------------------------------------------------------
@@ -237,6 +268,11 @@ def test_ffn_param_count_formula():
     assert ffn_param_count(4, 3, gated=True) == 3 * 4 * 3 + 2 * 3 + 4
     with pytest.raises(ValueError, match="d_ff"):
         ffn_param_count(4, 0)
+    # before: any truthy value counted as True ("no" biases counted as biases)
+    with pytest.raises(TypeError, match="bias must be True or False, got str 'no'"):
+        ffn_param_count(4, 3, bias="no")
+    with pytest.raises(TypeError, match="gated must be True or False, got int 1"):
+        ffn_param_count(4, 3, gated=1)
 
 
 def _config(name: str) -> TransformerParamConfig:
@@ -290,9 +326,11 @@ def test_breakdown_of_an_encoder_decoder_counts_cross_attention():
 def test_breakdown_errors():
     with pytest.raises(ValueError, match="at least one"):
         TransformerParamConfig("empty", d_model=8, vocab_size=10)
-    with pytest.raises(ValueError, match="d_model must be >= 1"):
+    with pytest.raises(
+        ValueError, match=r"TransformerParamConfig\('bad'\): d_model must be an int >= 1"
+    ):
         TransformerParamConfig("bad", d_model=0, vocab_size=10, n_decoder_layers=1)
-    with pytest.raises(ValueError, match="n_positions must be >= 0"):
+    with pytest.raises(ValueError, match="n_positions must be an int >= 0"):
         TransformerParamConfig("bad", d_model=8, vocab_size=10, n_decoder_layers=1, n_positions=-1)
     with pytest.raises(TypeError, match="TransformerParamConfig"):
         transformer_param_breakdown({"d_model": 8})
@@ -302,6 +340,11 @@ def test_breakdown_errors():
         TransformerParamConfig(
             "bad", d_model=8, vocab_size=10, n_decoder_layers=1, tied_output="no"
         )
+    # before: accepted, and compared against as if it were a parameter count
+    with pytest.raises(ValueError, match="published must be a finite number > 0, got nan"):
+        TransformerParamConfig("bad", 8, 10, n_decoder_layers=1, published=float("nan"))
+    with pytest.raises(TypeError, match="name must be a str, got int 3"):
+        TransformerParamConfig(3, 8, 10, n_decoder_layers=1)
 
 
 def test_module_param_counts_agree_with_breakdown_for_a_block():

@@ -397,6 +397,7 @@ def test_attention_cache_crosses_the_residual():
     block = ResidualSublayer(MultiHeadAttention(16, 2), 16).eval()
     x = torch.randn(1, 4, 16)
     out, cache = block(x, causal=True, use_cache=True)
+    assert out.shape == x.shape
     assert isinstance(cache, KVCache) and cache.seq_len == 4
     step, cache = block(torch.randn(1, 1, 16), causal=True, past=cache, use_cache=True)
     assert step.shape == (1, 1, 16) and cache.seq_len == 5

@@ -70,9 +70,18 @@ def test_offset_matrix_is_block_diagonal_and_orthogonal():
     ("args", "error", "match"),
     [
         ((5, 7), ValueError, "d_model must be even"),
-        ((0, 8), ValueError, "n_positions must be >= 1"),
-        ((5.0, 8), TypeError, "n_positions must be an int"),
-        ((5, 8, 1.0), ValueError, "base must be a number > 1"),
+        ((-1, 8), ValueError, "n_positions must be an int >= 0, got -1"),
+        ((5.0, 8), TypeError, "n_positions must be an int, got float 5.0"),
+        (
+            (5, 8, 1.0),
+            ValueError,
+            "base must be a finite number > 1, got 1.0; the papers use 10000",
+        ),
+        # before: accepted; every pair but the first had frequency 0, so positions did not vary
+        ((5, 8, float("inf")), ValueError, "base must be a finite number > 1, got inf"),
+        ((5, 8, float("nan")), ValueError, "base must be a finite number > 1, got nan"),
+        ((5, 8, True), TypeError, "base must be a number, got bool True"),
+        ((5, True), TypeError, "d_model must be an int, got bool True"),
     ],
 )
 def test_sinusoidal_rejects_bad_arguments(args, error, match):
@@ -103,14 +112,42 @@ def test_sinusoidal_module_computes_rows_past_its_cache():
 
 def test_sinusoidal_module_validates():
     module = SinusoidalPositionalEncoding(d_model=8)
-    with pytest.raises(ValueError, match=r"last axis 8, got \(2, 5, 6\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"x must have shape \(\.\.\. seq d_model\) with d_model=8, got shape \(2, 5, 6\)",
+    ):
         module(torch.randn(2, 5, 6))
-    with pytest.raises(ValueError, match="offset must be >= 0"):
+    with pytest.raises(ValueError, match="offset must be an int >= 0, got -1"):
         module(torch.randn(2, 5, 8), offset=-1)
     with pytest.raises(TypeError, match="floating-point"):
         module(torch.ones(2, 5, 8, dtype=torch.long))
-    with pytest.raises(ValueError, match="dropout"):
+    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got 1.5"):
         SinusoidalPositionalEncoding(8, dropout=1.5)
+    with pytest.raises(ValueError, match="dropout must be a probability in"):
+        SinusoidalPositionalEncoding(8, dropout=-0.1)
+    # before: a TypeError about comparing str and float
+    with pytest.raises(TypeError, match="dropout must be a number, got str '0.1'"):
+        SinusoidalPositionalEncoding(8, dropout="0.1")
+    with pytest.raises(ValueError, match="d_model must be even, got 7"):
+        SinusoidalPositionalEncoding(7)
+    with pytest.raises(TypeError, match="max_len must be an int, got float 16.0"):
+        SinusoidalPositionalEncoding(8, max_len=16.0)
+    with pytest.raises(ValueError, match="base must be a finite number > 1, got inf"):
+        SinusoidalPositionalEncoding(8, base=float("inf"))
+    with pytest.raises(ValueError, match="x and pe must be on one device, got x on meta"):
+        module(torch.randn(1, 2, 8, device="meta"))
+
+
+def test_sinusoidal_module_computes_float64_in_float64():
+    # before: the float32 table was added to a float64 input (float32 accuracy)
+    module = SinusoidalPositionalEncoding(d_model=8, max_len=64)
+    x = torch.zeros(1, 40, 8, dtype=torch.float64)
+    expected = sinusoidal_positions(45, 8, dtype=torch.float64)[5:]
+    assert torch.equal(module(x, offset=5)[0], expected)
+    assert not torch.equal(expected.float().double(), expected)  # float32 would differ
+    assert torch.equal(module.double()(x, offset=5)[0], expected)  # after module.double() too
+    with pytest.raises(TypeError, match="dtype must be a floating torch.dtype"):
+        sinusoidal_positions(4, 8, dtype=torch.long)
 
 
 def test_sinusoidal_module_keeps_the_input_dtype():
@@ -138,10 +175,32 @@ def test_learned_refuses_positions_past_max_len():
         module(torch.randn(1, 6, 4), offset=5)
     with pytest.raises(ValueError, match="past max_len=10"):
         module(torch.randn(1, 11, 4))
-    with pytest.raises(ValueError, match="offset must be >= 0"):
+    with pytest.raises(ValueError, match="offset must be an int >= 0"):
         module(torch.randn(1, 2, 4), offset=-2)
-    with pytest.raises(ValueError, match="last axis 4"):
+    with pytest.raises(ValueError, match="with d_model=4, got shape"):
         module(torch.randn(1, 2, 5))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        # before: inf filled the table with infinities, NaN was refused deep inside torch
+        ({"init_std": float("inf")}, ValueError, "init_std must be a finite number >= 0, got inf"),
+        ({"init_std": float("nan")}, ValueError, "init_std must be a finite number >= 0, got nan"),
+        ({"max_len": 10.0}, TypeError, "max_len must be an int, got float"),
+        ({"d_model": 0}, ValueError, "d_model must be an int >= 1, got 0"),
+    ],
+)
+def test_learned_rejects_bad_construction(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        LearnedPositionalEmbedding(**{"max_len": 10, "d_model": 4, **kwargs})
+
+
+def test_learned_input_on_another_device_is_a_clear_error():
+    module = LearnedPositionalEmbedding(max_len=10, d_model=4)
+    with pytest.raises(ValueError, match="x and weight must be on one device"):
+        module(torch.randn(1, 2, 4, device="meta"))
+    assert module(torch.randn(1, 2, 4, dtype=torch.float64)).dtype == torch.float64
 
 
 # ---------------------------------------------------------------- RoPE
@@ -234,23 +293,78 @@ def test_rope_keeps_dtype_and_has_no_parameters():
 
 
 def test_rope_validates():
-    with pytest.raises(ValueError, match="d_head must be even, got 7"):
+    with pytest.raises(ValueError, match="d_head must be even, got 7; RoPE rotates pairs"):
         RotaryEmbedding(7)
     rope = RotaryEmbedding(8)
-    with pytest.raises(ValueError, match=r"last axis 8, got \(2, 3, 6\)"):
+    with pytest.raises(ValueError, match=r"with d_head=8, got shape \(2, 3, 6\)"):
         rope(torch.randn(2, 3, 6))
-    with pytest.raises(ValueError, match="offset must be >= 0"):
+    with pytest.raises(ValueError, match="offset must be an int >= 0, got -1"):
         rope(torch.randn(2, 3, 8), offset=-1)
-    with pytest.raises(TypeError, match="offset must be an int"):
+    with pytest.raises(TypeError, match="offset must be an int, got float 1.0"):
         rope(torch.randn(2, 3, 8), offset=1.0)
+    with pytest.raises(TypeError, match="offset must be an int, got bool True"):
+        rope(torch.randn(2, 3, 8), offset=True)
     with pytest.raises(ValueError, match="must both end in"):
         apply_rotary(torch.randn(3, 8), torch.randn(4, 8), torch.randn(4, 8))
     with pytest.raises(ValueError, match="d_head must be even"):
         rotary_interleaved(torch.randn(3, 5))
-    with pytest.raises(TypeError, match="takes a torch.Tensor, got list"):
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
         rotary_interleaved([[1.0, 2.0]])
-    with pytest.raises(ValueError, match=r"shape \(... seq d_head\), got \(8,\)"):
+    with pytest.raises(
+        ValueError, match=r"x must have shape \(\.\.\. seq d_head\), got shape \(8,\)"
+    ):
         rotary_interleaved(torch.randn(8))
+    with pytest.raises(ValueError, match="base must be a finite number > 1, got inf"):
+        RotaryEmbedding(8, base=float("inf"))
+    with pytest.raises(ValueError, match="base must be a finite number > 1"):
+        rope_frequencies(8, base=0.5)
+    with pytest.raises(ValueError, match="x and cos_cached must be on one device"):
+        rope(torch.randn(1, 2, 8, device="meta"))
+
+
+def test_offsets_may_be_numpy_or_0d_tensor_integers():
+    import numpy as np
+
+    rope, x = RotaryEmbedding(8), torch.randn(1, 3, 8)
+    assert torch.equal(rope(x, offset=np.int64(4)), rope(x, offset=4))
+    assert torch.equal(rope(x, offset=torch.tensor(4)), rope(x, offset=4))
+
+
+def test_rotate_half_needs_an_even_last_axis():
+    # before: an odd axis was cut into unequal halves and "rotated" without a word
+    with pytest.raises(ValueError, match="the last axis of x must be even, got 5"):
+        rope_rotate_half(torch.randn(2, 5))
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        rope_rotate_half([1.0, 2.0])
+
+
+def test_rotary_interleaved_refuses_integer_input():
+    # before: the integer input was rotated in float64 and truncated back to integers
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
+        rotary_interleaved(torch.ones(3, 4, dtype=torch.long), offset=1)
+
+
+def test_apply_rotary_needs_one_dtype_and_device():
+    x, cos, sin = torch.randn(3, 8, dtype=torch.float16), torch.randn(3, 8), torch.randn(3, 8)
+    # before: the float16 x came back as float32, silently promoted by the float32 tables
+    with pytest.raises(TypeError, match="x, cos and sin must share a dtype, got x torch.float16"):
+        apply_rotary(x, cos, sin)
+    with pytest.raises(ValueError, match="x, cos and sin must be on one device"):
+        apply_rotary(x.float(), cos.to("meta"), sin.to("meta"))
+    with pytest.raises(ValueError, match="d_head must be even, got 7"):
+        apply_rotary(torch.randn(3, 7), torch.randn(3, 7), torch.randn(3, 7))
+    assert apply_rotary(x, cos.half(), sin.half()).dtype == torch.float16
+
+
+def test_rope_rotates_float64_to_float64_accuracy():
+    # before: float32 tables gave float64 input float32 accuracy (about 1e-7)
+    x = torch.randn(2, 3, 50, 16, dtype=torch.float64)
+    reference = rotary_interleaved_in_half_layout(x, 1000)
+    for rope in (RotaryEmbedding(16, max_len=64), RotaryEmbedding(16, max_len=64).double()):
+        assert (rope(x, offset=1000) - reference).abs().max() < 1e-12
+        assert (rope(x, offset=3) - rotary_interleaved_in_half_layout(x, 3)).abs().max() < 1e-12
+    cos, _ = RotaryEmbedding(16).cos_sin(0, 4)
+    assert cos.dtype == torch.float32
 
 
 # ---------------------------------------------------------------- ALiBi
@@ -300,16 +414,18 @@ def test_alibi_causal_masks_the_future_and_matches_on_the_past():
 
 
 def test_alibi_validates():
-    with pytest.raises(ValueError, match="n_heads must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="n_heads must be an int >= 1, got 0"):
         ALiBi(0)
-    with pytest.raises(ValueError, match="n_heads must be >= 1"):
+    with pytest.raises(ValueError, match="n_heads must be an int >= 1"):
         alibi_slopes(-2)
-    with pytest.raises(TypeError, match="causal must be a bool"):
+    with pytest.raises(TypeError, match="causal must be True or False, got str 'yes'"):
         ALiBi(2, causal="yes")
-    with pytest.raises(ValueError, match="offset must be >= 0"):
+    with pytest.raises(ValueError, match="offset must be an int >= 0"):
         ALiBi(2)(3, 3, offset=-1)
-    with pytest.raises(ValueError, match="q_len must be >= 1"):
+    with pytest.raises(ValueError, match="q_len must be an int >= 1"):
         ALiBi(2)(0, 3)
+    with pytest.raises(TypeError, match="k_len must be an int, got float 3.0"):
+        ALiBi(2)(3, 3.0)
 
 
 # ---------------------------------------------------------------- T5
@@ -379,18 +495,28 @@ def test_t5_bias_module_looks_up_its_table():
 
 
 def test_t5_validates():
-    with pytest.raises(TypeError, match="must hold integers"):
+    with pytest.raises(TypeError, match="relative_position must be an integer tensor"):
         t5_relative_position_bucket(torch.tensor([1.5]))
+    with pytest.raises(TypeError, match="relative_position must be an integer tensor"):
+        t5_relative_position_bucket(2.0)
     with pytest.raises(ValueError, match="num_buckets must be even"):
         t5_relative_position_bucket(torch.tensor([1]), True, 31, 128)
     with pytest.raises(ValueError, match="max_distance=4 must exceed"):
         t5_relative_position_bucket(torch.tensor([1]), True, 32, 4)
-    with pytest.raises(ValueError, match="n_heads must be >= 1"):
+    # before: any truthy value was taken for True
+    with pytest.raises(TypeError, match="bidirectional must be True or False, got int 0"):
+        t5_relative_position_bucket(torch.tensor([1]), 0)
+    with pytest.raises(ValueError, match="n_heads must be an int >= 1"):
         T5RelativePositionBias(0)
     with pytest.raises(ValueError, match="num_buckets must be even"):
         T5RelativePositionBias(2, num_buckets=9)
-    with pytest.raises(ValueError, match="offset must be >= 0"):
+    with pytest.raises(ValueError, match="offset must be an int >= 0"):
         T5RelativePositionBias(2)(2, 2, offset=-3)
+    with pytest.raises(TypeError, match="bidirectional must be True or False"):
+        T5RelativePositionBias(2, bidirectional="no")
+    # before: an infinite init_std filled the table with infinities
+    with pytest.raises(ValueError, match="init_std must be a finite number >= 0, got inf"):
+        T5RelativePositionBias(2, init_std=float("inf"))
 
 
 @pytest.mark.parametrize("module", [ALiBi(3), ALiBi(3, causal=False), T5RelativePositionBias(3)])

@@ -66,18 +66,28 @@ def test_char_tokenizer_id_out_of_range(bad):
 
 
 def test_char_tokenizer_bad_types():
-    with pytest.raises(TypeError, match="built from a str"):
+    with pytest.raises(
+        TypeError, match=r"CharTokenizer: text must be a str, got list \['a', 'b'\]"
+    ):
         CharTokenizer(["a", "b"])  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="non-empty"):
+    with pytest.raises(ValueError, match="text must be a non-empty str"):
         CharTokenizer("")
-    with pytest.raises(TypeError, match="takes a str"):
+    with pytest.raises(TypeError, match=r"encode\(\): text must be a str, got bytes"):
         CharTokenizer("abc").encode(b"abc")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="sequence of integer ids"):
         CharTokenizer("abc").decode("abc")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"element 1 is 1.5"):
+    with pytest.raises(TypeError, match=r"decode\(\): ids\[1\] must be an int, got float 1.5"):
         CharTokenizer("abc").decode([0, 1.5])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="1-D sequence"):
         CharTokenizer("abc").decode(torch.zeros(2, 2, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"ids\[0\] must be an int, got bool True"):
+        CharTokenizer("abc").decode([True])
+    with pytest.raises(TypeError, match="sequence of integer ids, got int"):
+        CharTokenizer("abc").decode(torch.tensor(1))  # a 0-d tensor is one id, not a sequence
+
+
+def test_char_tokenizer_decodes_numpy_integers():
+    assert CharTokenizer("abc").decode([np.int64(2), np.int32(0)]) == "ca"
 
 
 # -- pre-tokenization ---------------------------------------------------------------------------
@@ -91,7 +101,7 @@ def test_gpt2_pretokenize_examples():
         "!!",
     ]
     assert gpt2_pretokenize("a  b\n\nc ") == ["a", " ", " b", "\n", "\n", "c", " "]
-    with pytest.raises(TypeError, match="takes a str"):
+    with pytest.raises(TypeError, match="text must be a str, got int 42"):
         gpt2_pretokenize(42)  # type: ignore[arg-type]
 
 
@@ -123,6 +133,20 @@ def test_merge_adjacent_pair_left_to_right_without_overlap():
         merge_adjacent_pair([1, 2], (1, 2, 3), 9)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="new_id must be an int"):
         merge_adjacent_pair([1, 2], (1, 2), "9")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("pair", "new_id", "error", "match"),
+    [
+        ((True, 2), 9, TypeError, r"pair\[0\] must be an int, got bool True"),
+        ((1, 2.0), 9, TypeError, r"pair\[1\] must be an int, got float 2.0"),
+        ((1, 2), -3, ValueError, "new_id must be an int >= 0, got -3"),
+        ((1, 2), False, TypeError, "new_id must be an int, got bool False"),
+    ],
+)
+def test_merge_adjacent_pair_rejects_bools_floats_and_negative_ids(pair, new_id, error, match):
+    with pytest.raises(error, match=match):
+        merge_adjacent_pair([1, 2], pair, new_id)
 
 
 # -- the trainer --------------------------------------------------------------------------------
@@ -177,12 +201,30 @@ def test_incremental_trainer_equals_recounting(word_counts, n_merges):
 
 
 def test_trainer_bad_input():
-    with pytest.raises(ValueError, match="non-negative int"):
+    with pytest.raises(ValueError, match="n_merges must be an int >= 0, got -1"):
         train_bpe_merges({(1, 2): 1}, -1)
-    with pytest.raises(ValueError, match="counts must be positive"):
+    with pytest.raises(TypeError, match="n_merges must be an int, got float 2.0"):
+        train_bpe_merges({(1, 2): 1}, 2.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"the count of word \(1, 2\) must be an int >= 1, got 0"):
         train_bpe_merges({(1, 2): 0}, 1)
+    with pytest.raises(TypeError, match=r"the count of word \(1, 2\) must be an int, got bool"):
+        train_bpe_merges({(1, 2): True}, 1)
     with pytest.raises(TypeError, match="tuples of ids"):
         train_bpe_merges({"ab": 1}, 1)  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="word_counts must map words to counts, got list"):
+        train_bpe_merges([((1, 2), 1)], 1)  # type: ignore[arg-type]
+
+
+def test_trainer_refuses_ids_that_collide_with_the_new_ones():
+    # Before: id 300 in a word and first_id=256 let merge 44 create a second, different id 300.
+    with pytest.raises(ValueError, match=r"word \(1, 300\) holds an id outside 0\.\.255"):
+        train_bpe_merges({(1, 300): 2}, 1)
+    with pytest.raises(ValueError, match="holds an id outside"):
+        train_bpe_merges({(1, -2): 2}, 1)
+    with pytest.raises(ValueError, match="holds an id outside"):
+        train_bpe_merges({(1, "a"): 2}, 1)  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="first_id must be an int >= 0"):
+        train_bpe_merges({(1, 2): 2}, 1, first_id=-1)
 
 
 # -- BPETokenizer -------------------------------------------------------------------------------
@@ -293,12 +335,14 @@ def test_save_and_load_round_trip(trained, tmp_path):
 
 # -- bad input ----------------------------------------------------------------------------------
 def test_encode_and_train_reject_non_strings():
-    with pytest.raises(TypeError, match=r"encode\(\) takes a str, got bytes"):
+    with pytest.raises(TypeError, match=r"encode\(\): text must be a str, got bytes"):
         BPETokenizer().encode(b"abc")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"train\(\) takes a str, got list"):
+    with pytest.raises(TypeError, match=r"train\(\): text must be a str, got list"):
         BPETokenizer().train(["abc"], 300)  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="vocab_size must be an int"):
+    with pytest.raises(TypeError, match="vocab_size must be an int, got float 300.0"):
         BPETokenizer().train("abc", 300.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="vocab_size must be an int, got bool"):
+        BPETokenizer().train("abc", True)  # type: ignore[arg-type]
 
 
 def test_decode_ids_out_of_range(trained):
@@ -306,7 +350,7 @@ def test_decode_ids_out_of_range(trained):
         trained.decode([1, 400])
     with pytest.raises(ValueError, match=r"id -1 at position 0"):
         trained.decode([-1])
-    with pytest.raises(TypeError, match="element 0"):
+    with pytest.raises(TypeError, match=r"ids\[0\] must be an int, got NoneType None"):
         trained.decode([None])  # type: ignore[list-item]
 
 
@@ -318,14 +362,17 @@ def test_vocab_size_smaller_than_the_alphabet():
 
 
 def test_bad_special_tokens():
-    with pytest.raises(ValueError, match="empty string"):
+    with pytest.raises(ValueError, match=r"special_tokens\[0\] must be a non-empty str"):
         BPETokenizer().train("abc", 300, special_tokens=[""])
     with pytest.raises(ValueError, match="distinct"):
         BPETokenizer().train("abc", 300, special_tokens=["<a>", "<a>"])
     with pytest.raises(TypeError, match=r"write \['<eos>'\]"):
         BPETokenizer().train("abc", 300, special_tokens="<eos>")
-    with pytest.raises(TypeError, match="must be strings"):
-        BPETokenizer().train("abc", 300, special_tokens=[1])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"special_tokens\[1\] must be a str, got int 1"):
+        BPETokenizer().train("abc", 300, special_tokens=["<a>", 1])  # type: ignore[list-item]
+    # before: an unhelpful UnicodeEncodeError from deep inside the vocabulary's construction
+    with pytest.raises(ValueError, match="lone surrogate"):
+        BPETokenizer.from_merges([], ["<\ud800>"])
 
 
 def test_lone_surrogates_are_a_clear_error(trained):
@@ -359,7 +406,8 @@ def test_load_rejects_malformed_files(tmp_path, content, message):
         ({"merges": [[1, 2], [3]]}, "merge 1 must be a pair"),
         ({"merges": [[1, 999]]}, r"merge 0 \(1, 999\) uses an id that does not exist"),
         ({"merges": [[256, 1]]}, "special token's id"),
-        ({"special_tokens": [""]}, "empty string"),
+        ({"special_tokens": [""]}, "must be a non-empty str"),
+        ({"merges": [[1, 2], [3, 4], [1, 2]]}, r"merge 2 \(1, 2\) repeats merge 0"),
     ],
 )
 def test_load_rejects_invalid_contents(trained, tmp_path, change, message):
@@ -374,8 +422,10 @@ def test_chars_per_token():
     assert chars_per_token("héllo", [1, 2]) == 2.5
     with pytest.raises(ValueError, match="at least one token"):
         chars_per_token("abc", [])
-    with pytest.raises(TypeError, match="as a str"):
+    with pytest.raises(TypeError, match="text must be a str, got bytes"):
         chars_per_token(b"abc", [1])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ids as a sequence, got generator"):
+        chars_per_token("abc", (i for i in [1]))  # type: ignore[arg-type]
 
 
 def test_docstring_examples():
@@ -385,3 +435,101 @@ def test_docstring_examples():
 
     result = doctest.testmod(lib.tokenizer)
     assert result.attempted >= 2 and result.failed == 0
+
+
+def test_from_merges_rejects_a_duplicate_merge():
+    # Before: accepted; the second (104, 105) got an id that encode could never produce.
+    with pytest.raises(ValueError, match=r"merge 1 \(104, 105\) repeats merge 0; a pair is merged"):
+        BPETokenizer.from_merges([(104, 105), (104, 105)])
+    with pytest.raises(ValueError, match="merge 0 must be a pair of int ids, got"):
+        BPETokenizer.from_merges([(104, True)])
+
+
+# -- streaming ----------------------------------------------------------------------------------
+def test_encode_iterable_equals_encode_on_tiny_shakespeare(trained):
+    import io
+
+    text = load_tiny_shakespeare()
+    streamed = trained.encode_iterable(io.StringIO(text))  # a file object yields its lines
+    assert not isinstance(streamed, list)
+    assert list(streamed) == trained.encode(text)
+    assert list(trained.encode_iterable(text.splitlines(keepends=True))) == trained.encode(text)
+
+
+# Pieces chosen to exercise every rule of the cut: spaces, other whitespace (including one
+# that Python's isspace() knows but the regex's \s does not), letters, digits, apostrophes
+# for the contractions, punctuation, and pieces of the special tokens.
+STREAM_PIECES = [" ", "  ", "\n", "\n\n", "\r\n", "\t", "\x0b", "\xa0", "\u2028", "\x1c", "a",
+                 "Zé", "7", "'s", "'", "!", ".", "ab cd", "<pad>", "<|endoftext|>", "<", "<pad", "🙂"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def whitespace_tok() -> BPETokenizer:
+    """A tokenizer whose merges join whitespace ("  ", "\n\n", "\r\n", " a"...): a cut that
+    changes the pieces then changes the ids (with Shakespeare's merges it often would not)."""
+    import random
+
+    rng = random.Random(0)
+    corpus = "".join(rng.choice(STREAM_PIECES) for _ in range(20_000))
+    return BPETokenizer().train(corpus, 700, special_tokens=["<|endoftext|>", "<pad>"])
+
+
+@given(st.lists(st.lists(st.sampled_from(STREAM_PIECES), max_size=6).map("".join), max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_encode_iterable_equals_encode_however_the_text_is_chunked(whitespace_tok, chunks):
+    # This test fails for a cut after every newline, or anywhere inside a whitespace run.
+    assert list(whitespace_tok.encode_iterable(chunks)) == whitespace_tok.encode("".join(chunks))
+
+
+def test_encode_iterable_cuts_where_the_pieces_do_not_change(whitespace_tok):
+    # A cut after the newline of "a  \n" would change the pieces ("  \n" instead of "  ",
+    # "\n"); the stream must give the same ids as the whole text.
+    lines = ["a  \n", "b\n", "\n", "c\n", "   indented\n", "\n\n", "<pad>\n", "end"]
+    whole = whitespace_tok.encode("".join(lines))
+    assert list(whitespace_tok.encode_iterable(lines)) == whole
+    assert [i for line in lines for i in whitespace_tok.encode(line)] != whole  # naive is wrong
+
+
+def test_encode_iterable_is_lazy_and_holds_little_memory():
+    import itertools
+    import tracemalloc
+
+    tok = BPETokenizer().train(CORPUS, vocab_size=300)
+    line = "First Citizen: we are accounted poor citizens, the patricians good.\n"
+    # Lazy: an endless stream still gives its first ids.
+    first = list(itertools.islice(tok.encode_iterable(itertools.repeat(line)), 50))
+    assert first == tok.encode(line * 3)[:50]
+    # Bounded: 60,000 lines (about 4 MB of text) never held at once.
+    n_lines = 60_000
+    tok.encode(line)  # warm the word cache, which is bounded by the distinct words
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in tok.encode_iterable(line for _ in range(n_lines)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == n_lines * len(tok.encode(line))
+    total = n_lines * len(line)
+    assert peak < total / 100, f"peak {peak:,} bytes for {total:,} characters streamed"
+
+
+def test_encode_iterable_bad_input(trained):
+    with pytest.raises(TypeError, match=r"iterable of str .* got str; encode\(\) takes one str"):
+        trained.encode_iterable("one string")
+    with pytest.raises(TypeError, match="got int"):
+        trained.encode_iterable(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="line 1 must be a str, got bytes .*text mode"):
+        list(trained.encode_iterable(["ok\n", b"bytes\n"]))  # type: ignore[list-item]
+    spaced = BPETokenizer.from_merges([], ["<a b>"])
+    with pytest.raises(ValueError, match="special token '<a b>', which contains whitespace"):
+        spaced.encode_iterable(["x"])
+
+
+def test_char_tokenizer_encode_iterable():
+    text = load_tiny_shakespeare()[:5_000]
+    tok = CharTokenizer(text)
+    assert list(tok.encode_iterable(text.splitlines(keepends=True))) == tok.encode(text)
+    with pytest.raises(TypeError, match="iterable of str"):
+        tok.encode_iterable(text)
+    with pytest.raises(ValueError, match="'é'"):
+        list(tok.encode_iterable(["First", "é"]))

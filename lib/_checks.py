@@ -1,0 +1,349 @@
+"""Argument checks shared by the modules of ``lib``: one place, one style of message.
+
+Public functions and constructors call these at their entry points (never inside a
+per-token loop), so that bad input fails at once with a message that names the argument,
+says what was expected and shows what arrived. Every check returns the value (converted
+where it says so) or raises ``TypeError`` (the wrong kind of thing) or ``ValueError``
+(the right kind, a wrong value). The tensor checks read only shapes, dtypes and devices,
+never data, so ``torch.compile`` traces through them without a graph break.
+
+Scalars:
+
+* :func:`integer` ``(name, value)`` -> ``int``: any int (Python, NumPy, 0-d integer tensor), not a bool;
+* :func:`int_at_least` ``(name, value, minimum)`` -> ``int``: an int ``>= minimum``;
+* :func:`positive_int` ``(name, value)`` -> ``int``: an int ``>= 1``;
+* :func:`int_in_range` ``(name, value, low, high)`` -> ``int``: an int in ``low..high`` (both included);
+* :func:`even` ``(name, value)`` -> ``int``: an even int (sin/cos or rotation pairs);
+* :func:`finite_float` ``(name, value, *, low=None, high=None, low_open=False, high_open=False)``
+  -> ``float``: a finite real number, optionally in a range;
+* :func:`probability` ``(name, p)`` -> ``float``: a dropout probability in ``[0, 1)``;
+* :func:`boolean` ``(name, value)`` -> ``bool``: ``True`` or ``False`` itself (not 0, 1 or a string);
+* :func:`string` ``(name, value, *, nonempty=False)`` -> ``str``;
+* :func:`one_of` ``(name, value, choices)`` -> the value, which must equal one of ``choices``
+  (and have its type: ``True`` is not ``1``).
+
+Tensors:
+
+* :func:`tensor` ``(name, x, axes=None, *, floating=False, integer=False, **sizes)`` -> ``x``:
+  a ``torch.Tensor`` with the named axes (``"batch heads seq d_head"``; ``"... seq d_model"``
+  allows any leading axes), the sizes given by keyword (``d_model=512``) and a floating-point
+  or integer dtype;
+* :func:`same_device` ``(**tensors)``: the named tensors are on one device (``ValueError``);
+* :func:`same_dtype_and_device` ``(*, autocast=False, **tensors)``: the named tensors are on
+  one device and share a dtype (``TypeError``); with ``autocast=True`` the dtypes may differ
+  inside an autocast region, which casts them itself.
+
+Every check also takes the keywords ``owner`` (the public function or class, such as
+``"FeedForward"``, put in front of the message) and ``hint`` (a sentence put after it).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+__all__ = [
+    "boolean",
+    "even",
+    "finite_float",
+    "int_at_least",
+    "int_in_range",
+    "integer",
+    "one_of",
+    "positive_int",
+    "probability",
+    "same_device",
+    "same_dtype_and_device",
+    "string",
+    "tensor",
+]
+
+
+def _message(text: str, owner: str | None, hint: str | None) -> str:
+    prefix = f"{owner}: " if owner else ""
+    suffix = f"; {hint}" if hint else ""
+    return prefix + text + suffix
+
+
+def _describe(value: Any) -> str:
+    """A short description of what arrived: its type and value (or a tensor's shape and dtype)."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _names(names: Iterable[str]) -> str:
+    """``"a"``, ``"a and b"``, ``"a, b and c"``."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+# -- scalars ------------------------------------------------------------------------------------
+def integer(name: str, value: Any, *, owner: str | None = None, hint: str | None = None) -> int:
+    """``value`` as a Python int: an int, a NumPy integer or a 0-d integer tensor, never a bool.
+
+    (A 0-d tensor is read, which syncs with a GPU and which ``torch.compile`` cannot trace;
+    pass Python ints where speed matters.)
+    """
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        raise TypeError(_message(f"{name} must be an int, got {_describe(value)}", owner, hint))
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(
+            _message(f"{name} must be an int, got {_describe(value)}", owner, hint)
+        ) from None
+
+
+def int_at_least(
+    name: str, value: Any, minimum: int, *, owner: str | None = None, hint: str | None = None
+) -> int:
+    """``value`` as an int ``>= minimum``."""
+    value = integer(name, value, owner=owner, hint=hint)
+    if value < minimum:
+        raise ValueError(_message(f"{name} must be an int >= {minimum}, got {value}", owner, hint))
+    return value
+
+
+def positive_int(
+    name: str, value: Any, *, owner: str | None = None, hint: str | None = None
+) -> int:
+    """``value`` as an int ``>= 1`` (a size: ``d_model``, ``n_heads``, ``vocab_size``...)."""
+    return int_at_least(name, value, 1, owner=owner, hint=hint)
+
+
+def int_in_range(
+    name: str,
+    value: Any,
+    low: int,
+    high: int,
+    *,
+    owner: str | None = None,
+    hint: str | None = None,
+) -> int:
+    """``value`` as an int in ``low..high``, both ends included (an index: ``0..size - 1``)."""
+    value = integer(name, value, owner=owner, hint=hint)
+    if not low <= value <= high:
+        raise ValueError(
+            _message(f"{name} must be an int in {low}..{high}, got {value}", owner, hint)
+        )
+    return value
+
+
+def even(name: str, value: Any, *, owner: str | None = None, hint: str | None = None) -> int:
+    """``value`` as an even int."""
+    value = integer(name, value, owner=owner, hint=hint)
+    if value % 2:
+        raise ValueError(_message(f"{name} must be even, got {value}", owner, hint))
+    return value
+
+
+def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    if low is not None and high is not None:
+        return f" in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    if low is not None:
+        return f" {'>' if low_open else '>='} {low:g}"
+    if high is not None:
+        return f" {'<' if high_open else '<='} {high:g}"
+    return ""
+
+
+def finite_float(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    owner: str | None = None,
+    hint: str | None = None,
+) -> float:
+    """``value`` as a finite float, optionally within ``low``/``high`` (open ends excluded).
+
+    A real number of any kind is accepted (int, float, NumPy scalar); a bool, a string, a
+    tensor, NaN and ±inf are not.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(_message(f"{name} must be a number, got {_describe(value)}", owner, hint))
+    value = float(value)
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if not math.isfinite(value) or too_low or too_high:
+        interval = _interval(low, high, low_open, high_open)
+        raise ValueError(
+            _message(f"{name} must be a finite number{interval}, got {value!r}", owner, hint)
+        )
+    return value
+
+
+def probability(name: str, p: Any, *, owner: str | None = None, hint: str | None = None) -> float:
+    """``p`` as a float in ``[0, 1)``: a dropout probability (1 would drop everything)."""
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise TypeError(_message(f"{name} must be a number, got {_describe(p)}", owner, hint))
+    if not 0.0 <= p < 1.0:  # False for NaN too
+        raise ValueError(
+            _message(f"{name} must be a probability in [0, 1), got {float(p)!r}", owner, hint)
+        )
+    return float(p)
+
+
+def boolean(name: str, value: Any, *, owner: str | None = None, hint: str | None = None) -> bool:
+    """``value`` itself, which must be ``True`` or ``False`` (``1`` or ``"no"`` are refused)."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            _message(f"{name} must be True or False, got {_describe(value)}", owner, hint)
+        )
+    return value
+
+
+def string(
+    name: str,
+    value: Any,
+    *,
+    nonempty: bool = False,
+    owner: str | None = None,
+    hint: str | None = None,
+) -> str:
+    """``value``, which must be a ``str`` (and not empty, with ``nonempty=True``)."""
+    if not isinstance(value, str):
+        raise TypeError(_message(f"{name} must be a str, got {_describe(value)}", owner, hint))
+    if nonempty and not value:
+        raise ValueError(_message(f"{name} must be a non-empty str, got ''", owner, hint))
+    return value
+
+
+def one_of(
+    name: str,
+    value: Any,
+    choices: Iterable[Any],
+    *,
+    owner: str | None = None,
+    hint: str | None = None,
+) -> Any:
+    """``value``, which must equal one of ``choices`` and have its type."""
+    choices = list(choices)
+    for choice in choices:
+        if type(value) is type(choice) and value == choice:
+            return value
+    listed = ", ".join(repr(choice) for choice in choices)
+    raise ValueError(
+        _message(f"{name} must be one of {listed}, got {_describe(value)}", owner, hint)
+    )
+
+
+# -- tensors ------------------------------------------------------------------------------------
+def tensor(
+    name: str,
+    x: Any,
+    axes: str | None = None,
+    *,
+    floating: bool = False,
+    integer: bool = False,
+    owner: str | None = None,
+    hint: str | None = None,
+    **sizes: int,
+) -> torch.Tensor:
+    """``x``, which must be a tensor with the named ``axes`` and a dtype of the kind asked for.
+
+    ``axes`` names the axes as the docstrings do, such as ``"batch heads seq d_head"`` (exactly
+    four axes) or ``"... seq d_model"`` (at least two; ``...`` stands for any leading axes).
+    Keywords give the sizes some axes must have: ``d_model=512``. ``floating`` asks for a
+    floating-point dtype, ``integer`` for an integer one (bools excluded).
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(_message(f"{name} must be a torch.Tensor, got {_describe(x)}", owner, hint))
+    if axes is not None:
+        names = axes.split()
+        leading = bool(names) and names[0] == "..."
+        named = names[1:] if leading else names
+        unknown = set(sizes) - set(named)
+        if "..." in named or unknown:
+            raise TypeError(f"tensor(): bad axes {axes!r} for the sizes {sorted(sizes)}")
+        shape = tuple(x.shape)
+        fits = x.dim() >= len(named) if leading else x.dim() == len(named)
+        if fits:
+            offset = x.dim() - len(named)
+            fits = all(
+                shape[offset + i] == sizes.get(axis, shape[offset + i])
+                for i, axis in enumerate(named)
+            )
+        if not fits:
+            given = ", ".join(f"{axis}={size}" for axis, size in sizes.items())
+            with_sizes = f" with {given}" if given else ""
+            raise ValueError(
+                _message(
+                    f"{name} must have shape ({axes}){with_sizes}, got shape {shape}", owner, hint
+                )
+            )
+    elif sizes:
+        raise TypeError(f"tensor(): the sizes {sorted(sizes)} need the axes they belong to")
+    if floating and not x.is_floating_point():
+        ids = "" if x.dtype == torch.bool or x.is_complex() else " (ids? embed them first)"
+        raise TypeError(
+            _message(
+                f"{name} must be a floating-point tensor, got dtype {x.dtype}{ids}", owner, hint
+            )
+        )
+    if integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
+        raise TypeError(
+            _message(f"{name} must be an integer tensor, got dtype {x.dtype}", owner, hint)
+        )
+    return x
+
+
+def same_device(
+    *, owner: str | None = None, hint: str | None = None, **tensors: torch.Tensor
+) -> None:
+    """The named tensors (at least two) are on one device (``ValueError`` if not)."""
+    if len(tensors) < 2:
+        raise TypeError("same_device() compares at least two named tensors")
+    for name, x in tensors.items():
+        tensor(name, x, owner=owner)
+    devices = [x.device for x in tensors.values()]
+    if any(device != devices[0] for device in devices):
+        listed = ", ".join(f"{name} on {x.device}" for name, x in tensors.items())
+        raise ValueError(
+            _message(f"{_names(tensors)} must be on one device, got {listed}", owner, hint)
+        )
+
+
+def _autocast_enabled(device_type: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except RuntimeError:  # a device type without autocast, such as "meta"
+        return False
+
+
+def same_dtype_and_device(
+    *,
+    autocast: bool = False,
+    owner: str | None = None,
+    hint: str | None = None,
+    **tensors: torch.Tensor,
+) -> None:
+    """The named tensors (at least two) share one dtype and one device.
+
+    A dtype mismatch is a ``TypeError``; a device mismatch a ``ValueError``. With
+    ``autocast=True`` the dtypes may differ while autocast is on for the tensors'
+    device, since autocast casts them itself (an fp32 weight meets bf16 activations).
+    """
+    if len(tensors) < 2:
+        raise TypeError("same_dtype_and_device() compares at least two named tensors")
+    same_device(owner=owner, hint=hint, **tensors)
+    if autocast and _autocast_enabled(next(iter(tensors.values())).device.type):
+        return
+    dtypes = [x.dtype for x in tensors.values()]
+    if any(dtype != dtypes[0] for dtype in dtypes):
+        listed = ", ".join(f"{name} {x.dtype}" for name, x in tensors.items())
+        raise TypeError(
+            _message(f"{_names(tensors)} must share a dtype, got {listed}", owner, hint)
+        )

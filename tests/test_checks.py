@@ -1,0 +1,320 @@
+"""Unit tests of lib._checks (the shared argument checks) and of the package surface of lib."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import lib
+from lib import _checks as check
+
+# -- integers -----------------------------------------------------------------------------------
+
+
+def test_integer_accepts_python_numpy_and_0d_tensor_ints():
+    assert check.integer("n", 3) == 3
+    assert check.integer("n", -3) == -3
+    value = check.integer("n", np.int64(7))
+    assert value == 7 and type(value) is int
+    assert check.integer("n", torch.tensor(5)) == 5
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        (True, "n must be an int, got bool True"),
+        (2.0, "n must be an int, got float 2.0"),
+        ("3", "n must be an int, got str '3'"),
+        (None, "n must be an int, got NoneType None"),
+        (torch.tensor(2.0), "n must be an int, got a tensor of shape"),
+        (torch.tensor([1, 2]), r"n must be an int, got a tensor of shape \(2,\)"),
+        (torch.tensor(True), "n must be an int, got a tensor of shape .* torch.bool"),
+    ],
+)
+def test_integer_rejects_everything_else(value, match):
+    with pytest.raises(TypeError, match=match):
+        check.integer("n", value)
+
+
+def test_int_ranges():
+    assert check.int_at_least("offset", 0, 0) == 0
+    assert check.positive_int("d_model", 64) == 64
+    assert check.int_in_range("padding_idx", 9, 0, 9) == 9
+    with pytest.raises(ValueError, match="offset must be an int >= 0, got -1"):
+        check.int_at_least("offset", -1, 0)
+    with pytest.raises(ValueError, match="d_model must be an int >= 1, got 0"):
+        check.positive_int("d_model", 0)
+    with pytest.raises(TypeError, match="d_model must be an int, got float 64.0"):
+        check.positive_int("d_model", 64.0)
+    with pytest.raises(ValueError, match=r"padding_idx must be an int in 0\.\.9, got 10"):
+        check.int_in_range("padding_idx", 10, 0, 9)
+    with pytest.raises(ValueError, match=r"padding_idx must be an int in 0\.\.9, got -1"):
+        check.int_in_range("padding_idx", -1, 0, 9)
+
+
+def test_even():
+    assert check.even("d_head", 8) == 8
+    assert check.even("k", -2) == -2
+    with pytest.raises(ValueError, match="d_head must be even, got 7; RoPE rotates pairs"):
+        check.even("d_head", 7, hint="RoPE rotates pairs")
+    with pytest.raises(TypeError, match="d_head must be an int, got float 8.0"):
+        check.even("d_head", 8.0)
+
+
+# -- real numbers, probabilities, booleans, strings, choices ---------------------------------------
+
+
+def test_finite_float_accepts_real_numbers_and_returns_a_float():
+    assert check.finite_float("x", 3) == 3.0 and type(check.finite_float("x", 3)) is float
+    assert check.finite_float("x", np.float32(0.5)) == 0.5
+    assert check.finite_float("base", 10000, low=1, low_open=True) == 10000.0
+    assert check.finite_float("eps", 0.0, low=0) == 0.0
+    assert check.finite_float("p", 1.0, low=0, high=1) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("value", "kwargs", "error", "match"),
+    [
+        (float("nan"), {}, ValueError, "x must be a finite number, got nan"),
+        (float("inf"), {}, ValueError, "x must be a finite number, got inf"),
+        (-float("inf"), {"low": 0}, ValueError, "x must be a finite number >= 0, got -inf"),
+        (1.0, {"low": 1, "low_open": True}, ValueError, "x must be a finite number > 1, got 1.0"),
+        (-0.5, {"low": 0}, ValueError, "x must be a finite number >= 0, got -0.5"),
+        (2.0, {"high": 1}, ValueError, "x must be a finite number <= 1, got 2.0"),
+        (1.0, {"high": 1, "high_open": True}, ValueError, "x must be a finite number < 1"),
+        (1.0, {"low": 0, "high": 1, "high_open": True}, ValueError, r"in \[0, 1\), got 1.0"),
+        (0.0, {"low": 0, "high": 1, "low_open": True}, ValueError, r"in \(0, 1\], got 0.0"),
+        (True, {}, TypeError, "x must be a number, got bool True"),
+        ("1.0", {}, TypeError, "x must be a number, got str '1.0'"),
+        (torch.tensor(1.0), {}, TypeError, "x must be a number, got a tensor"),
+        (1j, {}, TypeError, "x must be a number, got complex"),
+    ],
+)
+def test_finite_float_rejects(value, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        check.finite_float("x", value, **kwargs)
+
+
+def test_probability():
+    assert check.probability("dropout", 0) == 0.0
+    assert check.probability("dropout", 0.999) == 0.999
+    for bad in (1.0, -0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got"):
+            check.probability("dropout", bad)
+    with pytest.raises(TypeError, match="dropout must be a number, got bool False"):
+        check.probability("dropout", False)
+    with pytest.raises(TypeError, match="dropout must be a number, got str"):
+        check.probability("dropout", "0.1")
+
+
+def test_boolean():
+    assert check.boolean("bias", True) is True and check.boolean("bias", False) is False
+    for bad in (1, 0, "no", None, np.bool_(True)):
+        with pytest.raises(TypeError, match="bias must be True or False, got"):
+            check.boolean("bias", bad)
+
+
+def test_string():
+    assert check.string("text", "") == ""
+    with pytest.raises(ValueError, match="text must be a non-empty str, got ''"):
+        check.string("text", "", nonempty=True)
+    with pytest.raises(TypeError, match="text must be a str, got bytes b'abc'"):
+        check.string("text", b"abc")
+
+
+def test_one_of():
+    assert check.one_of("kind", "pre", ("pre", "post")) == "pre"
+    assert check.one_of("activation", "relu", {"relu": None, "gelu": None}) == "relu"
+    with pytest.raises(ValueError, match="kind must be one of 'pre', 'post', got str 'mid'"):
+        check.one_of("kind", "mid", ("pre", "post"))
+    with pytest.raises(ValueError, match=r"got list \['pre'\]"):  # unhashable: no TypeError
+        check.one_of("kind", ["pre"], ("pre", "post"))
+    with pytest.raises(ValueError, match="got bool True"):  # True == 1, but it is not 1
+        check.one_of("n", True, (1, 2))
+
+
+def test_owner_and_hint_frame_the_message():
+    with pytest.raises(ValueError, match=r"^FeedForward: d_ff must be an int >= 1, got 0; try 4$"):
+        check.positive_int("d_ff", 0, owner="FeedForward", hint="try 4")
+
+
+def test_long_values_are_shortened_in_messages():
+    with pytest.raises(TypeError) as info:
+        check.string("text", list(range(1000)))
+    assert len(str(info.value)) < 120 and str(info.value).endswith("...")
+
+
+# -- tensors ------------------------------------------------------------------------------------
+
+
+def test_tensor_passes_good_input_through():
+    x = torch.randn(2, 3, 8)
+    assert check.tensor("x", x) is x
+    assert check.tensor("x", x, "batch seq d_model", d_model=8, floating=True) is x
+    assert check.tensor("x", x, "... d_model", d_model=8) is x
+    assert check.tensor("x", x, "... batch seq d_model", batch=2) is x  # "..." may be empty
+    assert check.tensor("ids", torch.zeros(4, dtype=torch.uint8), "seq", integer=True) is not None
+
+
+@pytest.mark.parametrize(
+    ("x", "axes", "kwargs", "error", "match"),
+    [
+        ([1.0], None, {}, TypeError, r"x must be a torch.Tensor, got list \[1.0\]"),
+        (np.ones(3), None, {}, TypeError, "x must be a torch.Tensor, got ndarray"),
+        (torch.ones(3), "vocab d_model", {}, ValueError,
+         r"x must have shape \(vocab d_model\), got shape \(3,\)"),
+        (torch.ones(2, 3, 4), "vocab d_model", {}, ValueError, r"got shape \(2, 3, 4\)"),
+        (torch.ones(3), "... seq d_head", {}, ValueError,
+         r"x must have shape \(\.\.\. seq d_head\), got shape \(3,\)"),
+        (torch.ones(2, 5), "... d_model", {"d_model": 4}, ValueError,
+         r"x must have shape \(\.\.\. d_model\) with d_model=4, got shape \(2, 5\)"),
+        (torch.ones(2, 5), "batch seq", {"batch": 3, "seq": 5}, ValueError,
+         r"with batch=3, seq=5, got shape \(2, 5\)"),
+        (torch.tensor(1.0), "... d_model", {"d_model": 1}, ValueError, r"got shape \(\)"),
+        (torch.ones(2, dtype=torch.long), None, {"floating": True}, TypeError,
+         r"x must be a floating-point tensor, got dtype torch.int64 \(ids\? embed them first\)"),
+        (torch.ones(2, dtype=torch.bool), None, {"floating": True}, TypeError,
+         "x must be a floating-point tensor, got dtype torch.bool$"),
+        (torch.ones(2), None, {"integer": True}, TypeError,
+         "x must be an integer tensor, got dtype torch.float32"),
+        (torch.ones(2, dtype=torch.bool), None, {"integer": True}, TypeError, "got dtype torch.bool"),
+    ],
+)  # fmt: skip
+def test_tensor_rejects(x, axes, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        check.tensor("x", x, axes, **kwargs)
+
+
+def test_tensor_sizes_must_name_an_axis():
+    with pytest.raises(TypeError, match="bad axes"):
+        check.tensor("x", torch.ones(2), "seq", d_model=2)
+    with pytest.raises(TypeError, match="need the axes"):
+        check.tensor("x", torch.ones(2), d_model=2)
+    with pytest.raises(TypeError, match="bad axes"):
+        check.tensor("x", torch.ones(2), "seq ...")
+
+
+def test_same_dtype_and_device():
+    q, k = torch.randn(2, 3), torch.randn(2, 3)
+    check.same_dtype_and_device(q=q, k=k, v=torch.randn(1))
+    with pytest.raises(
+        TypeError,
+        match="q, k and v must share a dtype, got q torch.float64, k torch.float32, v torch.float32",
+    ):
+        check.same_dtype_and_device(q=q.double(), k=k, v=k)
+    with pytest.raises(
+        ValueError, match="x and weight must be on one device, got x on meta, weight on cpu"
+    ):
+        check.same_dtype_and_device(x=q.to("meta"), weight=k)
+    with pytest.raises(TypeError, match="k must be a torch.Tensor, got list"):
+        check.same_dtype_and_device(q=q, k=[1.0])
+    with pytest.raises(TypeError, match="at least two"):
+        check.same_dtype_and_device(q=q)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        check.same_dtype_and_device(x=q.bfloat16(), weight=k, autocast=True)
+        with pytest.raises(TypeError, match="must share a dtype"):
+            check.same_dtype_and_device(x=q.bfloat16(), weight=k)
+    with pytest.raises(TypeError, match="must share a dtype"):  # autocast is off again
+        check.same_dtype_and_device(x=q.bfloat16(), weight=k, autocast=True)
+
+
+def test_same_device():
+    check.same_device(ids=torch.zeros(2, dtype=torch.long), weight=torch.randn(3, 2))
+    with pytest.raises(ValueError, match="ids and weight must be on one device"):
+        check.same_device(ids=torch.zeros(2, dtype=torch.long, device="meta"), weight=torch.ones(1))
+
+
+def test_docstring_lists_every_check():
+    for name in check.__all__:
+        assert f":func:`{name}`" in check.__doc__, name
+
+
+# -- torch.compile: the checks in a forward cause no graph break ------------------------------------
+
+
+def test_forward_checks_cause_no_graph_break():
+    from lib.embeddings import TokenEmbedding, Unembedding
+    from lib.ffn import FeedForward, GatedFeedForward
+    from lib.positions import (
+        LearnedPositionalEmbedding,
+        RotaryEmbedding,
+        SinusoidalPositionalEncoding,
+    )
+
+    x = torch.randn(2, 3, 8)
+    cases = [
+        (FeedForward(8), (x,)),
+        (GatedFeedForward(8), (x,)),
+        (RotaryEmbedding(8), (torch.randn(2, 2, 3, 8), 4)),
+        (SinusoidalPositionalEncoding(8), (x, 2)),
+        (LearnedPositionalEmbedding(16, 8), (x, 1)),
+        (TokenEmbedding(10, 8, check_ids=False), (torch.randint(0, 10, (2, 3)),)),
+        (Unembedding(8, 10), (x,)),
+    ]
+    for module, args in cases:
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(module)(*args)
+        assert explained.graph_break_count == 0, (type(module).__name__, explained.break_reasons)
+    torch._dynamo.reset()
+
+
+# -- the package surface ------------------------------------------------------------------------
+
+
+def test_import_lib_is_lazy_and_submodules_load_on_first_use():
+    code = (
+        "import sys, lib; "
+        "assert 'lib.tokenizer' not in sys.modules and 'torch' not in sys.modules; "
+        "tok = lib.tokenizer.BPETokenizer(); "
+        "assert 'lib.tokenizer' in sys.modules and lib.positions.RotaryEmbedding; "
+        "print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_lib_lists_the_modules_that_exist():
+    for name in ("tokenizer", "embeddings", "positions", "attention", "ffn", "norms", "utils",
+                 "datasets", "exercises"):  # fmt: skip
+        assert name in lib.__all__ and name in dir(lib)
+        assert getattr(lib, name).__name__ == f"lib.{name}"
+    assert "_checks" not in lib.__all__
+
+
+def test_a_module_not_written_yet_is_a_clear_attribute_error(tmp_path, monkeypatch):
+    future = [name for name in lib._SUBMODULES if name not in lib.__all__]
+    for name in future:
+        with pytest.raises(AttributeError, match=f"lib/{name}.py does not exist yet"):
+            getattr(lib, name)
+        assert not hasattr(lib, name)
+    # the same path for a planned module whose file is missing, whatever exists today
+    monkeypatch.setattr(lib, "_exists", lambda name: False)
+    monkeypatch.delattr(lib, "flash", raising=False)
+    with pytest.raises(
+        AttributeError, match=r"module 'lib' has no attribute 'flash': lib/flash.py"
+    ):
+        lib.__getattr__("flash")
+
+
+def test_an_unknown_name_is_an_attribute_error_listing_the_modules():
+    with pytest.raises(AttributeError, match="no attribute 'tokeniser'; its modules are tokenizer"):
+        lib.tokeniser  # noqa: B018
+    with pytest.raises(ImportError):
+        from lib import tokeniser  # noqa: F401
+
+
+def test_forward_methods_state_their_shapes():
+    import inspect
+
+    from torch import nn
+
+    for module in (lib.embeddings, lib.positions, lib.ffn):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isclass(obj) and issubclass(obj, nn.Module):
+                doc = obj.forward.__doc__ or ""
+                assert "Shapes:" in doc, f"{module.__name__}.{name}.forward has no shapes"
