@@ -23,6 +23,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
+from lib import _checks as check
 from lib.attention import (
     ATTENTION_BACKENDS,
     KVCache,
@@ -107,34 +108,40 @@ class TransformerConfig:
     attn_backend: str = "sdpa"
 
     def __post_init__(self) -> None:
+        owner = "TransformerConfig"
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_len"):
-            _positive_int(name, getattr(self, name))
-        for name in ("n_kv_heads", "d_head", "d_ff"):
+            check.positive_int(name, getattr(self, name), owner=owner)
+        for name in ("n_kv_heads", "d_head", "d_ff", "t5_num_buckets", "t5_max_distance"):
             if getattr(self, name) is not None:
-                _positive_int(name, getattr(self, name))
+                check.positive_int(name, getattr(self, name), owner=owner)
         for name in ("n_decoder_layers", "n_token_types"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"TransformerConfig.{name} must be an int >= 0, got {value!r}")
-        _one_of("positions", self.positions, POSITION_KINDS)
-        _one_of("norm", self.norm, NORM_KINDS)
-        _one_of("norm_position", self.norm_position, NORM_POSITIONS)
-        _one_of("activation", self.activation, (*FFN_ACTIVATIONS, *GATED_FFN_ACTIVATIONS))
-        _one_of("attn_backend", self.attn_backend, tuple(ATTENTION_BACKENDS))
+            check.int_at_least(name, getattr(self, name), 0, owner=owner)
+        for name in ("embedding_norm", "embedding_scale", "bias", "tie_embeddings"):
+            check.boolean(name, getattr(self, name), owner=owner)
+        check.one_of("positions", self.positions, POSITION_KINDS, owner=owner)
+        check.one_of("norm", self.norm, NORM_KINDS, owner=owner)
+        check.one_of("norm_position", self.norm_position, NORM_POSITIONS, owner=owner)
+        activations = (*FFN_ACTIVATIONS, *GATED_FFN_ACTIVATIONS)
+        check.one_of("activation", self.activation, activations, owner=owner)
+        check.one_of("attn_backend", self.attn_backend, tuple(ATTENTION_BACKENDS), owner=owner)
+        check.probability("dropout", self.dropout, owner=owner)
+        check.finite_float("rope_base", self.rope_base, low=0.0, low_open=True, owner=owner)
+        if self.norm_eps is not None:
+            check.finite_float("norm_eps", self.norm_eps, low=0.0, low_open=True, owner=owner)
+        if self.attn_scale is not None:
+            check.finite_float("attn_scale", self.attn_scale, owner=owner)
         if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError(
-                f"TransformerConfig: n_heads={self.n_heads} does not divide "
-                f"d_model={self.d_model}; change one, or set d_head explicitly"
+                f"{owner}: n_heads={self.n_heads} does not divide d_model={self.d_model}; "
+                "change one, or set d_head explicitly"
             )
         if self.n_heads % self.kv_heads:
             raise ValueError(
-                f"TransformerConfig: n_kv_heads={self.n_kv_heads} does not divide "
+                f"{owner}: n_kv_heads={self.n_kv_heads} does not divide "
                 f"n_heads={self.n_heads}; each key/value head serves a whole group"
             )
         if self.positions == "rope" and self.head_size % 2:
-            raise ValueError(f"TransformerConfig: RoPE needs an even d_head, got {self.head_size}")
-        if isinstance(self.dropout, bool) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"TransformerConfig.dropout must be in [0, 1), got {self.dropout!r}")
+            raise ValueError(f"{owner}: RoPE needs an even d_head, got {self.head_size}")
 
     @property
     def kv_heads(self) -> int:
@@ -151,18 +158,6 @@ class TransformerConfig:
     @property
     def decoder_layers(self) -> int:
         return self.n_decoder_layers or self.n_layers
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"TransformerConfig.{name} must be a positive int, got {value!r}")
-    return value
-
-
-def _one_of(name: str, value: object, known: tuple[str, ...]) -> str:
-    if value not in known:
-        raise ValueError(f"unknown {name} {value!r}; known: {', '.join(map(repr, known))}")
-    return value
 
 
 def _check_ids(ids: object, vocab_size: int, name: str = "ids") -> torch.Tensor:
