@@ -43,13 +43,16 @@ def test_self_import_detector_and_export_targets(tmp_path: Path, monkeypatch):
     chapter.write_text(
         "---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n---\n\n"
         "```{code-cell} ipython3\n:tags: [export]\n\ndef f():\n    return 1\n```\n\n"
-        "```{code-cell} ipython3\n:tags: [export:other]\n\ndef g():\n    return 2\n```\n\n"
+        "```{code-cell} ipython3\n:tags: [export:other]\n\n# lib: from lib.demo import f\n"
+        "def g():\n    return f()\n```\n\n"
+        "```{code-cell} ipython3\n:tags: [export:third]\n\nfrom lib.demo import f\n```\n\n"
         "```{code-cell} ipython3\nfrom lib.other import g\nfrom lib.utils import pick\n```\n",
         encoding="utf-8",
     )
     modules = tangle.export_cells_by_module(chapter)
-    assert set(modules) == {"demo", "other"}
-    assert tangle.self_imports(chapter) == ["from lib.other import g"]
+    assert set(modules) == {"demo", "other", "third"}
+    assert modules["other"][0].startswith("from lib.demo import f\ndef g():")  # uncommented
+    assert tangle.self_imports(chapter) == ["from lib.demo import f", "from lib.other import g"]
     assert tangle.cell_target(["export:models"], "demo") == "models"
     with pytest.raises(ValueError, match="one module only"):
         tangle.cell_target(["export", "export:models"], "demo")

@@ -8,8 +8,11 @@ instead, so one chapter can fill several modules (chapter 7 writes ``models``,
 ``generation`` and ``hf_weights``). The generated modules are committed: ``import lib``
 needs no build.
 
-A chapter may not import the module it is generating (``from lib.tokenizer import ...``
+A chapter may not import a module it is generating (``from lib.tokenizer import ...``
 inside chapter 1): the reader would run the committed copy instead of the code on the page.
+When one generated module needs another of the same chapter (``lib/generation.py`` uses
+``lib.models``), the export cell writes the import as a comment, ``# lib: from lib.models
+import GPT``: in the notebook the names already exist, and the tangle uncomments the line.
 
     python tools/tangle.py           # rewrite every module
     python tools/tangle.py --check   # exit 1 if any module differs from its chapter
@@ -32,6 +35,7 @@ LIB = ROOT / "lib"
 NOTEBOOK_DIR = ROOT / "_build" / "notebooks"  # converted chapters, for nbmake and ruff
 EXPORT_TAG = "export"
 CHAPTER_NAME = re.compile(r"^(\d\d)-([a-z0-9-]+)\.md$")
+LIB_ONLY = re.compile(r"^(\s*)# lib: (.+)$", re.MULTILINE)  # a line only the module runs
 
 HEADER = """\
 # This file is generated from {source} by tools/tangle.py. Do not edit it by hand:
@@ -109,7 +113,7 @@ def export_cells_by_module(chapter: Path) -> dict[str, list[str]]:
                     f"{chapter.name}, cell {index}: an exported cell must be plain Python, "
                     f"but has the notebook line {line.strip()!r}"
                 )
-        modules.setdefault(target, []).append(source)
+        modules.setdefault(target, []).append(LIB_ONLY.sub(r"\1\2", source))
     return modules
 
 
@@ -119,7 +123,7 @@ def export_cells(chapter: Path) -> list[str]:
 
 
 def self_imports(chapter: Path) -> list[str]:
-    """Lines of the chapter's non-exported code that import a module the chapter generates."""
+    """Lines of the chapter's code (exported or not) that import a module it generates."""
     import jupytext
 
     generated = set(export_cells_by_module(chapter))
