@@ -1,0 +1,409 @@
+"""Benchmark: chapter 9's Triton FlashAttention against PyTorch's SDPA backends (GPU).
+
+Prints, for bf16 inputs of 4 sequences x 32 heads at 1k-16k tokens, head dims 64 and
+128, causal and not, the TFLOP/s of the forward and of the forward+backward pass of
+
+* ``triton``: our kernels (``lib.flash.flash_attention_triton``, autotuned),
+* ``sdpa_flash``: ``scaled_dot_product_attention`` restricted to FlashAttention-2,
+* ``sdpa_cudnn``: restricted to its cuDNN backend,
+* ``sdpa_math``: restricted to the unfused math path (out of memory when long),
+
+and the ratio of ours to each, all measured in the same run (FLOPs: ``4 · q · k · d``
+per head for the forward, visible pairs only when causal; forward+backward 3.5 times
+that).
+Then the peak memory of one forward+backward pass (1 sequence x 32 heads, d 64) against
+the length for the math path, the tiled PyTorch version and the Triton kernel.
+
+On a machine without a CUDA GPU it prints that it needs one and exits with status 0. It
+never asserts on time. ``--out DIR`` also writes ``metrics.json`` (GPU, versions,
+commit, wall time, command, every measurement), ``speed.png`` and ``memory.png`` there,
+the files chapter 9 shows from ``book/results/``.
+
+    python bench/bench_flash.py [--lengths 1024 2048 4096 8192 16384]
+        [--head-dims 64 128] [--batch 4] [--heads 32]
+        [--out book/results/09-flash-attention-h100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+METHODS = ("triton", "sdpa_flash", "sdpa_cudnn", "sdpa_math")
+MEMORY_METHODS = ("sdpa_math", "flash_torch", "triton")
+TARGETS = {"fwd": 1.0, "fwd+bwd": 0.8}  # ours / sdpa_flash, from the chapter's issue
+
+
+def _sdpa(backend_name: str):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, backend_name)
+
+    def attend(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return torch.nn.functional.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                is_causal=causal,
+            )
+
+    return attend
+
+
+def attention_methods() -> dict:
+    """Name -> ``fn(q, k, v, causal)`` for every method timed here."""
+    from lib.flash import FlashAttentionTorch, flash_attention_triton
+
+    return {
+        "triton": lambda q, k, v, causal: flash_attention_triton(
+            q,
+            k,
+            v,
+            causal=causal,
+        ),
+        "sdpa_flash": _sdpa("FLASH_ATTENTION"),
+        "sdpa_cudnn": _sdpa("CUDNN_ATTENTION"),
+        "sdpa_math": _sdpa("MATH"),
+        "flash_torch": lambda q, k, v, causal: FlashAttentionTorch.apply(
+            q,
+            k,
+            v,
+            q.shape[-1] ** -0.5,
+            causal,
+            1024,
+            1024,
+        ),
+    }
+
+
+def _qkv(batch, heads, seq_len, d_head, dtype, device, requires_grad):
+    return [
+        torch.randn(
+            batch,
+            heads,
+            seq_len,
+            d_head,
+            dtype=dtype,
+            device=device,
+        ).requires_grad_(requires_grad)
+        for _ in range(3)
+    ]
+
+
+def time_method(fn, q, k, v, causal: bool, backward: bool) -> float | None:
+    """Milliseconds per call (median of triton.testing.do_bench); None if it fails."""
+    import triton
+
+    grad_out = torch.randn_like(q)
+
+    def step():
+        out = fn(q, k, v, causal)
+        if backward:
+            out.backward(grad_out)
+
+    try:
+        step()  # warm-up, autotuning, and a check that the backend takes the inputs
+        torch.cuda.synchronize()
+        return triton.testing.do_bench(step, warmup=25, rep=100, grad_to_none=[q, k, v])
+    except (RuntimeError, torch.OutOfMemoryError) as error:
+        message = str(error).splitlines()[0][:90]
+        print(f"      (not run: {type(error).__name__}: {message})")
+        return None
+    finally:
+        torch.cuda.empty_cache()
+
+
+def peak_memory(fn, seq_len: int, heads: int, d_head: int, dtype) -> int | None:
+    """Peak bytes allocated by one forward+backward pass beyond q, k, v; None on OOM."""
+    try:
+        q, k, v = _qkv(1, heads, seq_len, d_head, dtype, "cuda", True)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        baseline = torch.cuda.memory_allocated()
+        fn(q, k, v, False).backward(torch.randn_like(q))
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - baseline
+    except torch.OutOfMemoryError:
+        return None
+    finally:
+        q = k = v = None
+        torch.cuda.empty_cache()
+
+
+def measure(
+    methods: dict,
+    shape: tuple,
+    causal: bool,
+    backward: bool,
+    dtype,
+) -> list[dict]:
+    """Time every method of METHODS on one shape ``(batch heads seq d)``; print them.
+
+    Returns one row per method: the method, the pass ("fwd" or "fwd+bwd"), the sizes,
+    milliseconds and TFLOP/s (None where the method could not run).
+    """
+    from lib.flash import attention_core_flops
+
+    batch, heads, seq_len, d_head = shape
+    pass_name = "fwd+bwd" if backward else "fwd"
+    work = batch * heads * attention_core_flops(seq_len, seq_len, d_head, causal=causal)
+    work = work * 7 / 2 if backward else work
+    print(f"{pass_name:>8} d={d_head:<3} causal={causal!s:<5} n={seq_len:>5}:")
+    rows = []
+    for method in METHODS:
+        q, k, v = _qkv(batch, heads, seq_len, d_head, dtype, "cuda", backward)
+        ms = time_method(methods[method], q, k, v, causal, backward)
+        tflops = None if ms is None else work / (ms * 1e-3) / 1e12
+        rows.append(
+            {
+                "method": method,
+                "pass": pass_name,
+                "d_head": d_head,
+                "causal": causal,
+                "seq_len": seq_len,
+                "ms": ms,
+                "tflops": tflops,
+            },
+        )
+    ours = rows[0]["ms"]
+    for row in rows:
+        if row["ms"] is None:
+            print(f"      {row['method']:>11}:      -")
+            continue
+        line = f"      {row['method']:>11}: {row['ms']:9.3f} ms"
+        line += f" {row['tflops']:7.1f} TFLOP/s"
+        if ours is not None and row["method"] != "triton":
+            line += f"   ours is {row['ms'] / ours:5.2f}x as fast"
+        print(line)
+    return rows
+
+
+def _commit() -> str:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def plot_speed(speed: list[dict]):
+    """One panel per (head dim, causal): TFLOP/s against length, forward (solid) and
+    forward+backward (dashed), one colour per method. Returns the figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(row["d_head"], row["causal"]) for row in speed})
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(4 * len(panels), 3.4),
+        squeeze=False,
+    )
+    colours = dict(zip(METHODS, ("C3", "C0", "C2", "C7")))
+    for ax, (d_head, causal) in zip(axes[0], panels):
+        for method in METHODS:
+            for pass_name, style in (("fwd", "-"), ("fwd+bwd", "--")):
+                rows = [
+                    r
+                    for r in speed
+                    if (r["d_head"], r["causal"], r["method"], r["pass"])
+                    == (d_head, causal, method, pass_name)
+                    and r["tflops"] is not None
+                ]
+                if rows:
+                    ax.plot(
+                        [r["seq_len"] for r in rows],
+                        [r["tflops"] for r in rows],
+                        style,
+                        marker="o",
+                        color=colours[method],
+                        label=f"{method} {pass_name}",
+                    )
+        ax.set_xscale("log", base=2)
+        ax.set(
+            xlabel="sequence length",
+            ylabel="TFLOP/s",
+            title=f"d={d_head}, causal={causal}",
+        )
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_memory(memory: list[dict]):
+    """Peak memory of a forward+backward pass against length, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for method in MEMORY_METHODS:
+        rows = [r for r in memory if r["method"] == method]
+        rows = [r for r in rows if r["peak_bytes"] is not None]
+        if rows:
+            ax.loglog(
+                [r["seq_len"] for r in rows],
+                [r["peak_bytes"] / 2**30 for r in rows],
+                "o-",
+                label=method,
+            )
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="sequence length", ylabel="peak GiB (forward+backward)")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--lengths",
+        type=int,
+        nargs="+",
+        default=[1024, 2048, 4096, 8192, 16384],
+    )
+    parser.add_argument(
+        "--memory-lengths",
+        type=int,
+        nargs="+",
+        default=[1024, 4096, 16384, 32768],
+    )
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write metrics.json and plots",
+    )
+    args = parser.parse_args(argv)
+
+    if not torch.cuda.is_available():
+        print(
+            "bench_flash.py needs a CUDA GPU: it compares Triton kernels with the GPU "
+            "backends of scaled_dot_product_attention. No GPU here, so nothing was "
+            "measured (skipped).",
+        )
+        return 0
+
+    import triton
+
+    from lib.flash import TRITON_INTERPRETED
+
+    if TRITON_INTERPRETED:
+        print(
+            "note: TRITON_INTERPRET=1 is set, so the kernels run in the interpreter",
+        )
+    started = time.perf_counter()
+    torch.manual_seed(0)
+    gpu = torch.cuda.get_device_name()
+    dtype = torch.bfloat16
+    methods = attention_methods()
+    print(
+        f"{gpu}, torch {torch.__version__}, triton {triton.__version__}, bf16, "
+        f"batch {args.batch} x {args.heads} heads",
+    )
+
+    # Correctness first: our kernel against the flash backend at one size.
+    q, k, v = _qkv(2, 4, 1000, 64, dtype, "cuda", False)
+    for causal in (False, True):
+        ours, reference = methods["triton"], methods["sdpa_math"]
+        gap = (ours(q, k, v, causal) - reference(q, k, v, causal)).abs()
+        print(
+            f"max |triton - sdpa_math| (n=1000, causal={causal}): {gap.max():.1e}",
+        )
+
+    speed = []
+    for d_head in args.head_dims:
+        for causal in (False, True):
+            for seq_len in args.lengths:
+                for backward in (False, True):
+                    shape = (args.batch, args.heads, seq_len, d_head)
+                    speed += measure(methods, shape, causal, backward, dtype)
+
+    print("peak memory of one forward+backward pass, 1 sequence x 32 heads, d 64:")
+    memory = []
+    for seq_len in args.memory_lengths:
+        for method in MEMORY_METHODS:
+            peak = peak_memory(methods[method], seq_len, 32, 64, dtype)
+            memory.append(dict(method=method, seq_len=seq_len, peak_bytes=peak))
+            shown = "out of memory" if peak is None else f"{peak / 2**30:8.2f} GiB"
+            print(f"  n={seq_len:>6} {method:>12}: {shown}")
+
+    summary = {}
+    for pass_name, target in TARGETS.items():
+        ratios = []
+        for row in speed:
+            ours = (row["method"], row["pass"]) == ("triton", pass_name)
+            if not ours or row["ms"] is None:
+                continue
+            match = [
+                r
+                for r in speed
+                if r["method"] == "sdpa_flash"
+                and r["ms"] is not None
+                and (r["pass"], r["d_head"], r["causal"], r["seq_len"])
+                == (pass_name, row["d_head"], row["causal"], row["seq_len"])
+            ]
+            if match:
+                ratios.append(match[0]["ms"] / row["ms"])
+        if ratios:
+            summary[pass_name] = dict(min=min(ratios), max=max(ratios), target=target)
+            print(
+                f"{pass_name}: ours / sdpa_flash between {min(ratios):.2f}x and "
+                f"{max(ratios):.2f}x (target >= {target}x)",
+            )
+
+    wall = time.perf_counter() - started
+    print(f"wall time {wall:.0f} s")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        metrics = dict(
+            gpu=gpu,
+            torch=torch.__version__,
+            triton=triton.__version__,
+            commit=_commit(),
+            wall_time_s=round(wall, 1),
+            command=" ".join(
+                [
+                    "python bench/bench_flash.py",
+                    *(sys.argv[1:] if argv is None else argv),
+                ],
+            ),
+            dtype="bfloat16",
+            batch=args.batch,
+            heads=args.heads,
+            speed=speed,
+            memory=memory,
+            summary=summary,
+        )
+        (args.out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
+        plot_speed(speed).savefig(args.out / "speed.png", dpi=150)
+        plot_memory(memory).savefig(args.out / "memory.png", dpi=150)
+        print(f"wrote {args.out}/metrics.json, speed.png and memory.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

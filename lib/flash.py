@@ -1,0 +1,918 @@
+# This file is generated from chapters/09-flash-attention.md by tools/tangle.py. Do not edit it by hand:
+# edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+"""FlashAttention (chapter 9 of the course): IO counts, online softmax, tiled attention.
+
+Three implementations of one function, exact attention that never stores the
+``(q_pos, k_pos)`` score matrix:
+
+* :func:`online_softmax`: the running maximum and running sum, on rows.
+* :func:`tiled_attention_forward` and :func:`tiled_attention_backward`, in PyTorch,
+  wrapped as :class:`FlashAttentionTorch`, an ``autograd.Function`` that saves only
+  ``q``, ``k``, ``v``, the output and the log-sum-exp, and recomputes the scores in
+  backward.
+* Triton kernels for the forward pass and both halves of the backward pass, wrapped as
+  :class:`FlashAttentionTriton`. Without a GPU they run in Triton's interpreter when
+  ``TRITON_INTERPRET=1`` is set before this module is imported.
+
+Importing the module registers two attention backends (see :mod:`lib.attention`):
+``"flash_torch"`` (:func:`flash_attention_torch`) and ``"flash_triton"``
+(:func:`flash_attention_triton`). Both compute attention with ``causal`` (bottom-right
+aligned), grouped key/value heads and any ``scale``; a ``mask``, a ``bias`` or dropout
+make them fall back to :func:`lib.attention.sdpa_attention`, with a warning shown once.
+Shapes: ``q`` is ``(batch heads q_pos d_head)``, ``k`` and ``v``
+``(batch kv_heads k_pos d_head)``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+
+import torch
+from einops import einsum, rearrange, reduce
+from torch.autograd.function import once_differentiable
+
+from lib.attention import register_attention_backend, sdpa_attention
+
+try:  # Linux x86_64 wheels only; elsewhere the Triton backend says so when called
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+    tl = None
+
+__all__ = [
+    "attention_core_flops",
+    "attention_hbm_bytes",
+    "roofline_seconds",
+    "online_softmax",
+    "causal_block_kind",
+    "tiled_attention_forward",
+    "tiled_attention_backward",
+    "FlashAttentionTorch",
+    "TRITON_INTERPRETED",
+    "TRITON_HEAD_DIMS",
+    "triton_unavailable_reason",
+    "triton_attention_forward",
+    "triton_attention_backward",
+    "FlashAttentionTriton",
+    "flash_attention_torch",
+    "flash_attention_triton",
+]
+
+
+def _positive_int(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def attention_core_flops(
+    q_len: int, k_len: int, d_head: int, *, causal: bool = False, backward: bool = False
+) -> int:
+    """FLOPs of one head's attention core: ``q kᵀ`` and ``p v``, ``2 · 2 · pairs · d``.
+
+    ``pairs`` is ``q_len · k_len``, or with ``causal`` the number of visible (query,
+    key) pairs (bottom-right aligned). ``backward=True`` counts forward plus backward:
+    the backward's five products (the scores again, ``dv``, ``dp``, ``dq``, ``dk``) are
+    2.5 times the forward's two, so the total is 3.5 times the forward.
+    """
+    q_len, k_len = _positive_int("q_len", q_len), _positive_int("k_len", k_len)
+    d_head = _positive_int("d_head", d_head)
+    if causal:
+        offset = k_len - q_len  # query i sees keys 0 .. i + offset
+        pairs = sum(min(max(i + offset + 1, 0), k_len) for i in range(q_len))
+    else:
+        pairs = q_len * k_len
+    forward = 4 * pairs * d_head
+    return forward * 7 // 2 if backward else forward
+
+
+def attention_hbm_bytes(
+    seq_len: int,
+    d_head: int,
+    *,
+    method: str,
+    block_q: int | None = 128,
+    bytes_per_value: int = 2,
+) -> int:
+    """Bytes one head's forward pass moves between HBM and the chip (self-attention).
+
+    ``method="standard"``: read q, k, v, write the ``n × n`` scores, read them, write
+    the weights, read them, write the output: ``(4·n·d + 4·n²) · bytes``.
+    ``method="flash"``: read q once, k and v once per block of ``block_q`` queries,
+    write the output and a float32 log-sum-exp per query. ``block_q=None`` reads every
+    input once (the best case, when the re-reads hit the L2 cache).
+    """
+    n, d = _positive_int("seq_len", seq_len), _positive_int("d_head", d_head)
+    _positive_int("bytes_per_value", bytes_per_value)
+    if method == "standard":
+        return (4 * n * d + 4 * n * n) * bytes_per_value
+    if method != "flash":
+        raise ValueError(f"method must be 'standard' or 'flash', got {method!r}")
+    if block_q is None:
+        n_query_blocks = 1
+    else:
+        n_query_blocks = -(-n // _positive_int("block_q", block_q))  # ceil(n / block_q)
+    values = n * d + 2 * n * d * n_query_blocks + n * d  # q, k and v per block, out
+    return values * bytes_per_value + 4 * n
+
+
+def roofline_seconds(
+    flops: float, bytes_moved: float, peak_flops: float, bandwidth: float
+) -> float:
+    """The roofline bound ``max(flops / peak_flops, bytes_moved / bandwidth)``, in s."""
+    if min(peak_flops, bandwidth) <= 0 or min(flops, bytes_moved) < 0:
+        raise ValueError("flops and bytes must be >= 0, peak_flops and bandwidth > 0")
+    return max(flops / peak_flops, bytes_moved / bandwidth)
+
+
+def online_softmax(scores: torch.Tensor, block_size: int = 128) -> torch.Tensor:
+    """Softmax over the last axis in two passes: online ``(max, sum)``, then normalise.
+
+    The first pass reads ``block_size`` elements at a time and keeps, per row, the
+    running maximum ``m`` and the running sum ``l = Σ exp(x - m)``, rescaling ``l`` by
+    ``exp(m_old - m_new)`` when the maximum grows. A row of only ``-inf`` gives zeros.
+    Shapes: ``scores`` is ``(... n)``, the result too.
+    """
+    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
+        raise TypeError(f"scores must be a float tensor, got {type(scores).__name__}")
+    _positive_int("block_size", block_size)
+    row_max = torch.full_like(scores[..., 0], -math.inf)
+    row_sum = torch.zeros_like(row_max)
+    for start in range(0, scores.shape[-1], block_size):
+        block = scores[..., start : start + block_size]
+        new_max = torch.maximum(row_max, reduce(block, "... n -> ...", "max"))
+        safe_max = new_max.masked_fill(new_max == -math.inf, 0.0)  # nothing seen yet
+        row_sum = row_sum * torch.exp(row_max - safe_max) + reduce(
+            torch.exp(block - safe_max[..., None]), "... n -> ...", "sum"
+        )
+        row_max = new_max
+    safe_max = row_max.masked_fill(row_max == -math.inf, 0.0)
+    safe_sum = row_sum.masked_fill(row_sum == 0, 1.0)
+    return torch.exp(scores - safe_max[..., None]) / safe_sum[..., None]
+
+
+def causal_block_kind(
+    q_start: int,
+    q_stop: int,
+    k_start: int,
+    k_stop: int,
+    offset: int,
+) -> str:
+    """How a causal mask covers the tile of query rows ``[q_start, q_stop)`` and key
+    columns ``[k_start, k_stop)``, where query ``i`` sees key ``j`` iff
+    ``j <= i + offset`` (``offset = k_len - q_len``: bottom-right alignment).
+
+    Returns ``"skip"`` (no query sees any key), ``"full"`` (every query sees every key)
+    or ``"partial"`` (the diagonal crosses the tile: mask it).
+    """
+    if k_start > q_stop - 1 + offset:  # the last row cannot see the first column
+        return "skip"
+    if k_stop - 1 <= q_start + offset:  # the first row sees the last column
+        return "full"
+    return "partial"
+
+
+# einops patterns. The query heads that share a key/value head form a `group` axis.
+_Q = "batch kv_heads group q_pos"  # where a query row lives
+_K = "batch kv_heads k_pos"  # where a key row lives
+_SPLIT = "batch (kv_heads group) q_pos d -> batch kv_heads group q_pos d"
+_MERGE = "batch kv_heads group q_pos d -> batch (kv_heads group) q_pos d"
+_SPLIT_ROWS = "batch (kv_heads group) q_pos -> batch kv_heads group q_pos"
+_MERGE_ROWS = "batch kv_heads group q_pos -> batch (kv_heads group) q_pos"
+_SCORES = f"{_Q} d, {_K} d -> {_Q} k_pos"  # q kᵀ (and dO vᵀ)
+_MIX = f"{_Q} k_pos, {_K} d -> {_Q} d"  # p v (and dS k)
+_BY_KEY = f"{_Q} k_pos, {_Q} d -> {_K} d"  # pᵀ dO (and dSᵀ q): sums over the group
+
+
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _above_diagonal(q_start, q_stop, k_start, k_stop, offset, device) -> torch.Tensor:
+    """``(q_pos k_pos)``: True where key ``j`` is in query ``i``'s future."""
+    rows = torch.arange(q_start, q_stop, device=device)
+    cols = torch.arange(k_start, k_stop, device=device)
+    last_visible = rearrange(rows, "q_pos -> q_pos 1") + offset
+    return rearrange(cols, "k_pos -> 1 k_pos") > last_visible
+
+
+def tiled_attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool = False,
+    block_q: int = 64,
+    block_k: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """FlashAttention's forward pass in PyTorch: blocks of queries, blocks of keys.
+
+    Shapes: ``q`` ``(batch heads q_pos d)``; ``k``, ``v`` ``(batch kv_heads k_pos d)``.
+    Returns ``out`` ``(batch heads q_pos d)`` in ``q``'s dtype and the log-sum-exp of
+    every query's scaled scores, ``lse`` ``(batch heads q_pos)`` in float32 (float64 for
+    float64 input), ``-inf`` for a query that sees no key (its output is zero).
+    """
+    kv_heads, q_len, k_len = k.shape[1], q.shape[2], k.shape[2]
+    offset = k_len - q_len  # causal: query i sees key j iff j <= i + offset
+    work = _work_dtype(q.dtype)
+    q_groups = rearrange(q, _SPLIT, kv_heads=kv_heads).to(work)
+    k, v = k.to(work), v.to(work)
+    out = torch.empty_like(q_groups)
+    lse = torch.empty(out.shape[:-1], dtype=work, device=q.device)
+    for q0 in range(0, q_len, block_q):  # one block of queries: rows q0 .. q1 - 1
+        q1 = min(q0 + block_q, q_len)
+        q_block = q_groups[..., q0:q1, :]
+        row_max = torch.full_like(q_block[..., 0], -math.inf)
+        row_sum = torch.zeros_like(row_max)
+        acc = torch.zeros_like(q_block)  # the unnormalised output
+        for k0 in range(0, k_len, block_k):  # against each block of keys k0 .. k1 - 1
+            k1 = min(k0 + block_k, k_len)
+            kind = causal_block_kind(q0, q1, k0, k1, offset) if causal else "full"
+            if kind == "skip":
+                break  # this tile and every one to its right lie above the diagonal
+            scores = scale * einsum(q_block, k[:, :, k0:k1], _SCORES)
+            if kind == "partial":
+                future = _above_diagonal(q0, q1, k0, k1, offset, q.device)
+                scores = scores.masked_fill(future, -math.inf)
+            new_max = torch.maximum(row_max, reduce(scores, "... k_pos -> ...", "max"))
+            safe_max = new_max.masked_fill(new_max == -math.inf, 0.0)  # no key yet
+            rescale = torch.exp(row_max - safe_max)  # e^{m_old - m_new}
+            weights = torch.exp(scores - safe_max[..., None])
+            row_sum = row_sum * rescale + reduce(weights, "... k_pos -> ...", "sum")
+            acc = acc * rescale[..., None] + einsum(weights, v[:, :, k0:k1], _MIX)
+            row_max = new_max
+        seen = row_sum > 0
+        out[..., q0:q1, :] = acc / torch.where(seen, row_sum, 1.0)[..., None]
+        lse[..., q0:q1] = torch.where(seen, row_max + torch.log(row_sum), -math.inf)
+    return rearrange(out, _MERGE).to(q.dtype), rearrange(lse, _MERGE_ROWS)
+
+
+def tiled_attention_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    grad_out: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool = False,
+    block_q: int = 64,
+    block_k: int = 64,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """FlashAttention's backward pass in PyTorch: recompute each tile of weights.
+
+    Shapes as :func:`tiled_attention_forward`; ``out`` and ``grad_out`` are
+    ``(batch heads q_pos d)``, ``lse`` ``(batch heads q_pos)``. Returns ``(dq, dk, dv)``
+    in the dtypes of ``q``, ``k``, ``v``. The weights are recomputed from ``lse``, and
+    the softmax's backward uses ``D = rowsum(grad_out * out)``, so no row of the
+    ``(q_pos, k_pos)`` matrix is ever needed whole.
+    """
+    kv_heads, q_len, k_len = k.shape[1], q.shape[2], k.shape[2]
+    offset = k_len - q_len
+    work = _work_dtype(q.dtype)
+    q_g, out_g, grad_g = (
+        rearrange(t, _SPLIT, kv_heads=kv_heads).to(work) for t in (q, out, grad_out)
+    )
+    lse_g = rearrange(lse, _SPLIT_ROWS, kv_heads=kv_heads).to(work)
+    lse_g = lse_g.masked_fill(lse_g == -math.inf, math.inf)  # no key seen: P = 0
+    # D = rowsum(dO * O), one number per query
+    delta = reduce(grad_g * out_g, "... q_pos d -> ... q_pos", "sum")
+    k, v = k.to(work), v.to(work)
+    dq, dk, dv = torch.zeros_like(q_g), torch.zeros_like(k), torch.zeros_like(v)
+    for k0 in range(0, k_len, block_k):  # one block of keys: k0 .. k1 - 1
+        k1 = min(k0 + block_k, k_len)
+        for q0 in range(0, q_len, block_q):  # the blocks of queries that see it
+            q1 = min(q0 + block_q, q_len)
+            kind = causal_block_kind(q0, q1, k0, k1, offset) if causal else "full"
+            if kind == "skip":
+                continue
+            q_block, grad_block = q_g[..., q0:q1, :], grad_g[..., q0:q1, :]
+            scores = scale * einsum(q_block, k[:, :, k0:k1], _SCORES)
+            if kind == "partial":
+                future = _above_diagonal(q0, q1, k0, k1, offset, q.device)
+                scores = scores.masked_fill(future, -math.inf)
+            weights = torch.exp(scores - lse_g[..., q0:q1, None])  # P, exactly
+            dv[:, :, k0:k1] += einsum(weights, grad_block, _BY_KEY)
+            d_weights = einsum(grad_block, v[:, :, k0:k1], _SCORES)
+            d_scores = weights * (d_weights - delta[..., q0:q1, None])  # P (dP - D)
+            dq[..., q0:q1, :] += scale * einsum(d_scores, k[:, :, k0:k1], _MIX)
+            dk[:, :, k0:k1] += scale * einsum(d_scores, q_block, _BY_KEY)
+    return rearrange(dq, _MERGE).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+class FlashAttentionTorch(torch.autograd.Function):
+    """Tiled attention whose hand-written backward saves only q, k, v, out and lse.
+
+    ``FlashAttentionTorch.apply(q, k, v, scale, causal, block_q, block_k)`` returns
+    ``out`` ``(batch heads q_pos d)``; see :func:`tiled_attention_forward` for shapes.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal, block_q, block_k):
+        options = dict(scale=scale, causal=causal, block_q=block_q, block_k=block_k)
+        out, lse = tiled_attention_forward(q, k, v, **options)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.options = options
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        grads = tiled_attention_backward(q, k, v, out, lse, grad_out, **ctx.options)
+        return (*grads, None, None, None, None)
+
+
+# Triton reads TRITON_INTERPRET when a kernel is decorated, that is when this module is
+# imported: in interpreter mode the kernels below run on the CPU, one program at a time.
+TRITON_INTERPRETED = triton is not None and os.environ.get("TRITON_INTERPRET") == "1"
+TRITON_HEAD_DIMS = (16, 32, 64, 128)  # powers of two (tl.arange), at least 16 (tl.dot)
+_LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2(e)): the GPU's native exponential
+
+
+def _triton_jit(fn):
+    """``triton.jit`` where Triton is installed; elsewhere the plain function."""
+    return fn if triton is None else triton.jit(fn)
+
+
+def triton_unavailable_reason(
+    device: torch.device | str, dtype: torch.dtype | None = None
+) -> str | None:
+    """Why the Triton kernels cannot run on ``device`` with ``dtype``, or None."""
+    device = torch.device(device)
+    if triton is None:
+        return "Triton is not installed (pip install triton; Linux x86_64 wheels only)"
+    if device.type == "cpu" and not TRITON_INTERPRETED:
+        return (
+            "the tensors are on the CPU and Triton compiles for GPUs; set "
+            "TRITON_INTERPRET=1 before importing lib.flash to run the kernels in "
+            "Triton's (slow) interpreter"
+        )
+    if device.type not in ("cpu", "cuda"):
+        return f"Triton does not run on {device.type!r} devices"
+    if device.type == "cuda" and torch.version.hip is None and not TRITON_INTERPRETED:
+        capability = torch.cuda.get_device_capability(device)
+        if capability < (7, 5):
+            return f"the GPU has compute capability {capability}; the kernels need 7.5+"
+        if dtype == torch.bfloat16 and capability < (8, 0):
+            return "bfloat16 needs compute capability 8.0 (Ampere) or newer; use fp16"
+    return None
+
+
+@_triton_jit
+def _online_softmax_step(acc, row_sum, row_max, scores, v, DOT_PRECISION: tl.constexpr):
+    """Fold one tile of scores ``(BLOCK_M BLOCK_N)``, base-2 units, into the state."""
+    new_max = tl.maximum(row_max, tl.max(scores, 1))
+    safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)  # rows with no key yet
+    rescale = tl.exp2(row_max - safe_max)  # 2^{m_old - m_new}
+    weights = tl.exp2(scores - safe_max[:, None])
+    row_sum = row_sum * rescale + tl.sum(weights, 1)
+    acc = acc * rescale[:, None]
+    acc += tl.dot(weights.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return acc, row_sum, new_max
+
+
+@_triton_jit
+def _flash_forward_kernel(
+    Q, K, V, OUT, LSE,  # pointers; LSE is (batch heads q_pos) float32, contiguous
+    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
+    n_heads, group, q_len, k_len, scale_log2, length_bucket,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    # length_bucket is unused here: it is the autotuner's key (the lengths, rounded up).
+    start_m = tl.program_id(0) * BLOCK_M  # this program's block of queries...
+    batch_head = tl.program_id(1)  # ... of this (batch, head)
+    batch = (batch_head // n_heads).to(tl.int64)  # int64: offsets can pass 2^31
+    head = (batch_head % n_heads).to(tl.int64)
+    kv_head = head // group  # GQA: `group` query heads share one key/value head
+    rows = start_m + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, HEAD_DIM)
+    q_ptrs = Q + batch * stride_qb + head * stride_qh + rows[:, None] * stride_qm
+    q = tl.load(q_ptrs + dims[None, :], mask=rows[:, None] < q_len, other=0.0)
+    k_base = K + batch * stride_kb + kv_head * stride_kh + dims[None, :]
+    v_base = V + batch * stride_vb + kv_head * stride_vh + dims[None, :]
+
+    row_max = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    row_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    offset = k_len - q_len  # causal: query i sees key j iff j <= i + offset
+    if CAUSAL:
+        full_end = tl.maximum(start_m + offset + 1, 0) // BLOCK_N * BLOCK_N
+        end = tl.minimum(tl.maximum(start_m + BLOCK_M + offset, 0), k_len)
+    else:
+        full_end = k_len // BLOCK_N * BLOCK_N
+        end = k_len
+    # 1. Key blocks that every row of this block sees whole: no mask.
+    for start_n in range(0, full_end, BLOCK_N):
+        keys = start_n + cols
+        k = tl.load(k_base + keys[:, None] * stride_kn)
+        v = tl.load(v_base + keys[:, None] * stride_vn)
+        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+        acc, row_sum, row_max = _online_softmax_step(
+            acc, row_sum, row_max, scores, v, DOT_PRECISION
+        )
+    # 2. Blocks the diagonal crosses, and the ragged last block: masked.
+    for start_n in range(full_end, end, BLOCK_N):
+        keys = start_n + cols
+        key_ok = keys[:, None] < k_len
+        k = tl.load(k_base + keys[:, None] * stride_kn, mask=key_ok, other=0.0)
+        v = tl.load(v_base + keys[:, None] * stride_vn, mask=key_ok, other=0.0)
+        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+        visible = keys[None, :] < k_len
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None] + offset)
+        scores = tl.where(visible, scores, float("-inf"))
+        acc, row_sum, row_max = _online_softmax_step(
+            acc, row_sum, row_max, scores, v, DOT_PRECISION
+        )
+
+    seen = row_sum > 0.0  # a query that sees no key: output 0, lse -inf
+    safe_sum = tl.where(seen, row_sum, 1.0)
+    out = acc / safe_sum[:, None]
+    lse = (row_max + tl.log2(safe_sum)) * 0.6931471805599453  # natural units: * ln 2
+    lse = tl.where(seen, lse, float("-inf"))
+    o_ptrs = OUT + batch * stride_ob + head * stride_oh + rows[:, None] * stride_om
+    o_ptrs += dims[None, :]
+    tl.store(o_ptrs, out.to(OUT.dtype.element_ty), mask=rows[:, None] < q_len)
+    tl.store(LSE + batch_head.to(tl.int64) * q_len + rows, lse, mask=rows < q_len)
+
+
+@_triton_jit
+def _dkdv_step(
+    dk, dv, k, v, start_m, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
+    q_len, keys, offset, scale_log2,
+    BLOCK_M: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """One tile of the dK/dV loop: recompute P, then dV += Pᵀ dO and dK += dSᵀ Q."""
+    rows = start_m + tl.arange(0, BLOCK_M)
+    row_ok = rows < q_len
+    q = tl.load(q_base + rows[:, None] * stride_qm, mask=row_ok[:, None], other=0.0)
+    do = tl.load(do_base + rows[:, None] * stride_dom, mask=row_ok[:, None], other=0.0)
+    lse = tl.load(lse_base + rows, mask=row_ok, other=float("inf"))
+    lse = tl.where(lse == float("-inf"), float("inf"), lse)  # no key seen: P = 0
+    delta = tl.load(delta_base + rows, mask=row_ok, other=0.0)
+    scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+    weights = tl.exp2(scores - lse[:, None] * 1.4426950408889634)  # P, recomputed
+    if MASKED:
+        weights = tl.where(keys[None, :] <= rows[:, None] + offset, weights, 0.0)
+    dv += tl.dot(tl.trans(weights.to(do.dtype)), do, input_precision=DOT_PRECISION)
+    d_weights = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+    d_scores = weights * (d_weights - delta[:, None])  # dS = P * (dP - D)
+    dk += tl.dot(tl.trans(d_scores.to(q.dtype)), q, input_precision=DOT_PRECISION)
+    return dk, dv
+
+
+@_triton_jit
+def _flash_backward_dkdv_kernel(
+    Q, K, V, DO, LSE, DELTA, DK, DV,  # DK, DV: (batch heads k_pos d), per query head
+    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
+    stride_dkb, stride_dkh, stride_dkn,
+    n_heads, group, q_len, k_len, scale, scale_log2, length_bucket,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    start_n = tl.program_id(0) * BLOCK_N  # this program's block of keys
+    batch_head = tl.program_id(1)
+    batch = (batch_head // n_heads).to(tl.int64)
+    head = (batch_head % n_heads).to(tl.int64)
+    kv_head = head // group
+    keys = start_n + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, HEAD_DIM)
+    key_ok = keys[:, None] < k_len
+    k_ptrs = K + batch * stride_kb + kv_head * stride_kh + keys[:, None] * stride_kn
+    v_ptrs = V + batch * stride_vb + kv_head * stride_vh + keys[:, None] * stride_vn
+    k = tl.load(k_ptrs + dims[None, :], mask=key_ok, other=0.0)
+    v = tl.load(v_ptrs + dims[None, :], mask=key_ok, other=0.0)
+    q_base = Q + batch * stride_qb + head * stride_qh + dims[None, :]
+    do_base = DO + batch * stride_dob + head * stride_doh + dims[None, :]
+    lse_base = LSE + batch_head.to(tl.int64) * q_len
+    delta_base = DELTA + batch_head.to(tl.int64) * q_len
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    offset = k_len - q_len
+    if CAUSAL:  # queries before `first` see none of this block, from `band_end` all
+        first = tl.maximum(start_n - offset, 0) // BLOCK_M * BLOCK_M
+        last_partial = tl.maximum(start_n + BLOCK_N - 1 - offset, 0)
+        band_end = tl.cdiv(last_partial, BLOCK_M) * BLOCK_M
+    else:
+        first = 0
+        band_end = 0
+    for start_m in range(first, band_end, BLOCK_M):  # 1. the diagonal: masked
+        dk, dv = _dkdv_step(
+            dk, dv, k, v, start_m, q_base, do_base, lse_base, delta_base, stride_qm,
+            stride_dom, q_len, keys, offset, scale_log2, BLOCK_M, True, DOT_PRECISION,
+        )  # fmt: skip
+    for start_m in range(band_end, q_len, BLOCK_M):  # 2. below it: all visible
+        dk, dv = _dkdv_step(
+            dk, dv, k, v, start_m, q_base, do_base, lse_base, delta_base, stride_qm,
+            stride_dom, q_len, keys, offset, scale_log2, BLOCK_M, False, DOT_PRECISION,
+        )  # fmt: skip
+    dk = dk * scale
+    out_offsets = batch * stride_dkb + head * stride_dkh + keys[:, None] * stride_dkn
+    out_offsets += dims[None, :]
+    tl.store(DK + out_offsets, dk.to(DK.dtype.element_ty), mask=key_ok)
+    tl.store(DV + out_offsets, dv.to(DV.dtype.element_ty), mask=key_ok)
+
+
+@_triton_jit
+def _dq_step(
+    dq, q, do, lse_log2, delta, start_n, k_base, v_base, stride_kn, stride_vn,
+    k_len, rows, offset, scale_log2,
+    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    """One tile of the dQ loop: recompute P, then dQ += dS K."""
+    keys = start_n + tl.arange(0, BLOCK_N)
+    key_ok = keys[:, None] < k_len
+    k = tl.load(k_base + keys[:, None] * stride_kn, mask=key_ok, other=0.0)
+    v = tl.load(v_base + keys[:, None] * stride_vn, mask=key_ok, other=0.0)
+    scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
+    weights = tl.exp2(scores - lse_log2[:, None])
+    if MASKED:  # keys past the end too: 2^(0 - lse) could overflow for them
+        visible = keys[None, :] < k_len
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None] + offset)
+        weights = tl.where(visible, weights, 0.0)
+    d_weights = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+    d_scores = weights * (d_weights - delta[:, None])
+    dq += tl.dot(d_scores.to(k.dtype), k, input_precision=DOT_PRECISION)
+    return dq
+
+
+@_triton_jit
+def _flash_backward_dq_kernel(
+    Q, K, V, DO, LSE, DELTA, DQ,
+    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
+    stride_dqb, stride_dqh, stride_dqm,
+    n_heads, group, q_len, k_len, scale, scale_log2, length_bucket,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):  # fmt: skip
+    start_m = tl.program_id(0) * BLOCK_M  # this program's block of queries
+    batch_head = tl.program_id(1)
+    batch = (batch_head // n_heads).to(tl.int64)
+    head = (batch_head % n_heads).to(tl.int64)
+    kv_head = head // group
+    rows = start_m + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, HEAD_DIM)
+    row_ok = rows < q_len
+    q_ptrs = Q + batch * stride_qb + head * stride_qh + rows[:, None] * stride_qm
+    do_ptrs = DO + batch * stride_dob + head * stride_doh + rows[:, None] * stride_dom
+    q = tl.load(q_ptrs + dims[None, :], mask=row_ok[:, None], other=0.0)
+    do = tl.load(do_ptrs + dims[None, :], mask=row_ok[:, None], other=0.0)
+    row_offsets = batch_head.to(tl.int64) * q_len + rows
+    lse = tl.load(LSE + row_offsets, mask=row_ok, other=float("inf"))
+    lse_log2 = tl.where(lse == float("-inf"), float("inf"), lse) * 1.4426950408889634
+    delta = tl.load(DELTA + row_offsets, mask=row_ok, other=0.0)
+    k_base = K + batch * stride_kb + kv_head * stride_kh + dims[None, :]
+    v_base = V + batch * stride_vb + kv_head * stride_vh + dims[None, :]
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    offset = k_len - q_len
+    if CAUSAL:  # as in the forward kernel
+        full_end = tl.maximum(start_m + offset + 1, 0) // BLOCK_N * BLOCK_N
+        end = tl.minimum(tl.maximum(start_m + BLOCK_M + offset, 0), k_len)
+    else:
+        full_end = k_len // BLOCK_N * BLOCK_N
+        end = k_len
+    for start_n in range(0, full_end, BLOCK_N):  # 1. tiles every row sees whole
+        dq = _dq_step(
+            dq, q, do, lse_log2, delta, start_n, k_base, v_base, stride_kn, stride_vn,
+            k_len, rows, offset, scale_log2, BLOCK_N, False, CAUSAL, DOT_PRECISION,
+        )  # fmt: skip
+    for start_n in range(full_end, end, BLOCK_N):  # 2. diagonal, ragged end: masked
+        dq = _dq_step(
+            dq, q, do, lse_log2, delta, start_n, k_base, v_base, stride_kn, stride_vn,
+            k_len, rows, offset, scale_log2, BLOCK_N, True, CAUSAL, DOT_PRECISION,
+        )  # fmt: skip
+    dq = dq * scale
+    dq_ptrs = DQ + batch * stride_dqb + head * stride_dqh + rows[:, None] * stride_dqm
+    tl.store(dq_ptrs + dims[None, :], dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
+
+
+def _triton_configs(shapes):
+    return [
+        triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=warps, num_stages=stages)
+        for m, n, warps, stages in shapes
+    ]
+
+
+# Candidate tiles for the autotuner: (BLOCK_M, BLOCK_N, warps, pipeline stages).
+_FORWARD_TILES = [
+    (128, 64, 4, 3),
+    (128, 128, 8, 3),
+    (128, 64, 8, 3),
+    (64, 64, 4, 3),
+    (128, 32, 4, 4),
+    (64, 32, 4, 2),
+]
+_DKDV_TILES = [
+    (32, 128, 8, 3),
+    (64, 128, 8, 3),
+    (32, 64, 4, 3),
+    (64, 64, 4, 2),
+    (16, 64, 4, 2),
+]
+_DQ_TILES = [(128, 32, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 32, 4, 2)]
+_INTERPRETER_BLOCK = 64  # the interpreter's cost is per program: few, large tiles
+if triton is not None and not TRITON_INTERPRETED:  # a GPU: let Triton pick the tiles
+    _TUNING_KEY = ["length_bucket", "HEAD_DIM", "CAUSAL"]
+    _autotune = lambda tiles: triton.autotune(_triton_configs(tiles), key=_TUNING_KEY)
+    _forward_tuned = _autotune(_FORWARD_TILES)(_flash_forward_kernel)
+    _dkdv_tuned = _autotune(_DKDV_TILES)(_flash_backward_dkdv_kernel)
+    _dq_tuned = _autotune(_DQ_TILES)(_flash_backward_dq_kernel)
+
+
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    return t.stride(0), t.stride(1), t.stride(2)
+
+
+def _launch_options(q, k, causal, block_q, block_k):
+    """Kernel keywords, and whether to autotune (not with explicit blocks, nor in the
+    interpreter). The autotuner's key rounds the lengths up to a power of two, so a
+    growing KV cache does not re-tune at every step."""
+    bucket = 1 << max(q.shape[2], k.shape[2], 1).bit_length()
+    options = dict(
+        HEAD_DIM=q.shape[-1],
+        CAUSAL=bool(causal),
+        # float32: exact products, not TF32; 16-bit inputs ignore the setting
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+    )
+    tuned = block_q is None and block_k is None and not TRITON_INTERPRETED
+    if not tuned:
+        options["BLOCK_M"] = block_q or _INTERPRETER_BLOCK
+        options["BLOCK_N"] = block_k or _INTERPRETER_BLOCK
+        for name in ("BLOCK_M", "BLOCK_N"):
+            size = options[name]
+            if not isinstance(size, int) or size < 16 or size & (size - 1):
+                raise ValueError(f"block sizes are powers of two >= 16, got {size!r}")
+    return bucket, options, tuned
+
+
+def triton_attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool = False,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Triton forward pass. Same contract as :func:`tiled_attention_forward`.
+
+    Inputs must have a contiguous last axis; ``lse`` is float32. ``block_q``/``block_k``
+    (powers of two >= 16) fix the tile; by default the autotuner picks it on a GPU.
+    """
+    batch, heads, q_len, _ = q.shape
+    out = torch.empty_like(q)
+    lse = torch.empty(batch, heads, q_len, dtype=torch.float32, device=q.device)
+    bucket, options, tuned = _launch_options(q, k, causal, block_q, block_k)
+    args = (
+        q,
+        k,
+        v,
+        out,
+        lse,
+        *_strides(q),
+        *_strides(k),
+        *_strides(v),
+        *_strides(out),
+        heads,
+        heads // k.shape[1],
+        q_len,
+        k.shape[2],
+        scale * _LOG2E,
+        bucket,
+    )
+    grid = lambda meta: (triton.cdiv(q_len, meta["BLOCK_M"]), batch * heads)
+    (_forward_tuned if tuned else _flash_forward_kernel)[grid](*args, **options)
+    return out, lse
+
+
+def triton_attention_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    grad_out: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool = False,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The Triton backward pass: ``D`` by PyTorch, then the dK/dV and the dQ kernels.
+
+    Same contract as :func:`tiled_attention_backward`; returns ``(dq, dk, dv)``.
+    """
+    batch, heads, q_len, d_head = q.shape
+    kv_heads, k_len = k.shape[1], k.shape[2]
+    group = heads // kv_heads
+    delta = reduce(grad_out.float() * out.float(), "b h q_pos d -> b h q_pos", "sum")
+    dq = torch.empty_like(q)
+    per_query_head = (batch, heads, k_len, d_head)  # summed over each group below
+    slice_dtype = q.dtype if group == 1 else torch.float32
+    dk = torch.empty(per_query_head, dtype=slice_dtype, device=q.device)
+    dv = torch.empty(per_query_head, dtype=slice_dtype, device=q.device)
+    bucket, options, tuned = _launch_options(q, k, causal, block_q, block_k)
+    sizes = (heads, group, q_len, k_len, scale, scale * _LOG2E, bucket)
+    strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(grad_out))
+    dkdv_grid = lambda meta: (triton.cdiv(k_len, meta["BLOCK_N"]), batch * heads)
+    (_dkdv_tuned if tuned else _flash_backward_dkdv_kernel)[dkdv_grid](
+        q,
+        k,
+        v,
+        grad_out,
+        lse,
+        delta,
+        dk,
+        dv,
+        *strides,
+        *_strides(dk),
+        *sizes,
+        **options,
+    )
+    dq_grid = lambda meta: (triton.cdiv(q_len, meta["BLOCK_M"]), batch * heads)
+    (_dq_tuned if tuned else _flash_backward_dq_kernel)[dq_grid](
+        q, k, v, grad_out, lse, delta, dq, *strides, *_strides(dq), *sizes, **options
+    )
+    if group > 1:
+        sum_group = "b (kv_heads group) k_pos d -> b kv_heads k_pos d"
+        dk = reduce(dk, sum_group, "sum", group=group)
+        dv = reduce(dv, sum_group, "sum", group=group)
+    return dq, dk.to(k.dtype), dv.to(v.dtype)
+
+
+class FlashAttentionTriton(torch.autograd.Function):
+    """The Triton kernels as one autograd operation; saves only q, k, v, out and lse.
+
+    ``FlashAttentionTriton.apply(q, k, v, scale, causal, block_q, block_k)`` returns
+    ``out``; the block sizes may be None (autotuned on a GPU).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, causal, block_q, block_k):
+        options = dict(scale=scale, causal=causal, block_q=block_q, block_k=block_k)
+        out, lse = triton_attention_forward(q, k, v, **options)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.options = options
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        if grad_out.stride(-1) != 1:
+            grad_out = grad_out.contiguous()
+        grads = triton_attention_backward(q, k, v, out, lse, grad_out, **ctx.options)
+        return (*grads, None, None, None, None)
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _fallback_reason(mask, bias, dropout_p) -> str | None:
+    unsupported = [
+        name
+        for name, used in (
+            ("a mask", mask is not None),
+            ("a bias", bias is not None),
+            (f"dropout_p={dropout_p}", dropout_p > 0.0),
+        )
+        if used
+    ]
+    return " and ".join(unsupported) or None
+
+
+def _warn_once(backend: str, reason: str) -> None:
+    if (backend, reason) in _WARNED:
+        return
+    _WARNED.add((backend, reason))
+    warnings.warn(
+        f"the {backend!r} attention backend does not implement {reason}; these "
+        "calls fall back to lib.attention.sdpa_attention (this warning is shown once)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def _check_flash_inputs(backend, q, k, v, scale, dtypes) -> float:
+    """Validate q, k, v for a flash backend; return the scale (default 1/√d_head)."""
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4:
+            got = getattr(tensor, "shape", type(tensor).__name__)
+            raise ValueError(f"{backend}: {name} must be a 4-D tensor, got {got}")
+    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    if not q.dtype == k.dtype == v.dtype:
+        dtypes_got = f"{q.dtype}, {k.dtype}, {v.dtype}"
+        raise TypeError(f"{backend}: q, k, v must share a dtype, got {dtypes_got}")
+    if q.dtype not in dtypes:
+        raise TypeError(f"{backend} takes {', '.join(map(str, dtypes))}; got {q.dtype}")
+    if not q.device == k.device == v.device:
+        devices = f"{q.device}, {k.device}, {v.device}"
+        raise ValueError(f"{backend}: q, k, v are on {devices}")
+    same_batch = q.shape[0] == k.shape[0] and k.shape[:3] == v.shape[:3]
+    if not same_batch or q.shape[1] % k.shape[1]:
+        raise ValueError(
+            f"{backend}: expected q (batch heads q_pos d), k and v "
+            f"(batch kv_heads k_pos d), heads a multiple of kv_heads; got {shapes}"
+        )
+    if not q.shape[-1] == k.shape[-1] == v.shape[-1]:
+        raise ValueError(f"{backend}: q, k and v must have one head dim, got {shapes}")
+    if scale is None:
+        return 1.0 / math.sqrt(q.shape[-1])
+    if not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"{backend}: scale must be positive and finite, got {scale!r}")
+    return float(scale)
+
+
+def flash_attention_torch(
+    q,
+    k,
+    v,
+    mask=None,
+    bias=None,
+    dropout_p=0.0,
+    *,
+    scale=None,
+    causal=False,
+    block_q: int = 64,
+    block_k: int = 64,
+) -> torch.Tensor:
+    """The ``"flash_torch"`` backend: :class:`FlashAttentionTorch` (tiled PyTorch).
+
+    Arguments as :func:`lib.attention.sdpa_attention`; ``mask``, ``bias`` and dropout
+    fall back to it (warned once). Any head dim; float16, bfloat16, float32, float64.
+    """
+    reason = _fallback_reason(mask, bias, dropout_p)
+    if reason is not None:
+        _warn_once("flash_torch", reason)
+        options = dict(scale=scale, causal=causal)
+        return sdpa_attention(q, k, v, mask, bias, dropout_p, **options)
+    dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    scale = _check_flash_inputs("flash_torch", q, k, v, scale, dtypes)
+    _positive_int("block_q", block_q), _positive_int("block_k", block_k)
+    if q.shape[2] == 0 or k.shape[2] == 0:  # nothing to tile
+        return sdpa_attention(q, k, v, scale=scale, causal=causal)
+    return FlashAttentionTorch.apply(q, k, v, scale, causal, block_q, block_k)
+
+
+def flash_attention_triton(
+    q,
+    k,
+    v,
+    mask=None,
+    bias=None,
+    dropout_p=0.0,
+    *,
+    scale=None,
+    causal=False,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> torch.Tensor:
+    """The ``"flash_triton"`` backend: :class:`FlashAttentionTriton` (Triton kernels).
+
+    Arguments as :func:`lib.attention.sdpa_attention`; ``mask``, ``bias`` and dropout
+    fall back to it (warned once). Head dims 16, 32, 64, 128; float16, bfloat16
+    (compute capability 8.0+) and float32. Raises ``RuntimeError`` where Triton cannot
+    run.
+    """
+    reason = _fallback_reason(mask, bias, dropout_p)
+    if reason is not None:
+        _warn_once("flash_triton", reason)
+        options = dict(scale=scale, causal=causal)
+        return sdpa_attention(q, k, v, mask, bias, dropout_p, **options)
+    dtypes = (torch.float16, torch.bfloat16, torch.float32)
+    scale = _check_flash_inputs("flash_triton", q, k, v, scale, dtypes)
+    if q.shape[-1] not in TRITON_HEAD_DIMS:
+        raise ValueError(
+            f"flash_triton supports head dims {TRITON_HEAD_DIMS}, got {q.shape[-1]}; "
+            "use the 'flash_torch' or 'sdpa' backend for this model"
+        )
+    unavailable = triton_unavailable_reason(q.device, q.dtype)
+    if unavailable is not None:
+        raise RuntimeError(
+            f"the 'flash_triton' backend cannot run here: {unavailable}. Keep the "
+            "'sdpa' backend (set_attention_backend(model, 'sdpa')), PyTorch's fused "
+            "attention"
+        )
+    if q.shape[2] == 0 or k.shape[2] == 0:
+        return sdpa_attention(q, k, v, scale=scale, causal=causal)
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    return FlashAttentionTriton.apply(q, k, v, scale, causal, block_q, block_k)
+
+
+# replace=True: re-importing this module replaces its own two backends
+register_attention_backend("flash_torch", flash_attention_torch, replace=True)
+register_attention_backend("flash_triton", flash_attention_triton, replace=True)
