@@ -1,0 +1,528 @@
+# This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
+# edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+"""Text generation (chapter 7 of the course): greedy, sampling, beams, speculation.
+
+Every function here works on any model with the *step protocol*::
+
+    logits, cache = model.step(ids, cache)
+
+``ids`` is ``(batch new)``, ``cache`` is ``None`` on the first call and ``logits`` is
+``(batch new vocab)``. The returned cache has ``.seq_len`` (positions held),
+``.select(indices)`` (a cache of rows ``indices`` of this one: beam search reorders and
+duplicates rows with it) and ``.crop(length)`` (a cache of the first ``length``
+positions: speculative decoding rolls rejected tokens back with it).
+
+Prompts are ``(batch seq)`` or ``(seq,)`` integer ids; each function returns the prompt
+followed by the new ids, with the prompt's number of axes. For an encoder-decoder, bind
+the source first (``t5.bind(src_ids)``) and pass the decoder's start token as the
+prompt.
+
+* :func:`top_k_filter`, :func:`top_p_filter`, :func:`next_token_probs`,
+  :func:`sample_next_token`: from logits to the next token.
+* :func:`generate`: greedy decoding (``temperature=0``) and sampling, with stop tokens.
+* :func:`length_penalty`, :func:`beam_search`: beam search with GNMT's length penalty.
+* :func:`residual_distribution`, :class:`TorchSampler`, :func:`speculative_generate`:
+  speculative decoding with a draft model; its output distribution is the target's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from einops import rearrange
+
+from lib import _checks as check
+
+__all__ = [
+    "top_k_filter",
+    "top_p_filter",
+    "next_token_probs",
+    "sample_next_token",
+    "generate",
+    "length_penalty",
+    "beam_search",
+    "residual_distribution",
+    "TorchSampler",
+    "speculative_generate",
+]
+
+
+def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    check.finite_float("temperature", temperature, low=0.0, hint="0 means greedy")
+    if top_k is not None:
+        check.positive_int("top_k", top_k)
+    if top_p is not None:
+        check.finite_float("top_p", top_p, low=0.0, high=1.0, low_open=True)
+
+
+def _vocab_size(model: Any) -> int | None:
+    for owner in (model, getattr(model, "config", None), getattr(model, "cfg", None)):
+        size = getattr(owner, "vocab_size", None)
+        if isinstance(size, int) and not isinstance(size, bool):
+            return size
+    return None
+
+
+def _check_ids_in_vocab(ids: torch.Tensor, vocab_size: int | None, name: str) -> None:
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or (vocab_size is not None and high >= vocab_size):
+        top = "" if vocab_size is None else f"..{vocab_size - 1}"
+        message = f"{name} holds ids outside the vocabulary 0{top}"
+        raise ValueError(f"{message}: min {low}, max {high}")
+
+
+def _check_prompt(prompt_ids: object, model: Any) -> tuple[torch.Tensor, bool]:
+    """The prompt as ``(batch seq)`` int64, and whether it came as ``(seq,)``."""
+    check.tensor("prompt_ids", prompt_ids, integer=True)
+    if prompt_ids.dim() not in (1, 2):
+        message = "prompt_ids must be (batch, seq) or (seq,)"
+        raise ValueError(f"{message}, got shape {tuple(prompt_ids.shape)}")
+    ids = prompt_ids if prompt_ids.dim() == 2 else rearrange(prompt_ids, "seq -> 1 seq")
+    if ids.numel() == 0:
+        raise ValueError(
+            f"prompt_ids is empty (shape {tuple(prompt_ids.shape)}): give at least one "
+            "token (for an encoder-decoder, the decoder's start token)"
+        )
+    _check_ids_in_vocab(ids, _vocab_size(model), "prompt_ids")
+    return ids.long(), prompt_ids.dim() == 1
+
+
+def _check_logits(logits: object, ids: torch.Tensor) -> torch.Tensor:
+    """The step's logits ``(batch new vocab)``; the ids checked against them."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
+        raise TypeError(
+            "model.step must return logits of shape (batch, new, vocab), got "
+            f"{getattr(logits, 'shape', type(logits).__name__)}"
+        )
+    if logits.shape[:2] != ids.shape:
+        shapes = f"logits {tuple(logits.shape)} for ids {tuple(ids.shape)}"
+        raise ValueError(f"model.step returned {shapes}")
+    _check_ids_in_vocab(ids, logits.shape[-1], "prompt_ids")
+    return logits
+
+
+def _stop_tensor(stop_ids: Iterable[int], device: torch.device) -> torch.Tensor:
+    stops = [check.int_at_least(f"stop_ids[{k}]", i, 0) for k, i in enumerate(stop_ids)]
+    return torch.tensor(stops, dtype=torch.long, device=device)
+
+
+def _output(ids: torch.Tensor, squeeze: bool) -> torch.Tensor:
+    return rearrange(ids, "1 seq -> seq") if squeeze else ids
+
+
+def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Keep each row's ``top_k`` largest logits, set the others to ``-inf``.
+
+    Shapes: ``logits`` ``(... vocab)`` -> ``(... vocab)``. Logits tied with the k-th
+    largest are kept too.
+    """
+    check.positive_int("top_k", top_k)
+    if top_k >= logits.shape[-1]:
+        return logits
+    kth_largest = logits.topk(top_k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth_largest, float("-inf"))
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filter: keep the fewest most probable tokens holding ``top_p`` mass.
+
+    Shapes: ``logits`` ``(... vocab)`` -> ``(... vocab)``, removed tokens at ``-inf``.
+    A token is kept when the tokens ranked above it hold less than ``top_p`` of the
+    probability, so the most probable token always stays; ``top_p=1`` keeps everything.
+    """
+    _check_sampling(1.0, None, top_p)
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    sorted_probs = sorted_logits.float().softmax(dim=-1)
+    mass_above = sorted_probs.cumsum(dim=-1) - sorted_probs
+    remove_sorted = mass_above >= top_p
+    remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
+    return logits.masked_fill(remove, float("-inf"))
+
+
+def next_token_probs(
+    logits: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> torch.Tensor:
+    """The sampling distribution: temperature, then top-k, then top-p, then softmax.
+
+    Shapes: ``logits`` ``(... vocab)`` -> probabilities ``(... vocab)``, in float32 or
+    wider. ``temperature=0`` gives a one-hot distribution on the argmax (greedy).
+    """
+    _check_sampling(temperature, top_k, top_p)
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    if temperature == 0:
+        one_hot = torch.zeros_like(logits, dtype=dtype)
+        return one_hot.scatter(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
+    logits = logits.to(dtype) / temperature
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    return logits.softmax(dim=-1)
+
+
+def sample_next_token(
+    logits: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """One token per row: ``logits`` ``(batch vocab)`` -> ids ``(batch,)``.
+
+    ``temperature=0`` takes the argmax; otherwise one draw from
+    :func:`next_token_probs`, made with ``generator`` (reproducible when seeded; a CPU
+    generator also serves logits on a GPU, drawing on the CPU).
+    """
+    if temperature == 0:
+        _check_sampling(temperature, top_k, top_p)
+        return logits.argmax(dim=-1)
+    probs = next_token_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    if generator is not None and generator.device != probs.device:
+        probs = probs.to(generator.device)
+    token = torch.multinomial(probs, 1, generator=generator).to(logits.device)
+    return rearrange(token, "batch 1 -> batch")
+
+
+def generate(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    stop_ids: Iterable[int] = (),
+    pad_id: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Greedy decoding (``temperature=0``) or sampling, with the model's cache.
+
+    Shapes: ``prompt_ids`` ``(batch seq)`` or ``(seq,)`` -> the prompt followed by up to
+    ``max_new_tokens`` new ids, ``(batch seq+new)`` or ``(seq+new,)``. A row ends at the
+    first of ``stop_ids`` it produces (kept in the output); after that it holds
+    ``pad_id`` (default: the first stop id). ``generator`` makes sampling reproducible.
+    """
+    ids, squeeze = _check_prompt(prompt_ids, model)
+    check.int_at_least("max_new_tokens", max_new_tokens, 0)
+    _check_sampling(temperature, top_k, top_p)
+    stops = _stop_tensor(stop_ids, ids.device)
+    fill = int(stops[0]) if pad_id is None and len(stops) else (pad_id or 0)
+    if max_new_tokens == 0:
+        return _output(ids.clone(), squeeze)
+
+    logits, cache = model.step(ids, None)
+    logits = _check_logits(logits, ids)
+    finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+    new_tokens = []
+    for position in range(max_new_tokens):
+        token = sample_next_token(
+            logits[:, -1],
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            generator=generator,
+        )
+        token = token.masked_fill(finished, fill)
+        new_tokens.append(token)
+        if len(stops):
+            finished = finished | torch.isin(token, stops)
+            if bool(finished.all()):
+                break
+        if position + 1 < max_new_tokens:
+            logits, cache = model.step(rearrange(token, "batch -> batch 1"), cache)
+    generated = rearrange(torch.stack(new_tokens), "new batch -> batch new")
+    return _output(torch.cat([ids, generated], dim=1), squeeze)
+
+
+def _last_log_probs(logits: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities ``(batch vocab)`` at the last position, in float32 or wider."""
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    return logits[:, -1].to(dtype).log_softmax(dim=-1)
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's length normaliser ``((5 + length) / 6) ** alpha`` (Wu et al., 2016)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def beam_search(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    beam_size: int = 4,
+    length_alpha: float = 0.6,
+    stop_ids: Iterable[int] = (),
+    pad_id: int | None = None,
+    return_scores: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The most probable continuation found by a beam of ``beam_size`` hypotheses.
+
+    A hypothesis's score is its summed log-probability divided by
+    :func:`length_penalty` of its new tokens (``length_alpha=0``: no normalisation).
+    A candidate ending with one of ``stop_ids`` among the ``beam_size`` best of a step
+    is finished; the ``beam_size`` best other candidates go on. With
+    ``beam_size=1`` and no stop tokens this is greedy decoding.
+
+    Shapes: ``prompt_ids`` ``(batch seq)`` or ``(seq,)`` -> the prompt and the best
+    continuation of each row, ``(batch seq+new)``, shorter rows padded with ``pad_id``
+    (default: the first stop id); with ``return_scores``, also the normalised scores
+    ``(batch,)``.
+    """
+    ids, squeeze = _check_prompt(prompt_ids, model)
+    check.int_at_least("max_new_tokens", max_new_tokens, 0)
+    check.positive_int("beam_size", beam_size)
+    alpha = check.finite_float("length_alpha", length_alpha)
+    stops = _stop_tensor(stop_ids, ids.device)
+    fill = int(stops[0]) if pad_id is None and len(stops) else (pad_id or 0)
+    batch, device = ids.shape[0], ids.device
+    if max_new_tokens == 0:
+        out = _output(ids.clone(), squeeze)
+        return (out, torch.zeros(batch, device=device)) if return_scores else out
+
+    logits, cache = model.step(ids, None)
+    logits = _check_logits(logits, ids)
+    vocab = logits.shape[-1]
+    log_probs = rearrange(_last_log_probs(logits), "b vocab -> b 1 vocab")
+    scores = torch.zeros_like(log_probs[:, :, 0])  # live beams' summed log-probs
+    sequences = ids  # ((batch beams) seq): one row per live beam
+    finished: list[list[tuple[float, torch.Tensor]]] = [[] for _ in range(batch)]
+    done = [False] * batch  # rows whose best hypothesis can no longer change
+    batch_offsets = rearrange(torch.arange(batch, device=device), "batch -> batch 1")
+    # the largest penalty a live beam can still reach, at length 1 or max_new_tokens
+    best_reachable = max(length_penalty(n, alpha) for n in (1, max_new_tokens))
+
+    for length in range(1, max_new_tokens + 1):  # new tokens after this step
+        n_beams = scores.shape[1]
+        candidates = rearrange(
+            rearrange(scores, "b beams -> b beams 1") + log_probs,
+            "b beams vocab -> b (beams vocab)",
+        )
+        n_candidates = min(beam_size * (1 + len(stops)), candidates.shape[1])
+        top_scores, top_index = candidates.topk(n_candidates, dim=-1)  # best first
+        parent_rows = batch_offsets * n_beams + top_index // vocab
+        tokens = top_index % vocab
+        ends = torch.isin(tokens, stops)
+
+        # Candidates that end, among the beam_size best of the row, are finished.
+        lp = length_penalty(length, alpha)
+        newly_finished = ends[:, :beam_size] & top_scores[:, :beam_size].isfinite()
+        for b, j in newly_finished.nonzero().tolist():
+            if done[b]:
+                continue
+            ended = torch.cat([sequences[parent_rows[b, j]], tokens[b, j : j + 1]])
+            finished[b].append((top_scores[b, j].item() / lp, ended))
+            finished[b] = sorted(finished[b], key=lambda h: -h[0])[:beam_size]
+
+        # The beam_size best candidates that do not end go on (-inf pads a short list).
+        live = top_scores.masked_fill(ends, float("-inf"))
+        if live.shape[1] < beam_size:
+            pad = (0, beam_size - live.shape[1])
+            live = torch.nn.functional.pad(live, pad, value=float("-inf"))
+            parent_rows = torch.nn.functional.pad(parent_rows, pad)
+            tokens = torch.nn.functional.pad(tokens, pad)
+        keep = live.argsort(dim=-1, descending=True, stable=True)[:, :beam_size]
+        scores = live.gather(1, keep)
+        rows = rearrange(parent_rows.gather(1, keep), "b beams -> (b beams)")
+        tokens = tokens.gather(1, keep)
+        new_column = rearrange(tokens, "b beams -> (b beams) 1")
+        sequences = torch.cat([sequences[rows], new_column], dim=1)
+
+        # A row is done when its best live beam cannot beat its worst kept hypothesis.
+        best_live = (scores[:, 0] / best_reachable).tolist()
+        for b in range(batch):
+            if best_live[b] == -math.inf or (
+                len(finished[b]) >= beam_size and best_live[b] <= finished[b][-1][0]
+            ):
+                done[b] = True
+        if all(done) or length == max_new_tokens:
+            break
+        done_rows = torch.tensor(done, device=device)
+        scores = scores.masked_fill(rearrange(done_rows, "b -> b 1"), float("-inf"))
+        cache = cache.select(rows)
+        logits, cache = model.step(rearrange(tokens, "b beams -> (b beams) 1"), cache)
+        log_probs = _last_log_probs(logits)  # ((batch beams) vocab)
+        log_probs = rearrange(log_probs, "(b beams) vocab -> b beams vocab", b=batch)
+
+    best, final_scores = [], (scores / length_penalty(length, alpha)).tolist()
+    for b in range(batch):
+        hypotheses = list(finished[b])
+        if not done[b]:  # the live beams reached max_new_tokens
+            for k, score in enumerate(final_scores[b]):
+                if score > -math.inf:
+                    hypotheses.append((score, sequences[b * beam_size + k]))
+        if not hypotheses:  # nothing finite anywhere: keep the first beam
+            hypotheses = [(-math.inf, sequences[b * beam_size])]
+        best.append(max(hypotheses, key=lambda h: h[0]))
+    width = max(len(seq) for _, seq in best)
+    out = torch.full((batch, width), fill, dtype=torch.long, device=device)
+    for b, (_, seq) in enumerate(best):
+        out[b, : len(seq)] = seq
+    out = _output(out, squeeze)
+    if return_scores:
+        best_scores = [score for score, _ in best]
+        return out, torch.tensor(best_scores, dtype=scores.dtype, device=device)
+    return out
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``max(0, p - q)`` normalised: where to sample after a rejected draft token.
+
+    Shapes: ``p`` (target) and ``q`` (draft) ``(... vocab)`` -> ``(... vocab)``. Where
+    ``p <= q`` everywhere (no rejection is then possible), returns ``p``.
+    """
+    residual = (p - q).clamp(min=0.0)
+    total = residual.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, residual / total.clamp(min=1e-30), p)
+
+
+class TorchSampler:
+    """The random choices of :func:`speculative_generate`, drawn with a torch.Generator.
+
+    Any object with these two methods can replace it (the chapter passes one that
+    enumerates all choices to compute the exact output distribution).
+    """
+
+    def __init__(self, generator: torch.Generator | None = None) -> None:
+        self.generator = generator
+        self.device = generator.device if generator is not None else torch.device("cpu")
+
+    def categorical(self, probs: torch.Tensor) -> int:
+        """One draw from ``probs`` ``(vocab,)``."""
+        draw = torch.multinomial(probs.to(self.device), 1, generator=self.generator)
+        return int(draw)
+
+    def accept(self, probability: float) -> bool:
+        """True with the given probability."""
+        if probability >= 1.0:
+            return True
+        uniform = torch.rand((), generator=self.generator, device=self.device)
+        return float(uniform) < probability
+
+
+def speculative_generate(
+    target: Any,
+    draft: Any,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    n_draft: int = 4,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    stop_ids: Iterable[int] = (),
+    generator: torch.Generator | None = None,
+    sampler: Any = None,
+    return_stats: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, dict[str, int]]:
+    """Sample from ``target`` with proposals from ``draft``: same output, fewer calls.
+
+    Each round, ``draft`` proposes ``n_draft`` tokens, ``target`` scores them in one
+    ``step``, and each proposal ``x`` is accepted with probability
+    ``min(1, p(x)/q(x))``; the first rejection is replaced by a draw from
+    :func:`residual_distribution`, and if all are accepted the target adds one more
+    token. ``temperature``, ``top_k`` and ``top_p`` shape both models' distributions
+    (``temperature=0``: greedy, the target's greedy tokens). The output has the
+    distribution of sampling from ``target`` alone.
+
+    One sequence at a time: ``prompt_ids`` ``(1 seq)`` or ``(seq,)`` -> the prompt and
+    up to ``max_new_tokens`` new ids, ending at the first of ``stop_ids``. The random
+    choices are made by ``sampler`` (default :class:`TorchSampler` of ``generator``).
+    ``return_stats`` also returns counts: target and draft calls, proposed and accepted
+    tokens.
+    """
+    ids, squeeze = _check_prompt(prompt_ids, target)
+    if ids.shape[0] != 1:
+        message = "speculative_generate decodes one sequence (batch 1)"
+        raise ValueError(f"{message}, got batch {ids.shape[0]}")
+    check.int_at_least("max_new_tokens", max_new_tokens, 0)
+    check.positive_int("n_draft", n_draft)
+    _check_sampling(temperature, top_k, top_p)
+    stops = {int(i) for i in _stop_tensor(stop_ids, ids.device).tolist()}
+    sampler = TorchSampler(generator) if sampler is None else sampler
+    stats = {"target_calls": 0, "draft_calls": 0, "proposed": 0, "accepted": 0}
+
+    knobs = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+
+    def probs(logits: torch.Tensor) -> torch.Tensor:
+        return next_token_probs(logits, **knobs)
+
+    vocab = [_vocab_size(target)]  # the target's, once known; the draft must agree
+
+    def feed(model: Any, new: list[int], cache: Any) -> tuple[torch.Tensor, Any]:
+        step_ids = torch.tensor([new], dtype=torch.long, device=ids.device)
+        logits, cache = model.step(step_ids, cache)
+        logits = _check_logits(logits, step_ids)[0]
+        if vocab[0] is None:
+            vocab[0] = logits.shape[-1]
+        elif logits.shape[-1] != vocab[0]:
+            sizes = f"{vocab[0]} and {logits.shape[-1]} logits"
+            raise ValueError(f"target and draft disagree on the vocabulary: {sizes}")
+        return logits, cache
+
+    tokens = ids[0].tolist()
+    target_cache = draft_cache = None
+    if max_new_tokens == 0:
+        out = _output(ids.clone(), squeeze)
+        return (out, stats) if return_stats else out
+    if len(tokens) > 1:  # every token but the last goes in now: the last is pending
+        target_cache = feed(target, tokens[:-1], None)[1]
+        draft_cache = feed(draft, tokens[:-1], None)[1]
+    n_target = n_draft_seen = len(tokens) - 1  # positions each cache holds
+    while len(tokens) - ids.shape[1] < max_new_tokens:
+        gamma = min(n_draft, max_new_tokens - (len(tokens) - ids.shape[1]) - 1)
+        proposed, draft_probs = [], []
+        new_for_draft = tokens[n_draft_seen:]
+        for _ in range(gamma):
+            logits, draft_cache = feed(draft, new_for_draft, draft_cache)
+            n_draft_seen += len(new_for_draft)
+            draft_probs.append(probs(logits[-1]))
+            proposed.append(sampler.categorical(draft_probs[-1]))
+            new_for_draft = proposed[-1:]
+        stats["draft_calls"] += gamma
+
+        logits, target_cache = feed(target, tokens[n_target:] + proposed, target_cache)
+        target_probs = probs(logits[-(gamma + 1) :])  # (gamma+1 vocab)
+        stats["target_calls"] += 1
+        stats["proposed"] += gamma
+
+        accepted: list[int] = []
+        for i, token in enumerate(proposed):
+            p, q = target_probs[i], draft_probs[i]
+            if sampler.accept(min(1.0, (p[token] / q[token]).item())):
+                accepted.append(token)
+            else:
+                accepted.append(sampler.categorical(residual_distribution(p, q)))
+                break
+        else:
+            accepted.append(sampler.categorical(target_probs[gamma]))
+        n_kept = len(accepted) - 1  # proposals accepted as they were
+        stats["accepted"] += n_kept
+
+        # Roll both caches back to the tokens that stay: what came before the round
+        # and the accepted proposals.
+        valid = len(tokens) + n_kept
+        if n_target + 1 + gamma > valid:
+            target_cache = target_cache.crop(valid)
+        n_target = valid
+        if n_draft_seen > valid:
+            draft_cache, n_draft_seen = draft_cache.crop(valid), valid
+        for token in accepted:
+            tokens.append(token)
+            if token in stops:
+                break
+        if tokens[-1] in stops:
+            break
+
+    out = _output(torch.tensor([tokens], dtype=torch.long, device=ids.device), squeeze)
+    return (out, stats) if return_stats else out
