@@ -24,10 +24,13 @@ Scalars:
 
 Tensors:
 
-* :func:`tensor` ``(name, x, axes=None, *, floating=False, integer=False, **sizes)`` -> ``x``:
-  a ``torch.Tensor`` with the named axes (``"batch heads seq d_head"``; ``"... seq d_model"``
-  allows any leading axes), the sizes given by keyword (``d_model=512``) and a floating-point
-  or integer dtype;
+* :func:`tensor` ``(name, x, axes=None, *, floating=False, integer=False, boolean=False, **sizes)``
+  -> ``x``: a ``torch.Tensor`` with the named axes (``"batch heads seq d_head"``;
+  ``"... seq d_model"`` allows any leading axes), the sizes given by keyword (``d_model=512``)
+  and a floating-point, integer or boolean dtype;
+* :func:`broadcastable` ``(name, x, axes, **sizes)`` -> ``x``: a tensor that broadcasts to the
+  shape the named axes and their sizes give (a mask ``(q_pos k_pos)`` or ``(batch 1 1 k_pos)``
+  against ``(batch heads q_pos k_pos)``);
 * :func:`same_device` ``(**tensors)``: the named tensors are on one device (``ValueError``);
 * :func:`same_dtype_and_device` ``(*, autocast=False, **tensors)``: the named tensors are on
   one device and share a dtype (``TypeError``); with ``autocast=True`` the dtypes may differ
@@ -49,6 +52,7 @@ import torch
 
 __all__ = [
     "boolean",
+    "broadcastable",
     "even",
     "finite_float",
     "int_at_least",
@@ -248,6 +252,7 @@ def tensor(
     *,
     floating: bool = False,
     integer: bool = False,
+    boolean: bool = False,
     owner: str | None = None,
     hint: str | None = None,
     **sizes: int,
@@ -257,7 +262,8 @@ def tensor(
     ``axes`` names the axes as the docstrings do, such as ``"batch heads seq d_head"`` (exactly
     four axes) or ``"... seq d_model"`` (at least two; ``...`` stands for any leading axes).
     Keywords give the sizes some axes must have: ``d_model=512``. ``floating`` asks for a
-    floating-point dtype, ``integer`` for an integer one (bools excluded).
+    floating-point dtype, ``integer`` for an integer one (bools excluded), ``boolean`` for
+    ``torch.bool`` (a mask).
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(_message(f"{name} must be a torch.Tensor, got {_describe(x)}", owner, hint))
@@ -296,6 +302,46 @@ def tensor(
     if integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
         raise TypeError(
             _message(f"{name} must be an integer tensor, got dtype {x.dtype}", owner, hint)
+        )
+    if boolean and x.dtype != torch.bool:
+        raise TypeError(
+            _message(f"{name} must be a boolean tensor, got dtype {x.dtype}", owner, hint)
+        )
+    return x
+
+
+def broadcastable(
+    name: str,
+    x: Any,
+    axes: str,
+    *,
+    owner: str | None = None,
+    hint: str | None = None,
+    **sizes: int,
+) -> torch.Tensor:
+    """``x``, which must be a tensor that broadcasts to the shape of the named ``axes``.
+
+    Every axis gets its size by keyword: ``broadcastable("mask", mask, "batch heads q_pos k_pos",
+    batch=2, heads=4, q_pos=5, k_pos=7)`` accepts ``(5, 7)``, ``(2, 1, 1, 7)`` and
+    ``(2, 4, 5, 7)``: no more axes than named, each (counted from the right, as broadcasting
+    aligns them) of the size asked for or 1. Only the shape is read.
+    """
+    names = axes.split()
+    if "..." in names or len(set(names)) != len(names) or set(names) != set(sizes):
+        raise TypeError(
+            f"broadcastable(): every axis of {axes!r} needs a size, got {sorted(sizes)}"
+        )
+    tensor(name, x, owner=owner, hint=hint)
+    target = tuple(sizes[axis] for axis in names)
+    shape = tuple(x.shape)
+    fits = len(shape) <= len(target) and all(
+        size in (1, wanted) for size, wanted in zip(reversed(shape), reversed(target))
+    )
+    if not fits:
+        raise ValueError(
+            _message(
+                f"{name} must broadcast to ({axes}) = {target}, got shape {shape}", owner, hint
+            )
         )
     return x
 

@@ -23,11 +23,15 @@ import torch.nn.functional as F
 from einops import einsum, rearrange, repeat
 from torch import nn
 
+from lib import _checks as check
+
 __all__ = [
     "ATTENTION_BACKENDS",
     "KVCache",
     "MultiHeadAttention",
     "additive_mask",
+    "register_attention_backend",
+    "set_attention_backend",
     "attention_crossover_length",
     "attention_layer_flops",
     "causal_mask",
@@ -46,18 +50,25 @@ def padding_mask(lengths: torch.Tensor | Sequence[int], max_len: int | None = No
     Shapes: ``lengths`` is ``(batch,)`` (integers); the result is ``(batch 1 1 k_pos)`` with
     ``k_pos = max_len`` (default: the largest length), ready to broadcast over heads and queries.
     """
-    lengths = torch.as_tensor(lengths)
-    if lengths.dim() != 1:
-        raise ValueError(f"lengths must be 1-D (batch,), got shape {tuple(lengths.shape)}")
-    if lengths.is_floating_point() or lengths.dtype == torch.bool:
-        raise TypeError(f"lengths must be integers, got dtype {lengths.dtype}")
+    owner = "padding_mask()"
+    if not isinstance(lengths, torch.Tensor):
+        try:
+            lengths = torch.as_tensor(lengths)
+        except (TypeError, ValueError, RuntimeError):
+            raise TypeError(
+                f"{owner}: lengths must be a tensor or a list of ints, got {type(lengths).__name__}"
+            ) from None
+    check.tensor("lengths", lengths, "batch", integer=True, owner=owner)
     if lengths.numel() and int(lengths.min()) < 0:
-        raise ValueError(f"lengths must be >= 0, got {lengths.tolist()}")
+        raise ValueError(f"{owner}: lengths must be >= 0, got {lengths.tolist()}")
     longest = int(lengths.max()) if lengths.numel() else 0
     if max_len is None:
         max_len = longest
+    max_len = check.int_at_least("max_len", max_len, 0, owner=owner)
     if longest > max_len:
-        raise ValueError(f"a length ({longest}) exceeds max_len={max_len}: {lengths.tolist()}")
+        raise ValueError(
+            f"{owner}: a length ({longest}) exceeds max_len={max_len}: {lengths.tolist()}"
+        )
     key_positions = torch.arange(max_len, device=lengths.device)
     mask = key_positions < rearrange(lengths, "batch -> batch 1")
     return rearrange(mask, "batch k_pos -> batch 1 1 k_pos")
@@ -76,15 +87,10 @@ def causal_mask(
     ``0 .. k_len - 1``. Defaults: ``k_len = q_len`` and ``offset = k_len - q_len`` (the queries
     are the last ``q_len`` positions, as when decoding with a key/value cache).
     """
-    if k_len is None:
-        k_len = q_len
-    for name, value in (("q_len", q_len), ("k_len", k_len)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if offset is None:
-        offset = k_len - q_len
-    if not isinstance(offset, int) or isinstance(offset, bool):
-        raise TypeError(f"offset must be an int, got {type(offset).__name__}")
+    owner = "causal_mask()"
+    q_len = check.positive_int("q_len", q_len, owner=owner)
+    k_len = q_len if k_len is None else check.positive_int("k_len", k_len, owner=owner)
+    offset = k_len - q_len if offset is None else check.integer("offset", offset, owner=owner)
     query_positions = torch.arange(q_len, device=device) + offset
     key_positions = torch.arange(k_len, device=device)
     return rearrange(key_positions, "k_pos -> 1 k_pos") <= rearrange(
@@ -97,23 +103,22 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
 
     Returns ``None`` when every mask is ``None`` (nothing is masked).
     """
+    owner, hint = "combine_masks()", "True = may attend"
     combined = None
     for index, mask in enumerate(masks):
         if mask is None:
             continue
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            what = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-            raise TypeError(
-                f"mask {index} must be a boolean tensor (True = may attend), got {what}"
-            )
+        check.tensor(f"masks[{index}]", mask, boolean=True, owner=owner, hint=hint)
         if combined is None:
-            combined = mask
+            combined, first = mask, f"masks[{index}]"
             continue
+        check.same_device(owner=owner, **{first: combined, f"masks[{index}]": mask})
         try:
             combined = combined & mask
-        except RuntimeError:
+        except RuntimeError:  # the devices agree: only the shapes can be at fault
             raise ValueError(
-                f"masks of shapes {tuple(combined.shape)} and {tuple(mask.shape)} do not broadcast"
+                f"{owner}: masks of shapes {tuple(combined.shape)} and {tuple(mask.shape)} "
+                "do not broadcast"
             ) from None
     return combined
 
@@ -123,87 +128,76 @@ def additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> tor
 
     Shapes: the result has the shape of ``mask``.
     """
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        raise TypeError(f"additive_mask takes a boolean mask, got {getattr(mask, 'dtype', mask)!r}")
+    check.tensor("mask", mask, boolean=True, owner="additive_mask()", hint="True = may attend")
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"additive_mask(): dtype must be a floating torch.dtype, got {dtype!r}")
     zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return zeros.masked_fill(~mask, float("-inf"))
 
 
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    for name, tensor in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
-        if tensor.dim() != 4:
-            raise ValueError(
-                f"{name} must be 4-D (batch, heads, seq, d_head), got shape {tuple(tensor.shape)}"
-            )
-    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not q.is_floating_point():
-        raise TypeError(f"q, k and v must be floating point, got {q.dtype}")
-    if not q.device == k.device == v.device:
-        raise ValueError(
-            f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}"
-        )
-    if not q.shape[0] == k.shape[0] == v.shape[0]:
-        raise ValueError(f"q, k and v must have the same batch size: {shapes}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same d_head to take dot products, got {q.shape[-1]} and "
-            f"{k.shape[-1]}: {shapes}"
-        )
-    if k.shape[1:3] != v.shape[1:3]:
-        raise ValueError(f"k and v must have the same heads and seq: {shapes}")
-    if q.shape[1] % k.shape[1] != 0:
-        raise ValueError(
-            f"q has {q.shape[1]} heads, not a multiple of the {k.shape[1]} key/value heads: {shapes}"
-        )
+def _check_attention_args(owner, q, k, v, mask, bias, dropout_p, scale, causal):
+    """The checks every backend's arguments pass; returns ``dropout_p`` and ``scale`` as floats.
 
-
-def _check_broadcasts(name: str, tensor: torch.Tensor | None, target: tuple[int, ...]) -> None:
-    if tensor is None:
-        return
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
-    if name == "mask" and tensor.dtype != torch.bool:
-        raise TypeError(
-            f"mask must be boolean (True = may attend), got dtype {tensor.dtype}; pass an "
-            "additive float tensor as bias= instead"
-        )
-    if name == "bias" and not tensor.is_floating_point():
-        raise TypeError(f"bias must be a float tensor, got dtype {tensor.dtype}")
-    try:
-        fits = tensor.dim() <= 4 and torch.broadcast_shapes(tensor.shape, target) == target
-    except RuntimeError:
-        fits = False
-    if not fits:
+    Shapes: ``q`` ``(batch heads q_pos d_head)``, ``k`` ``(batch kv_heads k_pos d_head)``,
+    ``v`` ``(batch kv_heads k_pos d_v)``, in one floating dtype on one device; ``heads`` a
+    multiple of ``kv_heads``; ``mask`` (bool) and ``bias`` (any float dtype: it is cast to
+    ``q``'s) broadcast to ``(batch heads q_pos k_pos)`` on ``q``'s device.
+    """
+    check.tensor("q", q, "batch heads q_pos d_head", floating=True, owner=owner)
+    batch, heads, q_len, d_head = q.shape
+    same = f"batch and d_head as in q {tuple(q.shape)}"
+    check.tensor(
+        "k",
+        k,
+        "batch kv_heads k_pos d_head",
+        batch=batch,
+        d_head=d_head,
+        floating=True,
+        owner=owner,
+        hint=same,
+    )
+    kv_heads, k_len = k.shape[1], k.shape[2]
+    same = f"batch, kv_heads and k_pos as in k {tuple(k.shape)}"
+    check.tensor(
+        "v",
+        v,
+        "batch kv_heads k_pos d_v",
+        batch=batch,
+        kv_heads=kv_heads,
+        k_pos=k_len,
+        floating=True,
+        owner=owner,
+        hint=same,
+    )
+    check.same_dtype_and_device(q=q, k=k, v=v, owner=owner)
+    if kv_heads == 0 or heads % kv_heads:
         raise ValueError(
-            f"{name} of shape {tuple(tensor.shape)} does not broadcast to "
-            f"(batch, heads, q_len, k_len) = {target}"
+            f"{owner}: q has {heads} heads, not a multiple of the {kv_heads} key/value heads: "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}"
         )
-
-
-def _check_scale_and_dropout(scale: float | None, dropout_p: float) -> None:
-    if scale is not None and not (
-        isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale)
-    ):
-        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
-    if isinstance(dropout_p, bool) or not (
-        isinstance(dropout_p, (int, float)) and 0.0 <= dropout_p < 1.0
-    ):
-        raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
+    scores = dict(batch=batch, heads=heads, q_pos=q_len, k_pos=k_len)
+    if mask is not None:
+        hint = "True = may attend; pass an additive float tensor as bias= instead"
+        check.tensor("mask", mask, boolean=True, owner=owner, hint=hint)
+        check.broadcastable("mask", mask, "batch heads q_pos k_pos", owner=owner, **scores)
+        check.same_device(q=q, mask=mask, owner=owner)
+    if bias is not None:
+        check.tensor("bias", bias, floating=True, owner=owner)
+        check.broadcastable("bias", bias, "batch heads q_pos k_pos", owner=owner, **scores)
+        check.same_device(q=q, bias=bias, owner=owner)
+    dropout_p = check.probability("dropout_p", dropout_p, owner=owner)
+    if scale is not None:
+        scale = check.finite_float("scale", scale, low=0, low_open=True, owner=owner)
+    check.boolean("causal", causal, owner=owner)
+    return dropout_p, scale
 
 
 def _prepare(q, k, v, mask, bias, causal):
-    """Validate mask and bias, add the causal mask, repeat key/value heads (after _check_qkv).
+    """Add the causal mask, cast the bias, repeat key/value heads (after the checks).
 
     The bias is cast to the queries' dtype: an fp32 ALiBi or T5 table then works with bf16
     queries on every backend.
     """
-    target = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-    _check_broadcasts("mask", mask, target)
-    _check_broadcasts("bias", bias, target)
     if causal:
         mask = combine_masks(mask, causal_mask(q.shape[2], k.shape[2], device=q.device))
     if bias is not None:
@@ -220,10 +214,8 @@ def repeat_kv_heads(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     Shapes: ``x`` is ``(batch kv_heads seq d_head)``, the result
     ``(batch (kv_heads n_rep) seq d_head)``.
     """
-    if not isinstance(n_rep, int) or n_rep < 1:
-        raise ValueError(f"n_rep must be a positive int, got {n_rep!r}")
-    if x.dim() != 4:
-        raise ValueError(f"x must be (batch, kv_heads, seq, d_head), got shape {tuple(x.shape)}")
+    n_rep = check.positive_int("n_rep", n_rep, owner="repeat_kv_heads()")
+    check.tensor("x", x, "batch kv_heads seq d_head", owner="repeat_kv_heads()")
     if n_rep == 1:
         return x
     return repeat(x, "batch kv_heads seq d_head -> batch (kv_heads group) seq d_head", group=n_rep)
@@ -252,8 +244,9 @@ def scaled_dot_product_attention(
     Returns ``(batch heads q_pos d_v)``, and the weights ``(batch heads q_pos k_pos)`` too when
     ``return_weights``. A query whose keys are all masked gets zero weights and a zero output.
     """
-    _check_qkv(q, k, v)
-    _check_scale_and_dropout(scale, dropout_p)
+    owner = "scaled_dot_product_attention()"
+    dropout_p, scale = _check_attention_args(owner, q, k, v, mask, bias, dropout_p, scale, causal)
+    check.boolean("return_weights", return_weights, owner=owner)
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = einsum(
@@ -294,8 +287,8 @@ def sdpa_attention(
     not NaN; ``causal`` is bottom-right aligned, unlike PyTorch's ``is_causal`` when
     ``q_len != k_len``.
     """
-    _check_qkv(q, k, v)
-    _check_scale_and_dropout(scale, dropout_p)
+    owner = "sdpa_attention()"
+    dropout_p, scale = _check_attention_args(owner, q, k, v, mask, bias, dropout_p, scale, causal)
     square_causal = causal and mask is None and bias is None and q.shape[2] == k.shape[2]
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal and not square_causal)
     if mask is None and bias is None:  # the fast path: no mask tensor at all
@@ -311,6 +304,8 @@ def sdpa_attention(
             attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
         dead = torch.isneginf(attn_mask).all(dim=-1, keepdim=True)
         attn_mask = attn_mask.masked_fill(dead, 0.0)
+    if attn_mask.dim() < 2:  # PyTorch's kernel wants (q_pos k_pos) at least
+        attn_mask = attn_mask.reshape(1, -1)
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
     )
@@ -336,19 +331,20 @@ def register_attention_backend(
     (bottom-right aligned) and the dropout probability on the weights. It returns
     ``(batch heads q_pos d_head)``, with zeros for a query whose keys are all masked.
     """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"a backend name must be a non-empty str, got {name!r}")
+    owner = "register_attention_backend()"
+    check.string("name", name, nonempty=True, owner=owner)
+    check.boolean("replace", replace, owner=owner)
     if not callable(fn):
-        raise TypeError(f"backend {name!r} must be callable, got {type(fn).__name__}")
+        raise TypeError(f"{owner}: fn must be callable, got {type(fn).__name__}")
     if name in ATTENTION_BACKENDS and not replace and ATTENTION_BACKENDS[name] is not fn:
         raise ValueError(f"attention backend {name!r} exists; pass replace=True to replace it")
     ATTENTION_BACKENDS[name] = fn
 
 
-def _check_backend(name: object) -> str:
-    if name not in ATTENTION_BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}; known: {sorted(ATTENTION_BACKENDS)}")
-    return name
+def _check_backend(name: object, owner: str) -> str:
+    """``name``, which must name a registered backend (the message lists them)."""
+    hint = "register_attention_backend(name, fn) adds one"
+    return check.one_of("backend", name, sorted(ATTENTION_BACKENDS), owner=owner, hint=hint)
 
 
 def set_attention_backend(model: nn.Module, name: str) -> nn.Module:
@@ -357,7 +353,11 @@ def set_attention_backend(model: nn.Module, name: str) -> nn.Module:
     Returns ``model``. Raises ``ValueError`` listing the known names for an unknown one,
     and when ``model`` holds no attention module at all.
     """
-    _check_backend(name)
+    if not isinstance(model, nn.Module):
+        raise TypeError(
+            f"set_attention_backend(): model must be an nn.Module, got {type(model).__name__}"
+        )
+    _check_backend(name, "set_attention_backend()")
     modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     if not modules:
         raise ValueError(f"{type(model).__name__} has no MultiHeadAttention module to switch")
@@ -379,15 +379,22 @@ class KVCache:
     values: torch.Tensor
 
     def __post_init__(self) -> None:
-        if (
-            self.keys.dim() != 4
-            or self.values.dim() != 4
-            or self.keys.shape[:3] != self.values.shape[:3]
-        ):
-            raise ValueError(
-                "KVCache needs keys and values of shape (batch, kv_heads, seq, d_head) agreeing in "
-                f"the first three axes, got {tuple(self.keys.shape)} and {tuple(self.values.shape)}"
-            )
+        keys, values = self.keys, self.values
+        check.tensor("keys", keys, "batch kv_heads seq d_head", floating=True, owner="KVCache")
+        batch, kv_heads, seq, _ = keys.shape
+        same = f"batch, kv_heads and seq as in keys {tuple(keys.shape)}"
+        check.tensor(
+            "values",
+            values,
+            "batch kv_heads seq d_v",
+            batch=batch,
+            kv_heads=kv_heads,
+            seq=seq,
+            floating=True,
+            owner="KVCache",
+            hint=same,
+        )
+        check.same_dtype_and_device(keys=keys, values=values, owner="KVCache")
 
     @property
     def seq_len(self) -> int:
@@ -396,10 +403,31 @@ class KVCache:
 
     def extend(self, keys: torch.Tensor, values: torch.Tensor) -> KVCache:
         """A new cache with ``keys`` and ``values`` ``(batch kv_heads new d_head)`` appended."""
-        if keys.shape[:2] + keys.shape[3:] != self.keys.shape[:2] + self.keys.shape[3:]:
-            raise ValueError(
-                f"cannot append keys of shape {tuple(keys.shape)} to a cache of {tuple(self.keys.shape)}"
-            )
+        owner, (batch, kv_heads, _, d_head) = "KVCache.extend()", self.keys.shape
+        hint = f"cannot append to a cache of keys {tuple(self.keys.shape)}"
+        check.tensor(
+            "keys",
+            keys,
+            "batch kv_heads new d_head",
+            batch=batch,
+            kv_heads=kv_heads,
+            d_head=d_head,
+            owner=owner,
+            hint=hint,
+        )
+        check.tensor(
+            "values",
+            values,
+            "batch kv_heads new d_v",
+            batch=batch,
+            kv_heads=kv_heads,
+            new=keys.shape[2],
+            d_v=self.values.shape[3],
+            owner=owner,
+            hint=hint,
+        )
+        # torch.cat would silently promote a bf16 cache to fp32: refuse a dtype change instead
+        check.same_dtype_and_device(cache=self.keys, keys=keys, values=values, owner=owner)
         return KVCache(torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2))
 
     def select(self, indices: torch.Tensor) -> KVCache:
@@ -407,24 +435,27 @@ class KVCache:
 
         Beam search reorders (and duplicates) the rows this way when beams are re-ranked.
         """
-        indices = torch.as_tensor(indices, device=self.keys.device)
-        if indices.dim() != 1 or indices.is_floating_point() or indices.dtype == torch.bool:
-            raise ValueError(
-                f"indices must be a 1-D integer tensor, got {indices.dtype} {tuple(indices.shape)}"
+        owner, batch = "KVCache.select()", self.keys.shape[0]
+        if not isinstance(indices, torch.Tensor):
+            try:
+                indices = torch.as_tensor(indices)
+            except (TypeError, ValueError, RuntimeError):
+                raise TypeError(
+                    f"{owner}: indices must be a tensor or a list of ints, "
+                    f"got {type(indices).__name__}"
+                ) from None
+        check.tensor("indices", indices, "new_batch", integer=True, owner=owner)
+        indices = indices.to(self.keys.device)
+        if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= batch):
+            raise IndexError(
+                f"{owner}: indices {indices.tolist()} out of range for a batch of {batch} "
+                f"(rows 0..{batch - 1})"
             )
-        batch = self.keys.shape[0]
-        if indices.numel() and (int(indices.min()) < -batch or int(indices.max()) >= batch):
-            raise IndexError(f"indices {indices.tolist()} out of range for a batch of {batch}")
         return KVCache(self.keys.index_select(0, indices), self.values.index_select(0, indices))
 
     def crop(self, length: int) -> KVCache:
         """The cache of the first ``length`` positions (to roll back rejected draft tokens)."""
-        if (
-            isinstance(length, bool)
-            or not isinstance(length, int)
-            or not 0 <= length <= self.seq_len
-        ):
-            raise ValueError(f"length must be an int in [0, {self.seq_len}], got {length!r}")
+        length = check.int_in_range("length", length, 0, self.seq_len, owner="KVCache.crop()")
         return KVCache(self.keys[:, :, :length], self.values[:, :, :length])
 
 
@@ -470,29 +501,32 @@ class MultiHeadAttention(nn.Module):
         d_head: int | None = None,
     ) -> None:
         super().__init__()
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        sizes = [("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads)]
-        for name, value in sizes + ([("d_head", d_head)] if d_head is not None else []):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if d_head is None and d_model % n_heads != 0:
+        owner = "MultiHeadAttention"
+        d_model = check.positive_int("d_model", d_model, owner=owner)
+        n_heads = check.positive_int("n_heads", n_heads, owner=owner)
+        if n_kv_heads is None:
+            n_kv_heads = n_heads
+        n_kv_heads = check.positive_int("n_kv_heads", n_kv_heads, owner=owner)
+        if d_head is not None:
+            d_head = check.positive_int("d_head", d_head, owner=owner)
+        elif d_model % n_heads != 0:
             raise ValueError(
-                f"d_model={d_model} is not divisible by n_heads={n_heads}: "
+                f"{owner}: d_model={d_model} is not divisible by n_heads={n_heads}: "
                 f"each head needs d_model / n_heads dimensions (or pass d_head)"
             )
         if n_heads % n_kv_heads != 0:
             raise ValueError(
-                f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}: each key/value "
-                "head must serve a whole group of query heads"
+                f"{owner}: n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}: each "
+                "key/value head must serve a whole group of query heads"
             )
-        _check_backend(backend)
-        _check_scale_and_dropout(scale, dropout)
-        if not isinstance(bias, bool):
-            raise TypeError(f"bias must be a bool, got {bias!r}")
+        check.boolean("bias", bias, owner=owner)
+        dropout = check.probability("dropout", dropout, owner=owner)
+        _check_backend(backend, owner)
+        if scale is not None:
+            scale = check.finite_float("scale", scale, low=0, low_open=True, owner=owner)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads if d_head is None else d_head
-        self.backend, self.dropout = backend, float(dropout)
-        self.scale = None if scale is None else float(scale)
+        self.backend, self.dropout, self.scale = backend, dropout, scale
         self.q_dim, self.kv_dim = n_heads * self.d_head, n_kv_heads * self.d_head
         self.qkv_proj = nn.Linear(d_model, self.q_dim + 2 * self.kv_dim, bias=bias)
         self.out_proj = nn.Linear(self.q_dim, d_model, bias=bias)
@@ -502,14 +536,6 @@ class MultiHeadAttention(nn.Module):
             f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
             f"d_head={self.d_head}, scale={self.scale}, backend={self.backend!r}"
         )
-
-    def _check_sequence(self, name: str, x: torch.Tensor) -> None:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(
-                f"{name} must have shape (batch, seq, d_model={self.d_model}), got {tuple(x.shape)}"
-            )
 
     def _project_kv(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         weight = self.qkv_proj.weight[self.q_dim :]
@@ -530,26 +556,19 @@ class MultiHeadAttention(nn.Module):
         use_cache: bool = False,
         need_weights: bool = False,
     ):
-        """Attend from ``x`` ``(batch q_pos d_model)`` to itself or to ``context``.
+        """Attend from ``x`` to itself or to ``context`` (see the class docstring).
 
-        Returns ``(batch q_pos d_model)``, or a tuple with the :class:`KVCache` and/or the
-        weights ``(batch heads q_pos k_pos)`` after it (see the class docstring).
+        Shapes: ``x`` is ``(batch q_pos d_model)``, ``context`` ``(batch k_pos d_model)``, in
+        the weights' dtype (any dtype under autocast); ``mask`` and ``position_bias`` broadcast
+        to ``(batch heads q_pos k_pos)``. Returns ``(batch q_pos d_model)``, or a tuple with
+        the :class:`KVCache` and/or the weights ``(batch heads q_pos k_pos)`` after it.
         """
-        self._check_sequence("x", x)
-        if past is not None and not isinstance(past, KVCache):
-            raise TypeError(f"past must be a KVCache, got {type(past).__name__}")
+        _check_mha_args(
+            self, x, context, position_bias, causal, rope, past, use_cache, need_weights
+        )
         if context is None:  # self-attention: one fused projection for q, k and v
             q, k, v = self.qkv_proj(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
         else:  # cross-attention: query rows on x, key/value rows on the context
-            self._check_sequence("context", context)
-            if context.shape[0] != x.shape[0]:
-                raise ValueError(
-                    f"x {tuple(x.shape)} and context {tuple(context.shape)} differ in batch size"
-                )
-            if rope is not None:
-                raise ValueError(
-                    "rope rotates positions of one sequence; it does not apply to cross-attention"
-                )
             weight = self.qkv_proj.weight[: self.q_dim]
             bias = None if self.qkv_proj.bias is None else self.qkv_proj.bias[: self.q_dim]
             q = F.linear(x, weight, bias)
@@ -564,15 +583,6 @@ class MultiHeadAttention(nn.Module):
                 v, "batch seq (heads d_head) -> batch heads seq d_head", heads=self.n_kv_heads
             )
         offset = past.seq_len if (past is not None and context is None) else 0
-        if past is not None and (past.keys.shape[0], past.keys.shape[1], past.keys.shape[3]) != (
-            x.shape[0],
-            self.n_kv_heads,
-            self.d_head,
-        ):
-            raise ValueError(
-                f"past keys {tuple(past.keys.shape)} do not fit this layer: expected "
-                f"(batch={x.shape[0]}, kv_heads={self.n_kv_heads}, seq, d_head={self.d_head})"
-            )
         if rope is not None:
             q, k = rope(q, offset=offset), rope(k, offset=offset)
         if past is None:
@@ -603,6 +613,56 @@ class MultiHeadAttention(nn.Module):
         return (out, *extras)
 
 
+def _check_mha_args(mha, x, context, position_bias, causal, rope, past, use_cache, need_weights):
+    """The checks of :meth:`MultiHeadAttention.forward`'s arguments (never their data)."""
+    owner, weight = "MultiHeadAttention", mha.qkv_proj.weight
+    check.tensor("x", x, "batch q_pos d_model", d_model=mha.d_model, floating=True, owner=owner)
+    check.same_dtype_and_device(x=x, weight=weight, autocast=True, owner=owner)
+    check.boolean("causal", causal, owner=owner)
+    check.boolean("use_cache", use_cache, owner=owner)
+    check.boolean("need_weights", need_weights, owner=owner)
+    if context is not None:
+        hint = f"x is {tuple(x.shape)}"
+        check.tensor(
+            "context",
+            context,
+            "batch k_pos d_model",
+            batch=x.shape[0],
+            d_model=mha.d_model,
+            floating=True,
+            owner=owner,
+            hint=hint,
+        )
+        check.same_dtype_and_device(context=context, weight=weight, autocast=True, owner=owner)
+        if rope is not None:
+            raise ValueError(
+                f"{owner}: rope rotates positions of one sequence; it does not apply to "
+                "cross-attention"
+            )
+    if rope is not None and not callable(rope):
+        raise TypeError(f"{owner}: rope must be callable, got {type(rope).__name__}")
+    if position_bias is not None and not (
+        isinstance(position_bias, torch.Tensor) or callable(position_bias)
+    ):
+        raise TypeError(
+            f"{owner}: position_bias must be a tensor or a module called as "
+            f"position_bias(q_len, k_len, offset), got {type(position_bias).__name__}"
+        )
+    if past is not None:
+        if not isinstance(past, KVCache):
+            raise TypeError(f"{owner}: past must be a KVCache, got {type(past).__name__}")
+        check.tensor(
+            "past.keys",
+            past.keys,
+            "batch kv_heads seq d_head",
+            batch=x.shape[0],
+            kv_heads=mha.n_kv_heads,
+            d_head=mha.d_head,
+            owner=owner,
+            hint="a cache fits only the layer that made it",
+        )
+
+
 def kv_cache_bytes(
     n_layers: int,
     n_kv_heads: int,
@@ -617,9 +677,9 @@ def kv_cache_bytes(
     """
     sizes = dict(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, seq_len=seq_len,
                  batch_size=batch_size, bytes_per_value=bytes_per_value)  # fmt: skip
-    for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    n_layers, n_kv_heads, d_head, seq_len, batch_size, bytes_per_value = (
+        check.positive_int(name, value, owner="kv_cache_bytes()") for name, value in sizes.items()
+    )
     return 2 * n_layers * n_kv_heads * d_head * seq_len * batch_size * bytes_per_value
 
 
@@ -630,11 +690,10 @@ def attention_layer_flops(seq_len: int, d_model: int, d_ff: int | None = None) -
     ``8 · n · d²``; ``"ffn"``: two matrices, ``4 · n · d · d_ff`` (``16 · n · d²`` for the default
     ``d_ff = 4d``).
     """
-    d_ff = 4 * d_model if d_ff is None else d_ff
-    for name, value in (("seq_len", seq_len), ("d_model", d_model), ("d_ff", d_ff)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    n, d = seq_len, d_model
+    owner = "attention_layer_flops()"
+    n = check.positive_int("seq_len", seq_len, owner=owner)
+    d = check.positive_int("d_model", d_model, owner=owner)
+    d_ff = 4 * d if d_ff is None else check.positive_int("d_ff", d_ff, owner=owner)
     return {"scores": 4 * n * n * d, "projections": 8 * n * d * d, "ffn": 4 * n * d * d_ff}
 
 
@@ -643,6 +702,7 @@ def attention_crossover_length(d_model: int, d_ff: int | None = None) -> int:
 
     ``4n²d = 8nd² + 4nd·d_ff`` gives ``n = 2·d_model + d_ff`` (``6·d_model`` for ``d_ff = 4d``).
     """
+    d_model = check.positive_int("d_model", d_model, owner="attention_crossover_length()")
     d_ff = 4 * d_model if d_ff is None else d_ff
-    attention_layer_flops(1, d_model, d_ff)  # validates the sizes
+    d_ff = check.positive_int("d_ff", d_ff, owner="attention_crossover_length()")
     return 2 * d_model + d_ff

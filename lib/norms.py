@@ -15,12 +15,12 @@ Every tensor is ``(... d_model)``: any leading axes (batch, sequence) and the fe
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from einops import reduce
 from torch import nn
+
+from lib import _checks as check
 
 __all__ = [
     "NORM_KINDS",
@@ -35,43 +35,7 @@ __all__ = [
 
 NORM_POSITIONS = ("pre", "post")
 NORM_KINDS = ("layernorm", "rmsnorm")
-
-
-def _check_size(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
-def _check_eps(eps: object) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"eps must be a float, got {type(eps).__name__}")
-    if not (math.isfinite(eps) and eps > 0):
-        raise ValueError(
-            f"eps must be a finite number > 0 (it keeps the division away from zero), got {eps!r}"
-        )
-    return float(eps)
-
-
-def _check_features(module: nn.Module, x: object, d_model: int) -> torch.Tensor:
-    """Fail clearly unless ``x`` is a floating tensor whose last axis has ``d_model`` entries."""
-    name = type(module).__name__
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} takes a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} needs a floating-point tensor, got dtype {x.dtype}")
-    if x.ndim == 0 or x.shape[-1] != d_model:
-        raise ValueError(
-            f"{name}(d_model={d_model}) expects the features on the last axis, with {d_model} "
-            f"entries, but got x of shape {tuple(x.shape)}"
-        )
-    return x
-
-
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {value!r}")
-    return value
+_EPS_HINT = "it keeps the division away from zero"
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -106,16 +70,26 @@ class LayerNorm(nn.Module):
         fused: bool = True,
     ) -> None:
         super().__init__()
-        self.d_model = _check_size("d_model", d_model)
-        self.eps = _check_eps(eps)
-        self.elementwise_affine = _check_bool("elementwise_affine", elementwise_affine)
-        self.fused = _check_bool("fused", fused)
+        owner = "LayerNorm"
+        self.d_model = check.positive_int("d_model", d_model, owner=owner)
+        self.eps = check.finite_float("eps", eps, low=0, low_open=True, owner=owner, hint=_EPS_HINT)
+        self.elementwise_affine = check.boolean(
+            "elementwise_affine", elementwise_affine, owner=owner
+        )
+        check.boolean("bias", bias, owner=owner)
+        self.fused = check.boolean("fused", fused, owner=owner)
         self.weight = nn.Parameter(torch.ones(d_model)) if elementwise_affine else None
         self.bias = nn.Parameter(torch.zeros(d_model)) if elementwise_affine and bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x``: ``(... d_model)`` -> ``(... d_model)``, each token with mean 0 and variance ~1."""
-        _check_features(self, x, self.d_model)
+        """Normalise each token: mean 0 and variance ~1 over its features.
+
+        Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is ``(... d_model)``,
+        in ``x``'s dtype.
+        """
+        check.tensor("x", x, "... d_model", d_model=self.d_model, floating=True, owner="LayerNorm")
+        if self.weight is not None:
+            check.same_device(x=x, weight=self.weight, owner="LayerNorm")
         dtype = _compute_dtype(x)
         xc = x.to(dtype)
         weight = None if self.weight is None else self.weight.to(dtype)
@@ -162,15 +136,24 @@ class RMSNorm(nn.Module):
         fused: bool = True,
     ) -> None:
         super().__init__()
-        self.d_model = _check_size("d_model", d_model)
-        self.eps = _check_eps(eps)
-        self.elementwise_affine = _check_bool("elementwise_affine", elementwise_affine)
-        self.fused = _check_bool("fused", fused)
+        owner = "RMSNorm"
+        self.d_model = check.positive_int("d_model", d_model, owner=owner)
+        self.eps = check.finite_float("eps", eps, low=0, low_open=True, owner=owner, hint=_EPS_HINT)
+        self.elementwise_affine = check.boolean(
+            "elementwise_affine", elementwise_affine, owner=owner
+        )
+        self.fused = check.boolean("fused", fused, owner=owner)
         self.weight = nn.Parameter(torch.ones(d_model)) if elementwise_affine else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x``: ``(... d_model)`` -> ``(... d_model)``, each token with root mean square ~1."""
-        _check_features(self, x, self.d_model)
+        """Normalise each token: root mean square ~1 over its features.
+
+        Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is ``(... d_model)``,
+        in ``x``'s dtype.
+        """
+        check.tensor("x", x, "... d_model", d_model=self.d_model, floating=True, owner="RMSNorm")
+        if self.weight is not None:
+            check.same_device(x=x, weight=self.weight, owner="RMSNorm")
         dtype = _compute_dtype(x)
         xc = x.to(dtype)
         weight = None if self.weight is None else self.weight.to(dtype)
@@ -194,8 +177,7 @@ def make_norm(kind: str, d_model: int, eps: float | None = None) -> nn.Module:
 
     ``make_norm("rmsnorm", 512)`` is ``RMSNorm(512)``; pass ``eps`` to override the default.
     """
-    if kind not in NORM_KINDS:
-        raise ValueError(f"unknown norm {kind!r}; use one of {', '.join(map(repr, NORM_KINDS))}")
+    check.one_of("kind", kind, NORM_KINDS, owner="make_norm()")
     cls = LayerNorm if kind == "layernorm" else RMSNorm
     return cls(d_model) if eps is None else cls(d_model, eps=eps)
 
@@ -234,30 +216,29 @@ class ResidualSublayer(nn.Module):
         eps: float | None = None,
     ) -> None:
         super().__init__()
+        owner = "ResidualSublayer"
         if not isinstance(sublayer, nn.Module):
             raise TypeError(
-                f"sublayer must be an nn.Module (so its parameters are registered), "
+                f"{owner}: sublayer must be an nn.Module (so its parameters are registered), "
                 f"got {type(sublayer).__name__}"
             )
-        if position not in NORM_POSITIONS:
-            raise ValueError(
-                f"unknown norm position {position!r}; use one of "
-                f"{', '.join(map(repr, NORM_POSITIONS))}"
-            )
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
-            raise TypeError(f"dropout must be a float, got {type(dropout).__name__}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
-        self.d_model = _check_size("d_model", d_model)
-        self.position = position
+        self.d_model = check.positive_int("d_model", d_model, owner=owner)
+        self.position = check.one_of("position", position, NORM_POSITIONS, owner=owner)
+        check.one_of("norm", norm, NORM_KINDS, owner=owner)
+        dropout = check.probability("dropout", dropout, owner=owner)
         self.sublayer = sublayer
         self.norm = make_norm(norm, d_model, eps)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, *args, **kwargs):
-        """``x``: ``(... d_model)`` -> ``(... d_model)``, or ``(that, *extras)`` when the
-        sublayer returns ``(out, *extras)``."""
-        _check_features(self, x, self.d_model)
+        """The residual step around the sublayer; extra arguments go to the sublayer.
+
+        Shapes: ``x`` is ``(... d_model)``; the result is ``(... d_model)``, or
+        ``(that, *extras)`` when the sublayer returns ``(out, *extras)``.
+        """
+        check.tensor(
+            "x", x, "... d_model", d_model=self.d_model, floating=True, owner="ResidualSublayer"
+        )
         if self.position == "pre":
             out, extras = self._branch(self.norm(x), x, *args, **kwargs)
             y = x + self.dropout(out)
@@ -294,11 +275,7 @@ def make_final_norm(
     into each sublayer, so the stack's output needs one normalisation: a fresh ``norm``. A
     post-LN stack already ends in one, so this returns ``nn.Identity()`` for ``"post"``.
     """
-    if position not in NORM_POSITIONS:
-        raise ValueError(
-            f"unknown norm position {position!r}; use one of {', '.join(map(repr, NORM_POSITIONS))}"
-        )
-    if position == "post":
-        _check_size("d_model", d_model)
-        return nn.Identity()
-    return make_norm(norm, d_model, eps)
+    check.one_of("position", position, NORM_POSITIONS, owner="make_final_norm()")
+    check.one_of("norm", norm, NORM_KINDS, owner="make_final_norm()")
+    final = make_norm(norm, d_model, eps)  # checks d_model and eps for "post" too
+    return final if position == "pre" else nn.Identity()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -65,8 +66,18 @@ def test_padding_mask_marks_real_tokens():
 @pytest.mark.parametrize(
     ("lengths", "max_len", "error", "match"),
     [
-        (torch.tensor([[1, 2]]), 3, ValueError, r"1-D .* shape \(1, 2\)"),
-        (torch.tensor([1.0, 2.0]), 3, TypeError, "integers"),
+        (
+            torch.tensor([[1, 2]]),
+            3,
+            ValueError,
+            r"lengths must have shape \(batch\), got shape \(1, 2\)",
+        ),
+        (
+            torch.tensor([1.0, 2.0]),
+            3,
+            TypeError,
+            "lengths must be an integer tensor, got dtype torch.float32",
+        ),
         (torch.tensor([1, -1]), 3, ValueError, ">= 0"),
         (torch.tensor([1, 5]), 3, ValueError, "exceeds max_len=3"),
     ],
@@ -88,9 +99,16 @@ def test_causal_mask_with_more_keys_is_the_bottom_rows():
     assert causal_mask(2, 6, offset=2).sum(-1).tolist() == [3, 4]
 
 
-@pytest.mark.parametrize(("args", "match"), [((0,), "q_len"), ((2, 0), "k_len"), ((2.5,), "q_len")])
-def test_causal_mask_rejects_bad_lengths(args, match):
-    with pytest.raises(ValueError, match=match):
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        ((0,), ValueError, "q_len must be an int >= 1, got 0"),
+        ((2, 0), ValueError, "k_len must be an int >= 1, got 0"),
+        ((2.5,), TypeError, "q_len must be an int, got float 2.5"),
+    ],
+)
+def test_causal_mask_rejects_bad_lengths(args, error, match):
+    with pytest.raises(error, match=match):
         causal_mask(*args)
 
 
@@ -99,7 +117,9 @@ def test_combine_masks_is_a_broadcast_and():
     assert combined.shape == (2, 1, 4, 4)
     assert combined[1, 0].sum() == 1 + 2 + 2 + 2
     assert combine_masks(None, None) is None
-    with pytest.raises(TypeError, match="boolean"):
+    with pytest.raises(
+        TypeError, match=r"masks\[0\] must be a boolean tensor, got dtype torch.float32"
+    ):
         combine_masks(torch.ones(3, 3))
     with pytest.raises(ValueError, match=r"\(3, 3\) and \(4, 4\) do not broadcast"):
         combine_masks(causal_mask(3), causal_mask(4))
@@ -220,11 +240,22 @@ def test_dropout_on_the_weights():
 @pytest.mark.parametrize(
     ("shapes", "match"),
     [
-        (((2, 4, 5, 8), (2, 4, 7, 6), (2, 4, 7, 8)), r"same d_head .* 8 and 6"),
-        (((2, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8)), r"q must be 4-D .* \(2, 5, 8\)"),
+        (
+            ((2, 4, 5, 8), (2, 4, 7, 6), (2, 4, 7, 8)),
+            r"k must have shape \(batch kv_heads k_pos d_head\) with batch=2, d_head=8, got shape "
+            r"\(2, 4, 7, 6\); batch and d_head as in q \(2, 4, 5, 8\)",
+        ),
+        (
+            ((2, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8)),
+            r"q must have shape \(batch heads q_pos d_head\), got shape \(2, 5, 8\)",
+        ),
         (((2, 4, 5, 8), (2, 3, 7, 8), (2, 3, 7, 8)), "4 heads, not a multiple of the 3"),
-        (((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 6, 8)), "k and v must have the same heads and seq"),
-        (((2, 4, 5, 8), (3, 4, 7, 8), (3, 4, 7, 8)), "same batch size"),
+        (
+            ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 6, 8)),
+            r"v must have shape .* with batch=2, kv_heads=4, k_pos=7, got shape \(2, 4, 6, 8\)",
+        ),
+        (((2, 4, 5, 8), (3, 4, 7, 8), (3, 4, 7, 8)), r"k must have shape .* with batch=2"),
+        (((2, 4, 5, 8), (2, 0, 7, 8), (2, 0, 7, 8)), "4 heads, not a multiple of the 0"),
     ],
 )
 @pytest.mark.parametrize("backend", list(ATTENTION_BACKENDS))
@@ -245,12 +276,17 @@ def test_non_tensor_input_is_named(backend):
 def test_mask_that_does_not_broadcast_is_named(backend):
     q, k, v = _qkv()
     with pytest.raises(
-        ValueError, match=r"mask of shape \(5, 6\) does not broadcast to .* \(2, 4, 5, 7\)"
+        ValueError,
+        match=r"mask must broadcast to \(batch heads q_pos k_pos\) = \(2, 4, 5, 7\), got shape \(5, 6\)",
     ):
         ATTENTION_BACKENDS[backend](q, k, v, torch.ones(5, 6, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"bias of shape \(3, 5, 7\) does not broadcast"):
+    with pytest.raises(ValueError, match=r"bias must broadcast to .* got shape \(3, 5, 7\)"):
         ATTENTION_BACKENDS[backend](q, k, v, bias=torch.zeros(3, 5, 7))
-    with pytest.raises(TypeError, match="mask must be boolean"):
+    with pytest.raises(ValueError, match=r"mask must broadcast to .* got shape \(1, 1, 1, 5, 7\)"):
+        ATTENTION_BACKENDS[backend](q, k, v, torch.ones(1, 1, 1, 5, 7, dtype=torch.bool))
+    with pytest.raises(
+        TypeError, match="mask must be a boolean tensor, got dtype torch.float32; .* as bias="
+    ):
         ATTENTION_BACKENDS[backend](q, k, v, torch.ones(5, 7))
 
 
@@ -414,8 +450,11 @@ def test_position_bias_module_equals_its_tensor():
     [
         (dict(d_model=30, n_heads=4), "d_model=30 is not divisible by n_heads=4"),
         (dict(d_model=32, n_heads=4, n_kv_heads=3), "n_heads=4 is not divisible by n_kv_heads=3"),
-        (dict(d_model=32, n_heads=0), "n_heads must be a positive int"),
-        (dict(d_model=32, n_heads=4, backend="flash"), "unknown attention backend .flash.; known"),
+        (dict(d_model=32, n_heads=0), "n_heads must be an int >= 1, got 0"),
+        (
+            dict(d_model=32, n_heads=4, backend="flash"),
+            r"backend must be one of .*'math', 'sdpa'.*, got str 'flash'; register_attention_backend",
+        ),
         (dict(d_model=32, n_heads=4, dropout=1.0), "dropout"),
     ],
 )
@@ -427,33 +466,51 @@ def test_bad_configuration_is_a_clear_error(kwargs, match):
 def test_bad_module_inputs_are_named():
     mha = MultiHeadAttention(32, 4)
     with pytest.raises(
-        ValueError, match=r"x must have shape \(batch, seq, d_model=32\), got \(6, 32\)"
+        ValueError,
+        match=r"MultiHeadAttention: x must have shape \(batch q_pos d_model\) with d_model=32, "
+        r"got shape \(6, 32\)",
     ):
         mha(torch.randn(6, 32))
-    with pytest.raises(ValueError, match=r"got \(2, 6, 16\)"):
+    with pytest.raises(ValueError, match=r"got shape \(2, 6, 16\)"):
         mha(torch.randn(2, 6, 16))
-    with pytest.raises(ValueError, match=r"context must have shape .* got \(2, 4, 8\)"):
+    with pytest.raises(ValueError, match=r"context must have shape .* got shape \(2, 4, 8\)"):
         mha(torch.randn(2, 6, 32), torch.randn(2, 4, 8))
-    with pytest.raises(ValueError, match="differ in batch size"):
+    with pytest.raises(
+        ValueError,
+        match=r"context must have shape \(batch k_pos d_model\) with batch=2, d_model=32, got "
+        r"shape \(3, 4, 32\); x is \(2, 6, 32\)",
+    ):
         mha(torch.randn(2, 6, 32), torch.randn(3, 4, 32))
-    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 1, 5\) does not broadcast"):
+    with pytest.raises(ValueError, match=r"mask must broadcast to .* got shape \(2, 1, 1, 5\)"):
         mha(torch.randn(2, 6, 32), mask=padding_mask([5, 3]))
-    with pytest.raises(TypeError, match="past must be a KVCache"):
+    with pytest.raises(TypeError, match="past must be a KVCache, got tuple"):
         mha(torch.randn(2, 1, 32), past=(torch.zeros(1), torch.zeros(1)))
     wrong_cache = KVCache(torch.zeros(2, 2, 3, 8), torch.zeros(2, 2, 3, 8))
-    with pytest.raises(ValueError, match=r"past keys \(2, 2, 3, 8\) do not fit"):
+    with pytest.raises(
+        ValueError,
+        match=r"past.keys must have shape .* with batch=2, kv_heads=4, d_head=8, got shape "
+        r"\(2, 2, 3, 8\); a cache fits only the layer that made it",
+    ):
         mha(torch.randn(2, 1, 32), past=wrong_cache)
     with pytest.raises(ValueError, match="cross-attention"):
         mha(torch.randn(2, 6, 32), torch.randn(2, 4, 32), rope=lambda t, offset=0: t)
 
 
 def test_kv_cache_validates_its_tensors():
-    with pytest.raises(ValueError, match=r"\(2, 2, 3, 8\) and \(2, 2, 4, 8\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"KVCache: values must have shape .* seq=3, got shape \(2, 2, 4, 8\); batch, "
+        r"kv_heads and seq as in keys \(2, 2, 3, 8\)",
+    ):
         KVCache(torch.zeros(2, 2, 3, 8), torch.zeros(2, 2, 4, 8))
     cache = KVCache(torch.zeros(2, 2, 3, 8), torch.zeros(2, 2, 3, 8))
     assert cache.extend(torch.ones(2, 2, 1, 8), torch.ones(2, 2, 1, 8)).seq_len == 4
-    with pytest.raises(ValueError, match="cannot append"):
+    with pytest.raises(
+        ValueError, match=r"keys must have shape .* kv_heads=2.*; cannot append to a cache of keys"
+    ):
         cache.extend(torch.ones(2, 4, 1, 8), torch.ones(2, 4, 1, 8))
+    with pytest.raises(ValueError, match=r"values must have shape .* new=1, d_v=8, got shape"):
+        cache.extend(torch.ones(2, 2, 1, 8), torch.ones(2, 2, 2, 8))
 
 
 # ------------------------------------------------------------------------ costs
@@ -463,7 +520,9 @@ def test_kv_cache_bytes():
     assert kv_cache_bytes(80, 64, 128, 4096) == 10 * 2**30
     assert kv_cache_bytes(80, 8, 128, 4096, batch_size=16) == 20 * 2**30
     assert kv_cache_bytes(1, 1, 1, 1, bytes_per_value=4) == 8
-    with pytest.raises(ValueError, match="n_kv_heads must be a positive int"):
+    with pytest.raises(
+        ValueError, match=r"kv_cache_bytes\(\): n_kv_heads must be an int >= 1, got 0"
+    ):
         kv_cache_bytes(12, 0, 64, 1024)
 
 
@@ -489,7 +548,7 @@ def test_flop_formulas_and_crossover():
         assert at["scores"] == at["projections"] + at["ffn"]
         assert above["scores"] > above["projections"] + above["ffn"]
     assert attention_crossover_length(64, d_ff=128) == 2 * 64 + 128
-    with pytest.raises(ValueError, match="seq_len"):
+    with pytest.raises(ValueError, match="seq_len must be an int >= 1, got 0"):
         attention_layer_flops(0, 64)
 
 
@@ -522,7 +581,7 @@ def test_d_head_lets_heads_differ_from_d_model():
     sdpa = MultiHeadAttention(20, 3, d_head=16, backend="sdpa").eval()
     sdpa.load_state_dict(mha.state_dict())
     assert torch.allclose(sdpa(x, causal=True), out, atol=1e-5)
-    with pytest.raises(ValueError, match="d_head must be a positive int"):
+    with pytest.raises(ValueError, match="d_head must be an int >= 1, got 0"):
         MultiHeadAttention(20, 3, d_head=0)
 
 
@@ -531,12 +590,24 @@ def test_options_after_the_sizes_are_keyword_only():
         MultiHeadAttention(32, 4, 4, False)  # bias passed positionally
 
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "1.0", True])
-def test_non_finite_or_non_numeric_scale_is_rejected(bad):
+@pytest.mark.parametrize(
+    ("bad", "error", "match"),
+    [
+        (float("nan"), ValueError, "scale must be a finite number > 0, got nan"),
+        (float("inf"), ValueError, "scale must be a finite number > 0, got inf"),
+        (0.0, ValueError, "scale must be a finite number > 0, got 0.0"),  # was: uniform weights
+        (-1.0, ValueError, "scale must be a finite number > 0, got -1.0"),  # was: inverted
+        ("1.0", TypeError, "scale must be a number, got str '1.0'"),
+        (True, TypeError, "scale must be a number, got bool True"),
+        (torch.tensor(1.0), TypeError, "scale must be a number, got a tensor"),
+    ],
+)
+def test_non_finite_non_positive_or_non_numeric_scale_is_rejected(bad, error, match):
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match="scale must be a finite number"):
-        scaled_dot_product_attention(q, k, v, scale=bad)
-    with pytest.raises(ValueError, match="scale must be a finite number"):
+    for backend in ("math", "sdpa"):
+        with pytest.raises(error, match=match):
+            ATTENTION_BACKENDS[backend](q, k, v, scale=bad)
+    with pytest.raises(error, match=match):
         MultiHeadAttention(32, 4, scale=bad)
 
 
@@ -544,8 +615,10 @@ def test_non_finite_or_non_numeric_scale_is_rejected(bad):
 def test_dropout_outside_zero_one_is_rejected(bad):
     q, k, v = _qkv()
     for backend in ("math", "sdpa"):
-        with pytest.raises(ValueError, match="dropout_p must be a number in"):
+        with pytest.raises(ValueError, match=r"dropout_p must be a probability in \[0, 1\)"):
             ATTENTION_BACKENDS[backend](q, k, v, dropout_p=bad)
+        with pytest.raises(TypeError, match="dropout_p must be a number, got bool True"):
+            ATTENTION_BACKENDS[backend](q, k, v, dropout_p=True)
 
 
 def _bias(kind, heads, q_len, k_len):
@@ -575,10 +648,17 @@ def test_fp32_bias_works_with_every_query_dtype(backend, kind, dtype):
 
 def test_mismatched_dtypes_or_devices_are_a_clear_error():
     q, k, v = _qkv()
-    with pytest.raises(TypeError, match="q, k and v must share a dtype"):
+    with pytest.raises(
+        TypeError,
+        match="q, k and v must share a dtype, got q torch.float64, k torch.float32, v torch.float32",
+    ):
         scaled_dot_product_attention(q.double(), k, v)
-    with pytest.raises(TypeError, match="must be floating point"):
+    with pytest.raises(TypeError, match="q must be a floating-point tensor, got dtype torch.int64"):
         sdpa_attention(q.long(), k.long(), v.long())
+    with pytest.raises(
+        ValueError, match="q, k and v must be on one device, got q on cpu, k on meta"
+    ):
+        sdpa_attention(q, k.to("meta"), v)
 
 
 def test_registry_and_set_attention_backend():
@@ -599,7 +679,9 @@ def test_registry_and_set_attention_backend():
         assert all(m.backend == "spy_test" for m in model)
         assert torch.allclose(model(x), before, atol=1e-6)
         assert len(calls) == 2
-        with pytest.raises(ValueError, match=r"unknown attention backend 'nope'; known: \["):
+        with pytest.raises(
+            ValueError, match=r"backend must be one of .*'sdpa', 'spy_test'.*, got str 'nope'"
+        ):
             set_attention_backend(model, "nope")
         with pytest.raises(ValueError, match="exists; pass replace=True"):
             register_attention_backend("sdpa", spy)
@@ -618,11 +700,15 @@ def test_kv_cache_select_reorders_beams_and_crop_rolls_back():
     )
     cropped = cache.crop(3)
     assert cropped.seq_len == 3 and torch.equal(cropped.keys, keys[:, :, :3])
-    with pytest.raises(IndexError, match="out of range for a batch of 3"):
+    with pytest.raises(
+        IndexError, match=r"indices \[3\] out of range for a batch of 3 \(rows 0\.\.2\)"
+    ):
         cache.select(torch.tensor([3]))
-    with pytest.raises(ValueError, match="1-D integer tensor"):
+    with pytest.raises(
+        TypeError, match="indices must be an integer tensor, got dtype torch.float32"
+    ):
         cache.select(torch.tensor([0.0]))
-    with pytest.raises(ValueError, match=r"length must be an int in \[0, 5\]"):
+    with pytest.raises(ValueError, match=r"length must be an int in 0\.\.5, got 6"):
         cache.crop(6)
 
 
@@ -648,3 +734,235 @@ def test_nan_in_a_padded_value_is_documented_to_spread():
     v_nan = v.clone()
     v_nan[:, :, 6] = float("nan")
     assert torch.isnan(scaled_dot_product_attention(q, k, v_nan, mask)).all()
+
+
+# --- Bad input, swept (issue 7): each case was a silent wrong answer or an unclear error ---
+
+
+def test_padding_mask_bad_max_len_and_lengths():
+    # a float max_len gave a mask of another length: arange(4.5) has 5 entries
+    with pytest.raises(TypeError, match="max_len must be an int, got float 4.5"):
+        padding_mask([2, 3], max_len=4.5)
+    with pytest.raises(TypeError, match="max_len must be an int, got bool True"):
+        padding_mask([1, 1], max_len=True)
+    with pytest.raises(TypeError, match="lengths must be a tensor or a list of ints, got NoneType"):
+        padding_mask(None)  # was: "Could not infer dtype of NoneType"
+    with pytest.raises(TypeError, match="lengths must be a tensor or a list of ints, got str"):
+        padding_mask("abc")
+    with pytest.raises(TypeError, match="lengths must be an integer tensor, got dtype torch.bool"):
+        padding_mask([True, False])
+    assert padding_mask([2, 3], max_len=np.int64(4)).shape == (2, 1, 1, 4)
+
+
+def test_causal_mask_accepts_any_integer_and_refuses_the_rest():
+    want = causal_mask(2, 6, 3)
+    assert torch.equal(causal_mask(np.int64(2), np.int64(6), np.int64(3)), want)  # was refused
+    assert torch.equal(causal_mask(2, 6, offset=torch.tensor(3)), want)
+    with pytest.raises(TypeError, match="q_len must be an int, got bool True"):
+        causal_mask(True)  # was accepted as 1
+    with pytest.raises(TypeError, match="offset must be an int, got float 1.0"):
+        causal_mask(2, 4, offset=1.0)
+    with pytest.raises(TypeError, match="k_len must be an int, got float 4.0"):
+        causal_mask(2, 4.0)
+
+
+def test_combine_masks_on_two_devices_says_so():
+    # was: "masks of shapes (3, 3) and (3, 3) do not broadcast"
+    with pytest.raises(
+        ValueError, match=r"masks\[0\] and masks\[2\] must be on one device, got masks\[0\] on cpu"
+    ):
+        combine_masks(causal_mask(3), None, causal_mask(3, device="meta"))
+
+
+@pytest.mark.parametrize("dtype", [torch.long, torch.bool, "float32"])
+def test_additive_mask_needs_a_floating_dtype(dtype):
+    # torch.long was "value cannot be converted to type int64_t without overflow"
+    with pytest.raises(TypeError, match="dtype must be a floating torch.dtype"):
+        additive_mask(causal_mask(3), dtype)
+    assert additive_mask(causal_mask(3), torch.float64).dtype == torch.float64
+
+
+def test_repeat_kv_heads_bad_arguments():
+    x = torch.randn(1, 2, 3, 4)
+    with pytest.raises(TypeError, match="n_rep must be an int, got bool True"):
+        repeat_kv_heads(x, True)  # was accepted as 1
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        repeat_kv_heads(x.tolist(), 2)  # was: AttributeError 'list' object has no attribute 'dim'
+    assert repeat_kv_heads(x, np.int64(2)).shape == (1, 4, 3, 4)
+
+
+@pytest.mark.parametrize("backend", ["math", "sdpa"])
+def test_mask_and_bias_on_another_device_are_named(backend):
+    q, k, v = _qkv()
+    # both were a RuntimeError from deep inside masked_fill or the kernel
+    with pytest.raises(
+        ValueError, match="q and mask must be on one device, got q on cpu, mask on meta"
+    ):
+        ATTENTION_BACKENDS[backend](q, k, v, causal_mask(5, 7, device="meta"))
+    with pytest.raises(ValueError, match="q and bias must be on one device"):
+        ATTENTION_BACKENDS[backend](q, k, v, bias=torch.zeros(5, 7, device="meta"))
+
+
+@pytest.mark.parametrize("backend", ["math", "sdpa"])
+def test_bias_of_another_float_dtype_is_cast(backend):
+    q, k, v = _qkv()
+    bias = torch.randn(4, 5, 7, dtype=torch.float64)
+    out = ATTENTION_BACKENDS[backend](q, k, v, bias=bias)
+    assert out.dtype == torch.float32
+    assert torch.allclose(out, ATTENTION_BACKENDS[backend](q, k, v, bias=bias.float()), atol=1e-6)
+    with pytest.raises(
+        TypeError, match="bias must be a floating-point tensor, got dtype torch.int64"
+    ):
+        ATTENTION_BACKENDS[backend](q, k, v, bias=torch.zeros(5, 7, dtype=torch.long))
+
+
+@pytest.mark.parametrize("backend", ["math", "sdpa"])
+def test_flags_must_be_bools(backend):
+    q, k, v = _qkv()
+    # causal="no" is truthy: it applied a causal mask without a word
+    with pytest.raises(TypeError, match="causal must be True or False, got str 'no'"):
+        ATTENTION_BACKENDS[backend](q, k, v, causal="no")
+    with pytest.raises(TypeError, match="return_weights must be True or False, got int 1"):
+        scaled_dot_product_attention(q, k, v, return_weights=1)
+
+
+def test_registry_refuses_bad_names_and_functions():
+    from lib.attention import register_attention_backend, set_attention_backend
+
+    with pytest.raises(ValueError, match="name must be a non-empty str, got ''"):
+        register_attention_backend("", sdpa_attention)
+    with pytest.raises(TypeError, match="name must be a str, got NoneType"):
+        register_attention_backend(None, sdpa_attention)
+    with pytest.raises(TypeError, match="fn must be callable, got str"):
+        register_attention_backend("text_test", "sdpa")
+    with pytest.raises(TypeError, match="replace must be True or False, got int 1"):
+        register_attention_backend("sdpa", sdpa_attention, replace=1)
+    assert "text_test" not in ATTENTION_BACKENDS
+    # was: AttributeError 'str' object has no attribute 'modules'
+    with pytest.raises(TypeError, match="model must be an nn.Module, got str"):
+        set_attention_backend("model", "math")
+    with pytest.raises(ValueError, match=r"backend must be one of .*, got list \['math'\]"):
+        MultiHeadAttention(32, 4, backend=["math"])  # unhashable: not a TypeError from the dict
+
+
+def test_kv_cache_refuses_mismatched_or_non_tensors():
+    keys = torch.zeros(2, 2, 3, 8)
+    with pytest.raises(TypeError, match="KVCache: keys must be a torch.Tensor, got list"):
+        KVCache([1.0], keys)  # was: AttributeError
+    with pytest.raises(TypeError, match="keys and values must share a dtype"):
+        KVCache(keys, keys.double())
+    with pytest.raises(ValueError, match="keys and values must be on one device"):
+        KVCache(keys, keys.to("meta"))  # was accepted
+    with pytest.raises(TypeError, match="keys must be a floating-point tensor"):
+        KVCache(keys.long(), keys.long())
+
+
+def test_kv_cache_extend_keeps_its_dtype():
+    cache = KVCache(
+        torch.zeros(2, 2, 3, 8, dtype=torch.bfloat16), torch.zeros(2, 2, 3, 8).bfloat16()
+    )
+    new = torch.ones(2, 2, 1, 8)
+    # torch.cat promoted the whole cache to fp32 without a word
+    with pytest.raises(
+        TypeError, match="cache, keys and values must share a dtype, got cache torch.bfloat16"
+    ):
+        cache.extend(new, new)
+    assert cache.extend(new.bfloat16(), new.bfloat16()).keys.dtype == torch.bfloat16
+
+
+def test_kv_cache_select_and_crop_bad_arguments():
+    keys = torch.randn(3, 2, 5, 4)
+    cache = KVCache(keys, keys.clone())
+    # a negative index passed the old range check, then failed inside index_select
+    with pytest.raises(
+        IndexError, match=r"indices \[-1\] out of range for a batch of 3 \(rows 0\.\.2\)"
+    ):
+        cache.select(torch.tensor([-1]))
+    with pytest.raises(TypeError, match="indices must be an integer tensor, got dtype torch.bool"):
+        cache.select(torch.tensor([True, False, True]))
+    with pytest.raises(TypeError, match="indices must be a tensor or a list of ints, got str"):
+        cache.select("012")
+    assert torch.equal(cache.select([2, 0]).keys, keys[[2, 0]])
+    assert cache.crop(np.int64(2)).seq_len == 2  # was refused
+    with pytest.raises(TypeError, match="length must be an int, got bool True"):
+        cache.crop(True)
+    with pytest.raises(TypeError, match="length must be an int, got float 2.0"):
+        cache.crop(2.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (dict(n_heads=4.0), TypeError, "n_heads must be an int, got float 4.0"),
+        (dict(n_kv_heads=True), TypeError, "n_kv_heads must be an int, got bool True"),
+        (dict(d_head=8.0), TypeError, "d_head must be an int, got float 8.0"),
+        (dict(bias=1), TypeError, "bias must be True or False, got int 1"),
+        (dict(dropout=True), TypeError, "dropout must be a number, got bool True"),
+        (dict(dropout=-0.1), ValueError, r"dropout must be a probability in \[0, 1\), got -0.1"),
+    ],
+)
+def test_bad_configuration_types(kwargs, error, match):
+    with pytest.raises(error, match=f"MultiHeadAttention: {match}"):
+        MultiHeadAttention(**{"d_model": 32, "n_heads": 4, **kwargs})
+
+
+def test_numpy_sizes_are_ints():
+    mha = MultiHeadAttention(np.int64(32), np.int64(4), np.int64(2), d_head=np.int64(8))
+    assert type(mha.n_heads) is int and type(mha.d_head) is int
+    assert mha(torch.randn(1, 3, 32)).shape == (1, 3, 32)
+
+
+def test_bad_forward_arguments_are_named():
+    mha = MultiHeadAttention(32, 4)
+    x = torch.randn(2, 6, 32)
+    with pytest.raises(
+        TypeError,
+        match="x and weight must share a dtype, got x torch.float64, weight torch.float32",
+    ):
+        mha(x.double())  # was: "mat1 and mat2 must have the same dtype"
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
+        mha(torch.ones(2, 6, 32, dtype=torch.long))
+    # a truthy string returned a tuple (use_cache) or a causal result (causal) without a word
+    with pytest.raises(TypeError, match="use_cache must be True or False, got str 'no'"):
+        mha(x, use_cache="no")
+    with pytest.raises(TypeError, match="causal must be True or False, got str 'yes'"):
+        mha(x, causal="yes")
+    with pytest.raises(TypeError, match="need_weights must be True or False, got int 1"):
+        mha(x, need_weights=1)
+    with pytest.raises(TypeError, match="position_bias must be a tensor or a module .* got list"):
+        mha(x, position_bias=[0.0])  # was: "'list' object is not callable"
+    with pytest.raises(TypeError, match="rope must be callable, got int"):
+        mha(x, rope=3)
+    with pytest.raises(TypeError, match="context and weight must share a dtype"):
+        mha(x, torch.randn(2, 4, 32, dtype=torch.float64))
+    with pytest.raises(ValueError, match="q and mask must be on one device"):
+        mha(x, mask=padding_mask([6, 2]).to("meta"))
+
+
+def test_module_runs_under_autocast():
+    mha = MultiHeadAttention(32, 4).eval()
+    x = torch.randn(2, 6, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = mha(x.bfloat16(), causal=True)
+    assert out.dtype == torch.bfloat16
+    assert (out.float() - mha(x, causal=True)).abs().max() < 0.1
+
+
+def test_cost_functions_refuse_floats_and_bools():
+    with pytest.raises(TypeError, match=r"kv_cache_bytes\(\): seq_len must be an int, got float"):
+        kv_cache_bytes(1, 1, 64, 1024.0)
+    with pytest.raises(TypeError, match="bytes_per_value must be an int, got bool True"):
+        kv_cache_bytes(1, 1, 64, 1024, bytes_per_value=True)
+    assert type(kv_cache_bytes(np.int64(2), 1, 1, 1)) is int
+    with pytest.raises(ValueError, match="d_ff must be an int >= 1, got 0"):
+        attention_layer_flops(16, 64, d_ff=0)
+    with pytest.raises(TypeError, match=r"attention_crossover_length\(\): d_model must be an int"):
+        attention_crossover_length(64.0)
+
+
+def test_a_one_dimensional_key_mask_works_on_both_backends():
+    q, k, v = _qkv()
+    mask = torch.tensor([True] * 4 + [False] * 3)  # (k_pos,): broadcasts to every query
+    reference = scaled_dot_product_attention(q, k[:, :, :4], v[:, :, :4])
+    for backend in ("math", "sdpa"):
+        assert torch.allclose(ATTENTION_BACKENDS[backend](q, k, v, mask), reference, atol=1e-5)

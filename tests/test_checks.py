@@ -182,11 +182,50 @@ def test_tensor_passes_good_input_through():
         (torch.ones(2), None, {"integer": True}, TypeError,
          "x must be an integer tensor, got dtype torch.float32"),
         (torch.ones(2, dtype=torch.bool), None, {"integer": True}, TypeError, "got dtype torch.bool"),
+        (torch.ones(2), None, {"boolean": True}, TypeError,
+         "x must be a boolean tensor, got dtype torch.float32"),
+        (torch.ones(2, dtype=torch.uint8), None, {"boolean": True}, TypeError, "got dtype torch.uint8"),
     ],
 )  # fmt: skip
 def test_tensor_rejects(x, axes, kwargs, error, match):
     with pytest.raises(error, match=match):
         check.tensor("x", x, axes, **kwargs)
+
+
+def test_tensor_boolean_accepts_a_mask():
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    assert check.tensor("mask", mask, "q_pos k_pos", boolean=True) is mask
+
+
+def test_broadcastable_accepts_every_shape_that_broadcasts():
+    sizes = dict(batch=2, heads=4, q_pos=5, k_pos=7)
+    for shape in [(), (7,), (5, 7), (1, 7), (2, 1, 1, 7), (4, 5, 7), (2, 4, 5, 7), (1, 1, 1, 1)]:
+        x = torch.zeros(shape)
+        assert check.broadcastable("mask", x, "batch heads q_pos k_pos", **sizes) is x
+
+
+@pytest.mark.parametrize(
+    ("shape", "match"),
+    [
+        ((5, 6), r"mask must broadcast to \(batch heads q_pos k_pos\) = \(2, 4, 5, 7\), got shape \(5, 6\)"),
+        ((3, 5, 7), r"got shape \(3, 5, 7\)"),  # 3 heads against 4
+        ((2, 5, 7), r"got shape \(2, 5, 7\)"),  # a batch axis where the heads go
+        ((1, 1, 1, 5, 7), r"got shape \(1, 1, 1, 5, 7\)"),  # one axis too many
+    ],
+)  # fmt: skip
+def test_broadcastable_rejects(shape, match):
+    sizes = dict(batch=2, heads=4, q_pos=5, k_pos=7)
+    with pytest.raises(ValueError, match=match):
+        check.broadcastable("mask", torch.zeros(shape), "batch heads q_pos k_pos", **sizes)
+
+
+def test_broadcastable_needs_a_tensor_and_every_size():
+    with pytest.raises(TypeError, match="^sdpa: mask must be a torch.Tensor, got list"):
+        check.broadcastable("mask", [[True]], "q_pos k_pos", q_pos=1, k_pos=1, owner="sdpa")
+    with pytest.raises(TypeError, match="every axis of 'q_pos k_pos' needs a size"):
+        check.broadcastable("mask", torch.ones(1), "q_pos k_pos", q_pos=1)
+    with pytest.raises(TypeError, match="needs a size"):
+        check.broadcastable("mask", torch.ones(1), "... k_pos", k_pos=1)
 
 
 def test_tensor_sizes_must_name_an_axis():
@@ -237,8 +276,10 @@ def test_docstring_lists_every_check():
 
 
 def test_forward_checks_cause_no_graph_break():
+    from lib.attention import MultiHeadAttention, padding_mask
     from lib.embeddings import TokenEmbedding, Unembedding
     from lib.ffn import FeedForward, GatedFeedForward
+    from lib.norms import LayerNorm, ResidualSublayer, RMSNorm
     from lib.positions import (
         LearnedPositionalEmbedding,
         RotaryEmbedding,
@@ -246,18 +287,27 @@ def test_forward_checks_cause_no_graph_break():
     )
 
     x = torch.randn(2, 3, 8)
+    attention = MultiHeadAttention(8, 2, backend="sdpa")
     cases = [
-        (FeedForward(8), (x,)),
-        (GatedFeedForward(8), (x,)),
-        (RotaryEmbedding(8), (torch.randn(2, 2, 3, 8), 4)),
-        (SinusoidalPositionalEncoding(8), (x, 2)),
-        (LearnedPositionalEmbedding(16, 8), (x, 1)),
-        (TokenEmbedding(10, 8, check_ids=False), (torch.randint(0, 10, (2, 3)),)),
-        (Unembedding(8, 10), (x,)),
+        (FeedForward(8), (x,), {}),
+        (GatedFeedForward(8), (x,), {}),
+        (RotaryEmbedding(8), (torch.randn(2, 2, 3, 8), 4), {}),
+        (SinusoidalPositionalEncoding(8), (x, 2), {}),
+        (LearnedPositionalEmbedding(16, 8), (x, 1), {}),
+        (TokenEmbedding(10, 8, check_ids=False), (torch.randint(0, 10, (2, 3)),), {}),
+        (Unembedding(8, 10), (x,), {}),
+        (attention, (x,), {}),
+        (attention, (x,), {"mask": padding_mask([3, 2]), "causal": True}),
+        (MultiHeadAttention(8, 2, 1, backend="math", scale=0.5), (x,), {"causal": True}),
+        (LayerNorm(8), (x,), {}),
+        (RMSNorm(8), (x,), {}),
+        (LayerNorm(8, fused=False), (x,), {}),
+        (ResidualSublayer(FeedForward(8), 8), (x,), {}),
+        (ResidualSublayer(attention, 8, "post", "rmsnorm"), (x,), {"causal": True}),
     ]
-    for module, args in cases:
+    for module, args, kwargs in cases:
         torch._dynamo.reset()
-        explained = torch._dynamo.explain(module)(*args)
+        explained = torch._dynamo.explain(module)(*args, **kwargs)
         assert explained.graph_break_count == 0, (type(module).__name__, explained.break_reasons)
     torch._dynamo.reset()
 
@@ -312,7 +362,7 @@ def test_forward_methods_state_their_shapes():
 
     from torch import nn
 
-    for module in (lib.embeddings, lib.positions, lib.ffn):
+    for module in (lib.embeddings, lib.positions, lib.attention, lib.ffn, lib.norms):
         for name in module.__all__:
             obj = getattr(module, name)
             if inspect.isclass(obj) and issubclass(obj, nn.Module):

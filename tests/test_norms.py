@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -264,35 +265,49 @@ def test_bad_eps_rejected(cls, eps):
         cls(8, eps=eps)
 
 
-@pytest.mark.parametrize("d_model", [0, -3, 2.5, True])
-def test_bad_d_model_rejected(d_model):
-    with pytest.raises(ValueError, match="d_model must be a positive int"):
+@pytest.mark.parametrize(
+    ("d_model", "error", "match"),
+    [
+        (0, ValueError, "d_model must be an int >= 1, got 0"),
+        (-3, ValueError, "d_model must be an int >= 1, got -3"),
+        (2.5, TypeError, "d_model must be an int, got float 2.5"),
+        (True, TypeError, "d_model must be an int, got bool True"),
+    ],
+)
+def test_bad_d_model_rejected(d_model, error, match):
+    with pytest.raises(error, match=f"LayerNorm: {match}"):
         LayerNorm(d_model)
 
 
 def test_eps_of_wrong_type_rejected():
-    with pytest.raises(TypeError, match="eps must be a float"):
+    with pytest.raises(TypeError, match="RMSNorm: eps must be a number, got str 'small'"):
         RMSNorm(8, eps="small")
 
 
 def test_unknown_norm_position_lists_the_choices():
     for bad in ["middle", "PRE", None]:
-        with pytest.raises(ValueError, match=r"unknown norm position.*'pre', 'post'"):
+        with pytest.raises(ValueError, match=r"position must be one of 'pre', 'post', got"):
             ResidualSublayer(nn.Identity(), 8, position=bad)
-        with pytest.raises(ValueError, match=r"'pre', 'post'"):
+        with pytest.raises(ValueError, match=r"position must be one of 'pre', 'post', got"):
             make_final_norm(bad, 8)
     assert NORM_POSITIONS == ("pre", "post")
 
 
 def test_unknown_norm_kind_lists_the_choices():
-    with pytest.raises(ValueError, match=r"unknown norm 'batchnorm'.*'layernorm', 'rmsnorm'"):
+    with pytest.raises(
+        ValueError, match=r"norm must be one of 'layernorm', 'rmsnorm', got str 'batchnorm'"
+    ):
         ResidualSublayer(nn.Identity(), 8, norm="batchnorm")
+    with pytest.raises(ValueError, match=r"kind must be one of 'layernorm', 'rmsnorm', got str"):
+        make_norm("LayerNorm", 8)
 
 
-@pytest.mark.parametrize("dropout", [-0.1, 1.0, 1.5])
+@pytest.mark.parametrize("dropout", [-0.1, 1.0, 1.5, float("nan")])
 def test_bad_dropout_rejected(dropout):
-    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\)"):
         ResidualSublayer(nn.Identity(), 8, dropout=dropout)
+    with pytest.raises(TypeError, match="dropout must be a number, got bool True"):
+        ResidualSublayer(nn.Identity(), 8, dropout=True)
 
 
 def test_sublayer_must_be_a_module():
@@ -306,7 +321,10 @@ def test_sublayer_changing_the_shape_is_reported():
 
 
 def test_residual_input_with_wrong_width_is_reported():
-    with pytest.raises(ValueError, match=r"ResidualSublayer\(d_model=8\).*\(2, 5\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"ResidualSublayer: x must have shape \(\.\.\. d_model\) with d_model=8, got shape \(2, 5\)",
+    ):
         ResidualSublayer(nn.Identity(), 8)(torch.randn(2, 5))
 
 
@@ -353,9 +371,9 @@ def test_float64_input_is_normalised_in_float64(cls):
 
 @pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
 def test_non_bool_flags_are_rejected(cls):
-    with pytest.raises(TypeError, match="fused must be a bool"):
+    with pytest.raises(TypeError, match="fused must be True or False, got int 1"):
         cls(8, fused=1)
-    with pytest.raises(TypeError, match="elementwise_affine must be a bool"):
+    with pytest.raises(TypeError, match="elementwise_affine must be True or False, got str 'yes'"):
         cls(8, elementwise_affine="yes")
 
 
@@ -401,3 +419,56 @@ def test_attention_cache_crosses_the_residual():
     assert isinstance(cache, KVCache) and cache.seq_len == 4
     step, cache = block(torch.randn(1, 1, 16), causal=True, past=cache, use_cache=True)
     assert step.shape == (1, 1, 16) and cache.seq_len == 5
+
+
+# --- Bad input, swept (issue 7): each case was a silent wrong answer or an unclear error ---
+
+
+def test_layernorm_bias_flag_must_be_a_bool():
+    # bias="no" is truthy: it built a learned bias without a word
+    with pytest.raises(TypeError, match="LayerNorm: bias must be True or False, got str 'no'"):
+        LayerNorm(8, bias="no")
+    assert LayerNorm(8, bias=False).bias is None
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
+def test_eps_message_names_the_reason(cls):
+    with pytest.raises(
+        ValueError, match="eps must be a finite number > 0, got -1e-05; it keeps the division"
+    ):
+        cls(8, eps=-1e-5)
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
+def test_numpy_scalars_are_accepted_as_numbers(cls):
+    norm = cls(np.int64(8), eps=np.float32(1e-3))  # both were refused
+    assert type(norm.d_model) is int and type(norm.eps) is float and norm.eps == pytest.approx(1e-3)
+    assert norm(torch.randn(2, 8)).shape == (2, 8)
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
+def test_input_on_another_device_is_named(cls):
+    # was: "Tensor on device cpu is not on the expected device meta!" from inside the kernel
+    with pytest.raises(ValueError, match=f"{cls.__name__}: x and weight must be on one device"):
+        cls(8)(torch.randn(2, 8, device="meta"))
+    out = cls(8, elementwise_affine=False)(torch.randn(2, 8, device="meta"))  # nothing to move
+    assert out.device.type == "meta"
+
+
+def test_final_norm_checks_its_arguments_for_post_too():
+    # "post" returned nn.Identity() whatever norm and eps said: a typo passed unnoticed
+    with pytest.raises(ValueError, match=r"make_final_norm\(\): norm must be one of"):
+        make_final_norm("post", 8, norm="batchnorm")
+    with pytest.raises(ValueError, match="eps must be a finite number > 0"):
+        make_final_norm("post", 8, eps=-1.0)
+    with pytest.raises(TypeError, match="d_model must be an int, got float 8.0"):
+        make_final_norm("post", 8.0)
+    assert isinstance(make_final_norm("post", 8, norm="rmsnorm", eps=1e-5), nn.Identity)
+
+
+def test_residual_refuses_integer_input():
+    with pytest.raises(
+        TypeError,
+        match="ResidualSublayer: x must be a floating-point tensor, got dtype torch.int64",
+    ):
+        ResidualSublayer(nn.Identity(), 4)(torch.ones(2, 4, dtype=torch.long))
