@@ -1,0 +1,143 @@
+"""Benchmark: chapter 8's training step for the character GPT, with and without activation
+checkpointing and ``torch.compile``.
+
+For each configuration prints milliseconds per optimiser step (median after a warm-up),
+tokens per second, the model FLOPs utilisation on a GPU that ``lib.training.peak_flops``
+knows, and the peak memory on CUDA; then the ratios against the eager run without
+checkpointing. The step is ``lib.training``'s: autocast from ``lib.utils.get_precision``,
+our cross-entropy, clipping, fused AdamW on a GPU. It never asserts on time.
+
+    python bench/bench_training.py [--profile smoke|full] [--steps 10] [--warmup 3]
+        [--compile] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from lib.models import GPT, TransformerConfig
+from lib.training import (
+    RUN_SIZES,
+    clip_grad_norm,
+    enable_activation_checkpointing,
+    make_optimizer,
+    model_loss,
+    peak_flops,
+    training_flops_per_token,
+)
+from lib.utils import autocast, get_device, get_precision, get_profile, seed_everything
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(cfg, sizes, device, *, checkpointing: bool, compiled: bool, steps: int, warmup: int):
+    seed_everything(0)
+    model = GPT(cfg).to(device)
+    if checkpointing:
+        enable_activation_checkpointing(model)
+    net = torch.compile(model) if compiled else model
+    optimizer = make_optimizer(model, sizes["lr"], betas=(0.9, 0.99), eps=1e-8)
+    precision = get_precision(device)
+    scaler = torch.amp.GradScaler(device.type) if precision.use_grad_scaler else None
+    ids = torch.randint(0, cfg.vocab_size, (sizes["batch_size"], sizes["seq_len"] + 1))
+    batch = {"inputs": ids[:, :-1].to(device), "targets": ids[:, 1:].to(device)}
+
+    def step() -> None:
+        with autocast(device, precision):
+            loss = model_loss(net, batch)
+        (scaler.scale(loss) if scaler else loss).backward()
+        if scaler:
+            scaler.unscale_(optimizer)
+        clip_grad_norm(model.parameters(), 1.0)
+        if scaler:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(warmup):
+        step()
+    _sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    times = []
+    for _ in range(steps):
+        began = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - began)
+    seconds = statistics.median(times)
+    tokens_per_second = sizes["batch_size"] * sizes["seq_len"] / seconds
+    result = {"ms": 1000 * seconds, "tokens_per_second": tokens_per_second}
+    peak = peak_flops(device)
+    if peak is not None:
+        flops = training_flops_per_token(model, sizes["seq_len"]) * tokens_per_second
+        result["mfu"] = flops / peak
+    if device.type == "cuda":
+        result["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", choices=("smoke", "full"), default=None)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    profile = args.profile or get_profile()
+    sizes = RUN_SIZES["gpt"][profile]
+    device = get_device()
+    cfg = TransformerConfig(
+        vocab_size=65,
+        d_model=sizes["d_model"],
+        n_heads=sizes["n_heads"],
+        n_layers=sizes["n_layers"],
+        max_len=sizes["seq_len"],
+        dropout=sizes["dropout"],
+    )
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(
+        f"character GPT, {profile} sizes ({sizes['n_layers']} layers, {sizes['d_model']} "
+        f"wide, batch {sizes['batch_size']} x {sizes['seq_len']}), {name}, "
+        f"{get_precision(device).name}, torch {torch.__version__}"
+    )
+    baseline = None
+    for compiled in (False, True) if args.compile else (False,):
+        for checkpointing in (False, True):
+            result = measure(
+                cfg,
+                sizes,
+                device,
+                checkpointing=checkpointing,
+                compiled=compiled,
+                steps=args.steps,
+                warmup=args.warmup,
+            )
+            baseline = baseline or result
+            label = f"{'compiled' if compiled else 'eager':>8}, checkpointing {checkpointing!s:>5}"
+            line = (
+                f"{label}: {result['ms']:8.1f} ms/step  {result['tokens_per_second']:>10,.0f} tok/s"
+            )
+            line += f"  x{baseline['ms'] / result['ms']:.2f} speed"
+            if "mfu" in result:
+                line += f"  MFU {100 * result['mfu']:.1f}%"
+            if "peak_memory_gib" in result:
+                ratio = result["peak_memory_gib"] / baseline["peak_memory_gib"]
+                line += f"  peak {result['peak_memory_gib']:.2f} GiB (x{ratio:.2f})"
+            print(line)
+
+
+if __name__ == "__main__":
+    main()

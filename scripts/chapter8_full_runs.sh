@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Chapter 8's full runs on a GPU machine. Each run writes metrics.json (metrics, wall time,
+# GPU, precision, torch version, commit, command), its curves as CSV and loss.png under
+# book/results/08-training-<run>/; the chapter shows them. Then the training-step benchmark
+# (eager vs compiled, with and without activation checkpointing: speed, MFU, peak memory).
+#
+#   scripts/chapter8_full_runs.sh            # every GPU of this machine (torchrun when > 1)
+#   RUNS="gpt t5" scripts/chapter8_full_runs.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export TFS_PROFILE=full
+n_gpus=$(python -c "import torch; print(torch.cuda.device_count())")
+if [ "$n_gpus" -eq 0 ]; then
+    echo "no CUDA GPU here: the full runs are meant for a GPU (use --profile smoke on a CPU)" >&2
+    exit 1
+elif [ "$n_gpus" -gt 1 ]; then
+    launch=(torchrun --standalone --nproc_per_node="$n_gpus" -m lib.training --)
+else
+    launch=(python -m lib.training)
+fi
+for run in ${RUNS:-gpt bert t5}; do
+    "${launch[@]}" --run "$run" --profile full
+done
+python bench/bench_training.py --profile full --compile | tee book/results/08-training-bench.txt
