@@ -28,7 +28,7 @@ VENV = ROOT / ".venv"
 MIN_TORCH = (2, 4)
 CPU_TORCH = "torch==2.13.0+cpu"  # a CPU-only wheel: no CUDA packages are pulled in
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-PY_PATHS = ["lib", "tests", "tools", "bench", "tasks.py", "conftest.py"]
+PY_PATHS = ["lib", "tests", "tools", "bench", "scripts", "tasks.py", "conftest.py"]
 
 if sys.version_info < (3, 10):  # noqa: UP036 - this file runs before any install
     sys.exit(f"Python >= 3.10 is needed; this is {sys.version.split()[0]}")
