@@ -2,12 +2,13 @@
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 """Token embeddings and the un-embedding (chapter 2 of the course).
 
-* :class:`TokenEmbedding` maps token ids ``(...)`` to vectors ``(... d_model)``, optionally
-  multiplied by ``sqrt(d_model)`` as in the original transformer.
-* :class:`Unembedding` maps vectors ``(... d_model)`` to logits ``(... vocab)``, with its own
-  matrix or tied to a :class:`TokenEmbedding`'s.
+* :class:`TokenEmbedding` maps token ids ``(...)`` to vectors ``(... d_model)``,
+  optionally multiplied by ``sqrt(d_model)`` as in the original transformer.
+* :class:`Unembedding` maps vectors ``(... d_model)`` to logits ``(... vocab)``, with
+  its own matrix or tied to a :class:`TokenEmbedding`'s.
 * :func:`init_embedding_` draws an embedding matrix from ``N(0, std^2)``.
-* :func:`embedding_param_count` counts the parameters of the embeddings and output layer.
+* :func:`embedding_param_count` counts the parameters of the embeddings and output
+  layer.
 """
 
 from __future__ import annotations
@@ -37,14 +38,19 @@ def init_embedding_(
     padding_idx: int | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Fill ``weight`` in place from ``N(0, std^2)`` and zero the padding row; return it.
+    """Fill ``weight`` from ``N(0, std^2)`` in place, zero the padding row; return it.
 
     Shapes: ``weight`` is ``(vocab d_model)``.
     """
     check.tensor("weight", weight, "vocab d_model", floating=True)
     std = check.finite_float("std", std, low=0)
     if padding_idx is not None:  # checked before the weight is touched
-        padding_idx = check.int_in_range("padding_idx", padding_idx, 0, weight.shape[0] - 1)
+        padding_idx = check.int_in_range(
+            "padding_idx",
+            padding_idx,
+            0,
+            weight.shape[0] - 1,
+        )
     weight.normal_(0.0, std, generator=generator)
     if padding_idx is not None:
         weight[padding_idx].zero_()
@@ -52,22 +58,24 @@ def init_embedding_(
 
 
 def _check_id_range(token_ids: torch.Tensor, vocab_size: int, owner: str) -> None:
-    """Raise a clear error unless every id is in ``0..vocab_size - 1`` (reads the data)."""
+    """A clear error unless every id is in ``0..vocab_size - 1`` (reads the data)."""
     if token_ids.numel() == 0:
         return
     low, high = (int(v) for v in torch.aminmax(token_ids))
     if low < 0:
-        raise ValueError(f"{owner}: token id {low} is negative; ids must be in 0..{vocab_size - 1}")
+        raise ValueError(
+            f"{owner}: token id {low} is negative; ids must be in 0..{vocab_size - 1}",
+        )
     if high >= vocab_size:
         raise ValueError(
             f"{owner}: token id {high} is out of range for vocab_size={vocab_size} "
-            f"(the largest valid id is {vocab_size - 1}); was the tokenizer's vocabulary "
-            "larger than the model's?"
+            f"(the largest valid id is {vocab_size - 1}); was the tokenizer's "
+            "vocabulary larger than the model's?"
         )
 
 
 class TokenEmbedding(nn.Module):
-    """A learned vector per token id: ``(...)`` integer ids to ``(... d_model)`` vectors.
+    """A learned vector per token id: ``(...)`` int ids to ``(... d_model)`` vectors.
 
     Args:
         vocab_size: number of rows of the table, ``|V|``.
@@ -97,7 +105,12 @@ class TokenEmbedding(nn.Module):
         self.vocab_size = check.positive_int("vocab_size", vocab_size, owner=owner)
         self.d_model = check.positive_int("d_model", d_model, owner=owner)
         if padding_idx is not None:
-            padding_idx = check.int_in_range("padding_idx", padding_idx, 0, vocab_size - 1)
+            padding_idx = check.int_in_range(
+                "padding_idx",
+                padding_idx,
+                0,
+                vocab_size - 1,
+            )
         self.padding_idx = padding_idx
         self.scale = check.boolean("scale", scale, owner=owner)
         self.check_ids = check.boolean("check_ids", check_ids, owner=owner)
@@ -113,15 +126,27 @@ class TokenEmbedding(nn.Module):
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Look up the vectors of ``token_ids``.
 
-        Shapes: ``token_ids`` is ``(...)``, typically ``(batch seq)``, of any integer dtype,
-        on the table's device; the result is ``(... d_model)`` in the table's dtype.
+        Shapes: ``token_ids`` is ``(...)``, typically ``(batch seq)``, of any integer
+        dtype, on the table's device; the result is ``(... d_model)`` in the table's
+        dtype.
         """
         hint = "token ids are indices: convert them with .long()"
-        check.tensor("token_ids", token_ids, integer=True, owner="TokenEmbedding", hint=hint)
-        check.same_device(token_ids=token_ids, weight=self.weight, owner="TokenEmbedding")
+        check.tensor(
+            "token_ids",
+            token_ids,
+            integer=True,
+            owner="TokenEmbedding",
+            hint=hint,
+        )
+        check.same_device(
+            token_ids=token_ids,
+            weight=self.weight,
+            owner="TokenEmbedding",
+        )
         if self.check_ids:
             _check_id_range(token_ids, self.vocab_size, "TokenEmbedding")
-        if token_ids.dtype not in (torch.int64, torch.int32):  # what F.embedding accepts
+        # what F.embedding accepts
+        if token_ids.dtype not in (torch.int64, torch.int32):
             token_ids = token_ids.long()
         vectors = F.embedding(token_ids, self.weight, padding_idx=self.padding_idx)
         if self.scale:
@@ -136,21 +161,24 @@ class TokenEmbedding(nn.Module):
 
 
 class Unembedding(nn.Module):
-    """Scores every token of the vocabulary: ``(... d_model)`` vectors to ``(... vocab)`` logits.
+    """Scores every token: ``(... d_model)`` vectors to ``(... vocab)`` logits.
 
-    ``logits = hidden @ weight.T (+ bias)``, with ``weight`` of shape ``(vocab d_model)``.
+    ``logits = hidden @ weight.T (+ bias)``, with ``weight`` of shape
+    ``(vocab d_model)``.
 
     Args:
         d_model: the width of the incoming vectors.
         vocab_size: the number of tokens to score.
         tie_to: an embedding (anything with a ``weight`` parameter of shape
-            ``(vocab_size, d_model)``, such as :class:`TokenEmbedding`) whose table is reused
-            as the output matrix; ``None`` gives the layer a matrix of its own.
-        bias: add a learned bias per token.
-        init_std: standard deviation of an untied matrix's ``N(0, std^2)`` initialisation;
-            default ``1/sqrt(d_model)``; ignored when tied (the table keeps the embedding's).
+            ``(vocab_size, d_model)``, such as :class:`TokenEmbedding`) whose table is
+            reused as the output matrix; ``None`` gives the layer a matrix of its own.
+        bias: add a learned bias per token. init_std: standard deviation of an untied
+        matrix's ``N(0, std^2)`` initialisation;
+            default ``1/sqrt(d_model)``; ignored when tied (the table keeps the
+            embedding's).
 
-    Returns logits; apply ``softmax`` (or let ``F.cross_entropy`` do it) for probabilities.
+    Returns logits; apply ``softmax`` (or let ``F.cross_entropy`` do it) for
+    probabilities.
     """
 
     def __init__(
@@ -179,10 +207,12 @@ class Unembedding(nn.Module):
                 )
             if tuple(tied_weight.shape) != (vocab_size, d_model):
                 raise ValueError(
-                    f"cannot tie: the embedding's weight has shape {tuple(tied_weight.shape)}, "
-                    f"but this layer needs (vocab_size, d_model) = ({vocab_size}, {d_model})"
+                    "cannot tie: the embedding's weight has shape "
+                    f"{tuple(tied_weight.shape)}, but this layer needs (vocab_size, "
+                    f"d_model) = ({vocab_size}, {d_model})"
                 )
-            self.weight = tied_weight  # the same Parameter object: one tensor, two roles
+            # The same Parameter object: one tensor, two roles.
+            self.weight = tied_weight
         else:
             self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
             init_embedding_(self.weight, init_std)
@@ -192,14 +222,26 @@ class Unembedding(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Score every token of the vocabulary.
 
-        Shapes: ``hidden`` is ``(... d_model)``, typically ``(batch seq d_model)``, in the
-        weight's dtype (any dtype under autocast) and on its device; the result is
+        Shapes: ``hidden`` is ``(... d_model)``, typically ``(batch seq d_model)``, in
+        the weight's dtype (any dtype under autocast) and on its device; the result is
         ``(... vocab)``.
         """
         owner = "Unembedding"
         d_model = self.d_model
-        check.tensor("hidden", hidden, "... d_model", d_model=d_model, floating=True, owner=owner)
-        check.same_dtype_and_device(hidden=hidden, weight=self.weight, autocast=True, owner=owner)
+        check.tensor(
+            "hidden",
+            hidden,
+            "... d_model",
+            d_model=d_model,
+            floating=True,
+            owner=owner,
+        )
+        check.same_dtype_and_device(
+            hidden=hidden,
+            weight=self.weight,
+            autocast=True,
+            owner=owner,
+        )
         logits = einsum(hidden, self.weight, "... d_model, vocab d_model -> ... vocab")
         if self.bias is not None:
             logits = logits + self.bias
@@ -223,10 +265,10 @@ def embedding_param_count(
 ) -> int:
     """Parameters in a model's embeddings and output layer.
 
-    Token table ``vocab_size * d_model``; a second matrix of that size if the output layer
-    is not tied; ``n_positions`` learned position vectors and ``n_segment_types`` segment
-    vectors of width ``d_model`` (0 for sinusoidal positions or no segments); a bias per
-    token if ``output_bias``.
+    Token table ``vocab_size * d_model``; a second matrix of that size if the output
+    layer is not tied; ``n_positions`` learned position vectors and ``n_segment_types``
+    segment vectors of width ``d_model`` (0 for sinusoidal positions or no segments); a
+    bias per token if ``output_bias``.
     """
     check.positive_int("vocab_size", vocab_size)
     check.positive_int("d_model", d_model)

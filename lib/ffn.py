@@ -2,9 +2,9 @@
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 """The position-wise feed-forward network (chapter 5 of the course).
 
-Activations (ReLU, GELU in its exact and tanh forms, Swish/SiLU), the classic two-layer FFN,
-its gated variants (GLU, ReGLU, GEGLU, SwiGLU) with the 8/3 hidden-size rule, and parameter
-counts: of one FFN, and of a whole transformer by component.
+Activations (ReLU, GELU in its exact and tanh forms, Swish/SiLU), the classic two-layer
+FFN, its gated variants (GLU, ReGLU, GEGLU, SwiGLU) with the 8/3 hidden-size rule, and
+parameter counts: of one FFN, and of a whole transformer by component.
 """
 
 import math
@@ -33,7 +33,7 @@ __all__ = [
 
 
 def gelu_erf(x: torch.Tensor) -> torch.Tensor:
-    """GELU, exact form: ``x·Φ(x) = x/2 · (1 + erf(x/√2))`` with Φ the standard normal CDF.
+    """GELU, exact form: ``x·Φ(x) = x/2 · (1 + erf(x/√2))``, Φ the standard normal CDF.
 
     Shapes: ``x`` is ``(...)``, the result ``(...)``.
     """
@@ -42,7 +42,7 @@ def gelu_erf(x: torch.Tensor) -> torch.Tensor:
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    """GELU, tanh approximation: ``x/2 · (1 + tanh(√(2/π)·(x + 0.044715·x³)))`` (GPT-2's form).
+    """GELU, tanh form: ``x/2 · (1 + tanh(√(2/π)·(x + 0.044715·x³)))`` (GPT-2's).
 
     Shapes: ``x`` is ``(...)``, the result ``(...)``.
     """
@@ -51,7 +51,8 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return 0.5 * x * (1.0 + torch.tanh(inner))
 
 
-#: The activations a plain FFN accepts, by name (PyTorch's fused kernels; see gelu_erf, gelu_tanh).
+#: The activations a plain FFN accepts, by name: PyTorch's fused kernels for ReLU and
+#: for gelu_erf and gelu_tanh.
 FFN_ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,  # the exact erf form
@@ -60,11 +61,11 @@ FFN_ACTIVATIONS = {
 
 
 class FeedForward(nn.Module):
-    """The position-wise feed-forward network: ``W_out · act(W_in · x + b_in) + b_out``.
+    """The position-wise feed-forward network ``W_out · act(W_in · x + b_in) + b_out``.
 
-    The same two linear layers act on every position. ``d_ff`` defaults to ``4 * d_model``;
-    ``activation`` is one of :data:`FFN_ACTIVATIONS`; ``bias=False`` drops both biases (T5,
-    LLaMA); ``dropout`` acts on the hidden activations.
+    The same two linear layers act on every position. ``d_ff`` defaults to
+    ``4 * d_model``; ``activation`` is one of :data:`FFN_ACTIVATIONS`; ``bias=False``
+    drops both biases (T5, LLaMA); ``dropout`` acts on the hidden activations.
 
     Shapes: ``x`` is ``(... d_model)``, the result ``(... d_model)``.
     """
@@ -80,15 +81,19 @@ class FeedForward(nn.Module):
         super().__init__()
         owner = "FeedForward"
         d_model = check.positive_int("d_model", d_model, owner=owner)
-        d_ff = 4 * d_model if d_ff is None else check.positive_int("d_ff", d_ff, owner=owner)
+        if d_ff is None:
+            d_ff = 4 * d_model
+        d_ff = check.positive_int("d_ff", d_ff, owner=owner)
         gated = activation in ("glu", "reglu", "geglu", "swiglu")
         hint = "gated variants are GatedFeedForward's" if gated else None
         check.one_of("activation", activation, FFN_ACTIVATIONS, owner=owner, hint=hint)
         check.boolean("bias", bias, owner=owner)
         dropout = check.probability("dropout", dropout, owner=owner)
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
-        self.w_in = nn.Linear(d_model, d_ff, bias=bias)  # rows of w_in.weight: the "keys"
-        self.w_out = nn.Linear(d_ff, d_model, bias=bias)  # columns of w_out.weight: the "values"
+        # rows of w_in.weight: the "keys"
+        self.w_in = nn.Linear(d_model, d_ff, bias=bias)
+        # columns of w_out.weight: the "values"
+        self.w_out = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -98,8 +103,20 @@ class FeedForward(nn.Module):
         weights' dtype (any dtype under autocast); the result is ``(... d_model)``.
         """
         owner = "FeedForward"
-        check.tensor("x", x, "... d_model", d_model=self.d_model, floating=True, owner=owner)
-        check.same_dtype_and_device(x=x, weight=self.w_in.weight, autocast=True, owner=owner)
+        check.tensor(
+            "x",
+            x,
+            "... d_model",
+            d_model=self.d_model,
+            floating=True,
+            owner=owner,
+        )
+        check.same_dtype_and_device(
+            x=x,
+            weight=self.w_in.weight,
+            autocast=True,
+            owner=owner,
+        )
         hidden = FFN_ACTIVATIONS[self.activation](self.w_in(x))  # (... d_ff)
         return self.w_out(self.dropout(hidden))  # (... d_model)
 
@@ -108,7 +125,7 @@ class FeedForward(nn.Module):
 
 
 def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
-    """Swish: ``x · sigmoid(beta · x)``; ``beta = 1`` is SiLU, ``beta → ∞`` tends to ReLU.
+    """Swish: ``x · sigmoid(beta · x)``; ``beta = 1`` is SiLU, ``beta → ∞`` is ReLU.
 
     Shapes: ``x`` is ``(...)``, the result ``(...)``.
     """
@@ -117,7 +134,7 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
     return x * torch.sigmoid(beta * x)
 
 
-#: The function each gated FFN applies to its gate branch (the value branch stays linear).
+#: The function each gated FFN applies to its gate branch (the value branch is linear).
 GATED_FFN_ACTIVATIONS = {
     "glu": torch.sigmoid,
     "reglu": F.relu,
@@ -129,22 +146,27 @@ GATED_FFN_ACTIVATIONS = {
 def gated_ffn_hidden_size(d_model: int, multiple_of: int = 64) -> int:
     """The hidden size of a gated FFN with a plain 4·d_model FFN's parameter count.
 
-    ``floor(8/3 · d_model)`` (three matrices instead of two), rounded up to a multiple of
-    ``multiple_of`` as LLaMA does; ``gated_ffn_hidden_size(4096, 256) == 11008``.
+    ``floor(8/3 · d_model)`` (three matrices instead of two), rounded up to a multiple
+    of ``multiple_of`` as LLaMA does; ``gated_ffn_hidden_size(4096, 256) == 11008``.
     """
     d_model = check.positive_int("d_model", d_model, owner="gated_ffn_hidden_size()")
-    multiple_of = check.positive_int("multiple_of", multiple_of, owner="gated_ffn_hidden_size()")
+    multiple_of = check.positive_int(
+        "multiple_of",
+        multiple_of,
+        owner="gated_ffn_hidden_size()",
+    )
     hidden = 8 * d_model // 3  # 2/3 of the plain FFN's 4·d_model
-    return multiple_of * -(-hidden // multiple_of)  # round up (ceiling division), never down
+    # round up (ceiling division), never down
+    return multiple_of * -(-hidden // multiple_of)
 
 
 class GatedFeedForward(nn.Module):
-    """A gated FFN (GLU, ReGLU, GEGLU or SwiGLU): ``(act(x W_gate) ⊗ x W_value) W_out``.
+    """A gated FFN (GLU, ReGLU, GEGLU, SwiGLU): ``(act(x W_gate) ⊗ x W_value) W_out``.
 
     ``w_in`` holds the gate and value projections fused, gate first: ``w_in.weight`` is
-    ``(2·d_ff, d_model)``. ``d_ff`` defaults to :func:`gated_ffn_hidden_size` (the 8/3 rule,
-    rounded up to ``multiple_of``; an explicit ``d_ff`` is used as given). No biases by
-    default, as in LLaMA. ``dropout`` acts on the gated hidden activations.
+    ``(2·d_ff, d_model)``. ``d_ff`` defaults to :func:`gated_ffn_hidden_size` (the 8/3
+    rule, rounded up to ``multiple_of``; an explicit ``d_ff`` is used as given). No
+    biases by default, as in LLaMA. ``dropout`` acts on the gated hidden activations.
 
     Shapes: ``x`` is ``(... d_model)``, the result ``(... d_model)``.
     """
@@ -166,7 +188,13 @@ class GatedFeedForward(nn.Module):
             d_ff = gated_ffn_hidden_size(d_model, multiple_of)
         d_ff = check.positive_int("d_ff", d_ff, owner=owner)
         hint = "a plain FFN is FeedForward's" if activation in FFN_ACTIVATIONS else None
-        check.one_of("activation", activation, GATED_FFN_ACTIVATIONS, owner=owner, hint=hint)
+        check.one_of(
+            "activation",
+            activation,
+            GATED_FFN_ACTIVATIONS,
+            owner=owner,
+            hint=hint,
+        )
         check.boolean("bias", bias, owner=owner)
         dropout = check.probability("dropout", dropout, owner=owner)
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
@@ -181,9 +209,25 @@ class GatedFeedForward(nn.Module):
         weights' dtype (any dtype under autocast); the result is ``(... d_model)``.
         """
         owner = "GatedFeedForward"
-        check.tensor("x", x, "... d_model", d_model=self.d_model, floating=True, owner=owner)
-        check.same_dtype_and_device(x=x, weight=self.w_in.weight, autocast=True, owner=owner)
-        gate, value = rearrange(self.w_in(x), "... (branch d_ff) -> branch ... d_ff", branch=2)
+        check.tensor(
+            "x",
+            x,
+            "... d_model",
+            d_model=self.d_model,
+            floating=True,
+            owner=owner,
+        )
+        check.same_dtype_and_device(
+            x=x,
+            weight=self.w_in.weight,
+            autocast=True,
+            owner=owner,
+        )
+        gate, value = rearrange(
+            self.w_in(x),
+            "... (branch d_ff) -> branch ... d_ff",
+            branch=2,
+        )
         hidden = GATED_FFN_ACTIVATIONS[self.activation](gate) * value  # (... d_ff)
         return self.w_out(self.dropout(hidden))  # (... d_model)
 
@@ -191,11 +235,18 @@ class GatedFeedForward(nn.Module):
         return f"activation={self.activation!r}"
 
 
-def ffn_param_count(d_model: int, d_ff: int, *, gated: bool = False, bias: bool = True) -> int:
+def ffn_param_count(
+    d_model: int,
+    d_ff: int,
+    *,
+    gated: bool = False,
+    bias: bool = True,
+) -> int:
     """Parameters of a plain or gated FFN, from its sizes.
 
-    Plain: ``2·d_model·d_ff`` weights, plus ``d_ff + d_model`` biases if ``bias``. Gated
-    (``gated=True``): ``3·d_model·d_ff`` weights, plus ``2·d_ff + d_model`` biases.
+    Plain: ``2·d_model·d_ff`` weights, plus ``d_ff + d_model`` biases if ``bias``.
+    Gated (``gated=True``): ``3·d_model·d_ff`` weights, plus ``2·d_ff + d_model``
+    biases.
     """
     check.positive_int("d_model", d_model, owner="ffn_param_count()")
     check.positive_int("d_ff", d_ff, owner="ffn_param_count()")
@@ -211,14 +262,14 @@ def ffn_param_count(d_model: int, d_ff: int, *, gated: bool = False, bias: bool 
 class TransformerParamConfig:
     """The shape of a transformer, as far as counting its parameters needs.
 
-    ``n_encoder_layers`` blocks have self-attention and an FFN; ``n_decoder_layers`` blocks
-    have (masked) self-attention, cross-attention when there is an encoder, and an FFN.
-    ``n_positions`` counts *learned* positions (0 for sinusoidal or rotary ones).
-    ``n_extra_norms`` counts norms outside the blocks (BERT's embedding norm, a pre-LN final
-    norm). ``published`` is the reported total, for comparison: the paper's figure, or the
-    released checkpoint's where the two differ (GPT-2 small: 124M, not the paper's 117M).
-    The attention count assumes full multi-head attention (``n_heads · d_head = d_model``, no
-    grouped-query sharing of keys and values).
+    ``n_encoder_layers`` blocks have self-attention and an FFN; ``n_decoder_layers``
+    blocks have (masked) self-attention, cross-attention when there is an encoder, and
+    an FFN. ``n_positions`` counts *learned* positions (0 for sinusoidal or rotary
+    ones). ``n_extra_norms`` counts norms outside the blocks (BERT's embedding norm, a
+    pre-LN final norm). ``published`` is the reported total, for comparison: the paper's
+    figure, or the released checkpoint's where the two differ (GPT-2 small: 124M, not
+    the paper's 117M). The attention count assumes full multi-head attention
+    (``n_heads · d_head = d_model``, no grouped-query sharing of keys and values).
     """
 
     name: str
@@ -242,7 +293,12 @@ class TransformerParamConfig:
         check.string("name", self.name, owner=owner)
         for field in ("d_model", "vocab_size"):
             check.positive_int(field, getattr(self, field), owner=owner)
-        for field in ("n_encoder_layers", "n_decoder_layers", "n_positions", "n_token_types"):
+        for field in (
+            "n_encoder_layers",
+            "n_decoder_layers",
+            "n_positions",
+            "n_token_types",
+        ):
             check.int_at_least(field, getattr(self, field), 0, owner=owner)
         check.int_at_least("n_extra_norms", self.n_extra_norms, 0, owner=owner)
         for field in ("gated_ffn", "bias", "norm_bias", "tied_output", "pooler"):
@@ -250,9 +306,17 @@ class TransformerParamConfig:
         if self.d_ff is not None:
             check.positive_int("d_ff", self.d_ff, owner=owner)
         if self.published is not None:
-            check.finite_float("published", self.published, low=0, low_open=True, owner=owner)
+            check.finite_float(
+                "published",
+                self.published,
+                low=0,
+                low_open=True,
+                owner=owner,
+            )
         if self.n_encoder_layers + self.n_decoder_layers == 0:
-            raise ValueError(f"{owner}: a transformer needs at least one encoder or decoder layer")
+            raise ValueError(
+                f"{owner}: a transformer needs at least one encoder or decoder layer",
+            )
 
 
 def transformer_param_breakdown(config: TransformerParamConfig) -> dict[str, int]:
@@ -262,7 +326,9 @@ def transformer_param_breakdown(config: TransformerParamConfig) -> dict[str, int
     output projection and BERT's pooler); the total is the sum of the values.
     """
     if not isinstance(config, TransformerParamConfig):
-        raise TypeError(f"expected a TransformerParamConfig, got {type(config).__name__}")
+        raise TypeError(
+            f"expected a TransformerParamConfig, got {type(config).__name__}",
+        )
     d, c = config.d_model, config
     d_ff = 4 * d if c.d_ff is None else c.d_ff
     n_blocks = c.n_encoder_layers + c.n_decoder_layers
@@ -271,10 +337,11 @@ def transformer_param_breakdown(config: TransformerParamConfig) -> dict[str, int
     n_attention = c.n_encoder_layers + decoder_attentions * c.n_decoder_layers
     n_norms = 2 * c.n_encoder_layers + (decoder_attentions + 1) * c.n_decoder_layers
     n_norms += c.n_extra_norms
+    head = (0 if c.tied_output else c.vocab_size * d) + (d * d + d if c.pooler else 0)
     return {
         "embeddings": (c.vocab_size + c.n_positions + c.n_token_types) * d,
         "attention": n_attention * (4 * d * d + (4 * d if c.bias else 0)),
         "ffn": n_blocks * ffn_param_count(d, d_ff, gated=c.gated_ffn, bias=c.bias),
         "norms": n_norms * (2 * d if c.norm_bias else d),
-        "head": (0 if c.tied_output else c.vocab_size * d) + (d * d + d if c.pooler else 0),
+        "head": head,
     }

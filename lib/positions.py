@@ -2,15 +2,16 @@
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 """Positions for attention (chapter 3 of the course).
 
-Attention by itself cannot tell one order of its inputs from another. This module holds the
-ways the literature gives it back, each behind a small, validated interface:
+Attention by itself cannot tell one order of its inputs from another. This module holds
+the ways the literature gives it back, each behind a small, validated interface:
 
-* added to the input: :func:`sinusoidal_positions`, :class:`SinusoidalPositionalEncoding`,
-  :class:`LearnedPositionalEmbedding`, called as ``module(x, offset)`` on ``(batch seq d_model)``;
-* rotating queries and keys: :class:`RotaryEmbedding` (RoPE), called as ``rope(q, offset)`` on
-  ``(batch heads seq d_head)``;
-* a bias on the attention scores: :class:`ALiBi` and :class:`T5RelativePositionBias`, called as
-  ``module(q_len, k_len, offset)`` and returning ``(heads q_len k_len)``.
+* added to the input: :func:`sinusoidal_positions`,
+  :class:`SinusoidalPositionalEncoding`, :class:`LearnedPositionalEmbedding`, called as
+  ``module(x, offset)`` on ``(batch seq d_model)``;
+* rotating queries and keys: :class:`RotaryEmbedding` (RoPE), called as
+  ``rope(q, offset)`` on ``(batch heads seq d_head)``;
+* a bias on the attention scores: :class:`ALiBi` and :class:`T5RelativePositionBias`,
+  called as ``module(q_len, k_len, offset)`` and returning ``(heads q_len k_len)``.
 
 Positions follow the course's KV-cache convention: queries sit at absolute positions
 ``offset .. offset + q_len - 1`` and keys at ``0 .. k_len - 1``.
@@ -43,27 +44,43 @@ __all__ = [
 
 def _check_base(base: float) -> float:
     """Every scheme's ``base`` (10000 in the papers): a finite number > 1."""
-    return check.finite_float("base", base, low=1, low_open=True, hint="the papers use 10000")
+    return check.finite_float(
+        "base",
+        base,
+        low=1,
+        low_open=True,
+        hint="the papers use 10000",
+    )
 
 
 def _finer_than_tables(dtype: torch.dtype) -> bool:
-    """Whether ``dtype`` is more precise than the float32 in which the tables are stored (even
+    """Whether ``dtype`` is more precise than the float32 of the stored tables (even
     after ``module.double()``), so that rows for it must be computed afresh."""
     return torch.finfo(dtype).bits > 32
 
 
 def sinusoidal_positions(
-    n_positions: int, d_model: int, base: float = 10000.0, *, dtype: torch.dtype = torch.float32
+    n_positions: int,
+    d_model: int,
+    base: float = 10000.0,
+    *,
+    dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """The sinusoidal table of Vaswani et al.: ``PE[pos, 2i] = sin(pos / base^(2i/d_model))``
-    and ``PE[pos, 2i+1] = cos(pos / base^(2i/d_model))``.
+    """The sinusoidal table of Vaswani et al.
 
-    Shapes: the result is ``(n_positions d_model)`` in ``dtype`` (computed in float64 so that
-    large positions keep their accuracy, then rounded). ``d_model`` must be even: dimensions
-    come in (sin, cos) pairs.
+    ``PE[pos, 2i] = sin(pos / base^(2i/d_model))`` and
+    ``PE[pos, 2i+1] = cos(pos / base^(2i/d_model))``.
+
+    Shapes: the result is ``(n_positions d_model)`` in ``dtype`` (computed in float64 so
+    that large positions keep their accuracy, then rounded). ``d_model`` must be even:
+    dimensions come in (sin, cos) pairs.
     """
     n_positions = check.int_at_least("n_positions", n_positions, 0)
-    d_model = check.even("d_model", check.positive_int("d_model", d_model), hint="sin/cos pairs")
+    d_model = check.even(
+        "d_model",
+        check.positive_int("d_model", d_model),
+        hint="sin/cos pairs",
+    )
     base = _check_base(base)
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
@@ -75,55 +92,84 @@ def sinusoidal_positions(
     return rearrange(table, "pos pair sin_cos -> pos (pair sin_cos)").to(dtype)
 
 
-def sinusoidal_offset_matrix(k: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
-    """The matrix ``M_k`` with ``PE[pos + k] = M_k @ PE[pos]`` for every position ``pos``.
+def sinusoidal_offset_matrix(
+    k: int,
+    d_model: int,
+    base: float = 10000.0,
+) -> torch.Tensor:
+    """The matrix ``M_k`` with ``PE[pos + k] = M_k @ PE[pos]`` for every ``pos``.
 
-    It is block-diagonal, one 2x2 rotation ``[[cos(k w), sin(k w)], [-sin(k w), cos(k w)]]``
-    per (sin, cos) pair with frequency ``w``, and it depends on the offset ``k`` only.
-    ``k`` may be negative. Shapes: the result is ``(d_model d_model)``, float32.
+    It is block-diagonal, one 2x2 rotation
+    ``[[cos(k w), sin(k w)], [-sin(k w), cos(k w)]]`` per (sin, cos) pair with frequency
+    ``w``, and it depends on the offset ``k`` only. ``k`` may be negative. Shapes: the
+    result is ``(d_model d_model)``, float32.
     """
     k = check.integer("k", k)  # any sign: a negative offset moves back
-    d_model = check.even("d_model", check.positive_int("d_model", d_model), hint="sin/cos pairs")
+    d_model = check.even(
+        "d_model",
+        check.positive_int("d_model", d_model),
+        hint="sin/cos pairs",
+    )
     base = _check_base(base)
     frequency = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     cos, sin = (k * frequency).cos(), (k * frequency).sin()
-    blocks = torch.stack((torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)), -2)
+    blocks = torch.stack(
+        (torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)),
+        -2,
+    )
     return torch.block_diag(*blocks).float()  # blocks: (pair 2 2)
 
 
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds the sinusoidal table to token embeddings (no parameters), then dropout.
 
-    The table is precomputed (float32) up to ``max_len`` positions; rows beyond, or for an
-    input more precise than float32, are computed on the fly, since the formula has no limit.
+    The table is precomputed (float32) up to ``max_len`` positions; rows beyond, or for
+    an input more precise than float32, are computed on the fly, since the formula has
+    no limit.
     """
 
     def __init__(
-        self, d_model: int, max_len: int = 4096, dropout: float = 0.0, base: float = 10000.0
+        self,
+        d_model: int,
+        max_len: int = 4096,
+        dropout: float = 0.0,
+        base: float = 10000.0,
     ) -> None:
         super().__init__()
         self.d_model = check.positive_int("d_model", d_model)
         self.max_len = check.positive_int("max_len", max_len)
         self.base = _check_base(base)
         dropout = check.probability("dropout", dropout)
-        self.register_buffer("pe", sinusoidal_positions(max_len, d_model, base), persistent=False)
+        self.register_buffer(
+            "pe",
+            sinusoidal_positions(max_len, d_model, base),
+            persistent=False,
+        )
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Add ``PE[offset + t]`` to row ``t`` of ``x``.
 
-        Shapes: ``x`` is ``(batch seq d_model)`` (any leading axes work), floating point, on
-        the module's device; the result has the shape and dtype of ``x``.
+        Shapes: ``x`` is ``(batch seq d_model)`` (any leading axes work), floating
+        point, on the module's device; the result has the shape and dtype of ``x``.
         """
         owner = "SinusoidalPositionalEncoding"
-        check.tensor("x", x, "... seq d_model", d_model=self.d_model, floating=True, owner=owner)
+        check.tensor(
+            "x",
+            x,
+            "... seq d_model",
+            d_model=self.d_model,
+            floating=True,
+            owner=owner,
+        )
         check.same_device(x=x, pe=self.pe, owner=owner)
         offset = check.int_at_least("offset", offset, 0, owner=owner)
         end = offset + x.shape[-2]
         if end <= self.max_len and not _finer_than_tables(x.dtype):
             pe = self.pe[offset:end]
         else:  # past the table, or finer than it: the formula gives any row
-            pe = sinusoidal_positions(end, self.d_model, self.base, dtype=x.dtype)[offset:]
+            table = sinusoidal_positions(end, self.d_model, self.base, dtype=x.dtype)
+            pe = table[offset:]
         return self.dropout(x + pe.to(x.device, x.dtype))
 
     def extra_repr(self) -> str:
@@ -134,8 +180,9 @@ class LearnedPositionalEmbedding(nn.Module):
     """A learned vector per absolute position (BERT, GPT-2), added to token embeddings.
 
     ``forward(x, offset)``: ``x`` is ``(batch seq d_model)``; row ``t`` receives
-    ``weight[offset + t]``. There is no row for positions ``>= max_len``: asking for one is
-    a ``ValueError``, not a silent wrap-around or an index error deep inside ``nn.Embedding``.
+    ``weight[offset + t]``. There is no row for positions ``>= max_len``: asking for one
+    is a ``ValueError``, not a silent wrap-around or an index error deep inside
+    ``nn.Embedding``.
     """
 
     def __init__(self, max_len: int, d_model: int, init_std: float = 0.02) -> None:
@@ -149,20 +196,28 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Add ``weight[offset + t]`` to row ``t`` of ``x``.
 
-        Shapes: ``x`` is ``(batch seq d_model)`` (any leading axes work), floating point, on
-        the module's device; the result has the shape and dtype of ``x``.
+        Shapes: ``x`` is ``(batch seq d_model)`` (any leading axes work), floating
+        point, on the module's device; the result has the shape and dtype of ``x``.
         """
         owner = "LearnedPositionalEmbedding"
         weight = self.embedding.weight
-        check.tensor("x", x, "... seq d_model", d_model=self.d_model, floating=True, owner=owner)
+        check.tensor(
+            "x",
+            x,
+            "... seq d_model",
+            d_model=self.d_model,
+            floating=True,
+            owner=owner,
+        )
         check.same_device(x=x, weight=weight, owner=owner)
         offset = check.int_at_least("offset", offset, 0, owner=owner)
         end = offset + x.shape[-2]
         if end > self.max_len:
             raise ValueError(
-                f"LearnedPositionalEmbedding: positions {offset}..{end - 1} (offset={offset}, "
-                f"seq={x.shape[-2]}) go past max_len={self.max_len}; a learned table has no "
-                f"row for position {self.max_len} or later. Use a shorter input or a larger max_len."
+                f"LearnedPositionalEmbedding: positions {offset}..{end - 1} "
+                f"(offset={offset}, seq={x.shape[-2]}) go past max_len={self.max_len}; "
+                f"a learned table has no row for position {self.max_len} or later. Use "
+                "a shorter input or a larger max_len."
             )
         positions = torch.arange(offset, end, device=weight.device)
         return x + self.embedding(positions).to(x.dtype)
@@ -172,7 +227,7 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 def rope_frequencies(d_head: int, base: float = 10000.0) -> torch.Tensor:
-    """RoPE's angular frequencies ``theta_i = base^(-2i/d_head)``, ``i = 0 .. d_head/2 - 1``.
+    """RoPE's frequencies ``theta_i = base^(-2i/d_head)``, ``i = 0 .. d_head/2 - 1``.
 
     Shapes: the result is ``(pair)`` with ``pair = d_head / 2``, float64.
     """
@@ -182,13 +237,17 @@ def rope_frequencies(d_head: int, base: float = 10000.0) -> torch.Tensor:
     return base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
 
 
-def rotary_interleaved(x: torch.Tensor, offset: int = 0, base: float = 10000.0) -> torch.Tensor:
-    """Reference RoPE with the paper's interleaved pairing, written with complex numbers.
+def rotary_interleaved(
+    x: torch.Tensor,
+    offset: int = 0,
+    base: float = 10000.0,
+) -> torch.Tensor:
+    """Reference RoPE with the paper's interleaved pairing, with complex numbers.
 
     Dimensions ``(2i, 2i+1)`` form the complex number ``x[2i] + j x[2i+1]``, which is
-    multiplied by ``exp(j * pos * theta_i)`` (as RoFormer and Meta's LLaMA code do). Clear
-    rather than fast: it is the yardstick for :class:`RotaryEmbedding`.
-    Shapes: ``x`` is ``(... seq d_head)``, the result the same.
+    multiplied by ``exp(j * pos * theta_i)`` (as RoFormer and Meta's LLaMA code do).
+    Clear rather than fast: it is the yardstick for :class:`RotaryEmbedding`. Shapes:
+    ``x`` is ``(... seq d_head)``, the result the same.
     """
     owner = "rotary_interleaved()"
     check.tensor("x", x, "... seq d_head", floating=True, owner=owner)
@@ -197,7 +256,10 @@ def rotary_interleaved(x: torch.Tensor, offset: int = 0, base: float = 10000.0) 
     positions = torch.arange(offset, offset + x.shape[-2], dtype=torch.float64)
     angle = einsum(positions, frequency, "pos, pair -> pos pair")
     pairs = rearrange(x.double(), "... pos (pair two) -> ... pos pair two", two=2)
-    z = torch.view_as_complex(pairs.contiguous()) * torch.polar(torch.ones_like(angle), angle)
+    z = torch.view_as_complex(pairs.contiguous()) * torch.polar(
+        torch.ones_like(angle),
+        angle,
+    )
     out = rearrange(torch.view_as_real(z), "... pos pair two -> ... pos (pair two)")
     return out.to(x.dtype)
 
@@ -206,13 +268,17 @@ def _rope_cos_sin(
     positions: torch.Tensor, d_head: int, base: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables ``(pos d_head)`` in the half-split layout, float64."""
-    angle = einsum(positions.double(), rope_frequencies(d_head, base), "pos, pair -> pos pair")
+    angle = einsum(
+        positions.double(),
+        rope_frequencies(d_head, base),
+        "pos, pair -> pos pair",
+    )
     angle = torch.cat((angle, angle), dim=-1)  # both halves of a pair share its angle
     return angle.cos(), angle.sin()
 
 
 def rope_rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """``[x1, x2] -> [-x2, x1]`` on the two halves of the last axis: shape ``(... d) -> (... d)``.
+    """``[x1, x2] -> [-x2, x1]`` on the halves of the last axis: ``(... d) -> (... d)``.
 
     With the half-split pairing (dimension ``i`` pairs with ``i + d/2``), this is the
     quarter turn that ``x * cos + rope_rotate_half(x) * sin`` needs.
@@ -224,7 +290,7 @@ def rope_rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each half-split pair of ``x`` by its angle: ``x * cos + rope_rotate_half(x) * sin``.
+    """Rotate each half-split pair of ``x``: ``x * cos + rope_rotate_half(x) * sin``.
 
     Shapes: ``x`` is ``(... seq d_head)``; ``cos`` and ``sin`` are ``(seq d_head)`` (or
     broadcastable to ``x``), of the dtype of ``x`` and on its device; the result has the
@@ -236,8 +302,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     check.same_dtype_and_device(x=x, cos=cos, sin=sin, owner=owner)
     if cos.shape != sin.shape or cos.shape[-2:] != x.shape[-2:]:
         raise ValueError(
-            f"{owner}: cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must both end in "
-            f"(seq d_head) = {tuple(x.shape[-2:])}, the last two axes of x {tuple(x.shape)}"
+            f"{owner}: cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must both end "
+            f"in (seq d_head) = {tuple(x.shape[-2:])}, the last two axes of x "
+            f"{tuple(x.shape)}"
         )
     return x * cos + rope_rotate_half(x) * sin
 
@@ -245,36 +312,43 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding (RoPE), applied to queries and keys inside attention.
 
-    Pairing convention: **half-split** (dimension ``i`` pairs with ``i + d_head/2``), as in
-    GPT-NeoX and the Hugging Face LLaMA code; it equals the paper's interleaved pairing up to
-    a fixed permutation of the dimensions. ``cos``/``sin`` tables ``(max_len d_head)`` are
-    precomputed buffers (angles computed in float64, stored in float32); rows past
-    ``max_len``, or for an input more precise than the tables (float64), are computed on the
-    fly, so a float64 input is rotated to float64 accuracy.
+    Pairing convention: **half-split** (dimension ``i`` pairs with ``i + d_head/2``), as
+    in GPT-NeoX and the Hugging Face LLaMA code; it equals the paper's interleaved
+    pairing up to a fixed permutation of the dimensions. ``cos``/``sin`` tables
+    ``(max_len d_head)`` are precomputed buffers (angles computed in float64, stored in
+    float32); rows past ``max_len``, or for an input more precise than the tables
+    (float64), are computed on the fly, so a float64 input is rotated to float64
+    accuracy.
     """
 
     def __init__(self, d_head: int, max_len: int = 4096, base: float = 10000.0) -> None:
         super().__init__()
         hint = "RoPE rotates pairs of dimensions"
-        self.d_head = check.even("d_head", check.positive_int("d_head", d_head), hint=hint)
+        self.d_head = check.even(
+            "d_head",
+            check.positive_int("d_head", d_head),
+            hint=hint,
+        )
         self.max_len = check.positive_int("max_len", max_len)
         self.base = _check_base(base)
         cos, sin = _rope_cos_sin(torch.arange(max_len), d_head, self.base)
-        self.register_buffer("cos_cached", cos.float(), persistent=False)  # (pos d_head)
+        # Tables of shape (pos d_head), not saved in the state dict.
+        self.register_buffer("cos_cached", cos.float(), persistent=False)
         self.register_buffer("sin_cached", sin.float(), persistent=False)
 
     def cos_sin(
         self, offset: int, seq: int, dtype: torch.dtype | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The ``(seq d_head)`` cos and sin rows for positions ``offset .. offset + seq - 1``,
-        in ``dtype`` (default: the tables' dtype)."""
+        """The ``(seq d_head)`` cos and sin rows of the positions
+        ``offset .. offset + seq - 1``, in ``dtype`` (default: the tables' dtype)."""
         offset = check.int_at_least("offset", offset, 0)
         end = offset + check.int_at_least("seq", seq, 0)
         table = self.cos_cached
         dtype = table.dtype if dtype is None else dtype
         if end <= self.max_len and not _finer_than_tables(dtype):
-            return self.cos_cached[offset:end].to(dtype), self.sin_cached[offset:end].to(dtype)
-        # past the tables, or finer than them: compute these rows (in float64, then round)
+            cos, sin = self.cos_cached[offset:end], self.sin_cached[offset:end]
+            return cos.to(dtype), sin.to(dtype)
+        # past the tables, or finer than them: compute these rows (float64, then round)
         cos, sin = _rope_cos_sin(torch.arange(offset, end), self.d_head, self.base)
         return cos.to(table.device, dtype), sin.to(table.device, dtype)
 
@@ -282,10 +356,18 @@ class RotaryEmbedding(nn.Module):
         """Rotate row ``t`` of ``x`` (a query or a key) to position ``offset + t``.
 
         Shapes: ``x`` is ``(... seq d_head)``, typically ``(batch heads seq d_head)``,
-        floating point, on the module's device; the result has the shape and dtype of ``x``.
+        floating point, on the module's device; the result has the shape and dtype of
+        ``x``.
         """
         owner = "RotaryEmbedding"
-        check.tensor("x", x, "... seq d_head", d_head=self.d_head, floating=True, owner=owner)
+        check.tensor(
+            "x",
+            x,
+            "... seq d_head",
+            d_head=self.d_head,
+            floating=True,
+            owner=owner,
+        )
         check.same_device(x=x, cos_cached=self.cos_cached, owner=owner)
         offset = check.int_at_least("offset", offset, 0, owner=owner)
         cos, sin = self.cos_sin(offset, x.shape[-2], x.dtype)
@@ -298,9 +380,9 @@ class RotaryEmbedding(nn.Module):
 def alibi_slopes(n_heads: int) -> torch.Tensor:
     """ALiBi's head slopes: for a power of two ``n``, ``2^(-8h/n)`` for ``h = 1 .. n``.
 
-    Otherwise (the rule of the authors' code): the slopes of the largest power of two ``m`` below ``n``,
-    then every other slope of ``2m`` heads, ``2^(-4h/m)`` for odd ``h``, until there are
-    ``n_heads``. Shapes: the result is ``(heads)``, float32.
+    Otherwise (the rule of the authors' code): the slopes of the largest power of two
+    ``m`` below ``n``, then every other slope of ``2m`` heads, ``2^(-4h/m)`` for odd
+    ``h``, until there are ``n_heads``. Shapes: the result is ``(heads)``, float32.
     """
     n_heads = check.positive_int("n_heads", n_heads)
 
@@ -312,8 +394,13 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
-def _query_key_distance(q_len: int, k_len: int, offset: int, device: torch.device) -> torch.Tensor:
-    """``i - j`` for query position ``i = offset + row`` and key position ``j``: ``(q_pos k_pos)``."""
+def _query_key_distance(
+    q_len: int,
+    k_len: int,
+    offset: int,
+    device: torch.device,
+) -> torch.Tensor:
+    """``i - j`` for query ``i = offset + row`` and key ``j``: ``(q_pos k_pos)``."""
     q_len = check.positive_int("q_len", q_len)
     k_len = check.positive_int("k_len", k_len)
     offset = check.int_at_least("offset", offset, 0)
@@ -323,29 +410,34 @@ def _query_key_distance(q_len: int, k_len: int, offset: int, device: torch.devic
 
 
 class ALiBi(nn.Module):
-    """Attention with Linear Biases: ``bias[h, i, j] = -slope_h * |i - j|`` (no parameters).
+    """Attention with Linear Biases: ``bias[h, i, j] = -slope_h * |i - j|``, no weights.
 
-    ``forward(q_len, k_len, offset)`` returns the additive score bias ``(heads q_len k_len)``
-    for queries at ``offset .. offset + q_len - 1`` and keys at ``0 .. k_len - 1``.
-    With ``causal=True`` the bias also masks the future: entries with ``j > i`` are
-    ``-inf``, so the result can be added to the scores with or without a causal mask.
-    With ``causal=False`` it is the symmetric ``-slope * |i - j|``.
+    ``forward(q_len, k_len, offset)`` returns the additive score bias
+    ``(heads q_len k_len)`` for queries at ``offset .. offset + q_len - 1`` and keys at
+    ``0 .. k_len - 1``. With ``causal=True`` the bias also masks the future: entries
+    with ``j > i`` are ``-inf``, so the result can be added to the scores with or
+    without a causal mask. With ``causal=False`` it is the symmetric
+    ``-slope * |i - j|``.
     """
 
     def __init__(self, n_heads: int, causal: bool = True) -> None:
         super().__init__()
         self.n_heads = check.positive_int("n_heads", n_heads)
         self.causal = check.boolean("causal", causal)
-        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)  # (heads)
+        slopes = alibi_slopes(n_heads)  # (heads)
+        self.register_buffer("slopes", slopes, persistent=False)
 
     def forward(self, q_len: int, k_len: int, offset: int = 0) -> torch.Tensor:
-        """The bias for queries at ``offset .. offset + q_len - 1`` and keys at ``0 .. k_len - 1``.
+        """The bias of the queries at ``offset .. offset + q_len - 1`` and the keys.
 
-        Shapes: the result is ``(heads q_pos k_pos)``, float32, on the module's device.
+        The keys sit at ``0 .. k_len - 1``. Shapes: the result is
+        ``(heads q_pos k_pos)``, float32, on the module's device.
         """
         distance = _query_key_distance(q_len, k_len, offset, self.slopes.device)
         bias = -einsum(
-            self.slopes, distance.abs().float(), "heads, q_pos k_pos -> heads q_pos k_pos"
+            self.slopes,
+            distance.abs().float(),
+            "heads, q_pos k_pos -> heads q_pos k_pos",
         )
         if self.causal:
             bias = bias.masked_fill(distance < 0, float("-inf"))  # key j after query i
@@ -361,23 +453,32 @@ def t5_relative_position_bucket(
     num_buckets: int = 32,
     max_distance: int = 128,
 ) -> torch.Tensor:
-    """T5's bucket for each relative position ``key_pos - query_pos`` (negative = the past).
+    """T5's bucket of each relative position ``key_pos - query_pos`` (< 0: the past).
 
     Within a direction, ``num_buckets`` buckets are split in two: distances below
     ``max_exact = num_buckets // 2`` get a bucket each; larger ones share buckets whose
     width grows logarithmically, up to ``max_distance``; every distance from
-    ``max_distance`` on lands in the last bucket. ``bidirectional=True`` gives half of the
-    buckets to each direction (future keys in the upper half); ``bidirectional=False``
-    (causal) sends every future key to bucket 0, as it will be masked anyway.
-    Shapes: ``relative_position`` is any integer tensor; the result has its shape (int64).
+    ``max_distance`` on lands in the last bucket. ``bidirectional=True`` gives half of
+    the buckets to each direction (future keys in the upper half);
+    ``bidirectional=False`` (causal) sends every future key to bucket 0, as it will be
+    masked anyway. Shapes: ``relative_position`` is any integer tensor; the result has
+    its shape (int64).
     """
     if not isinstance(relative_position, torch.Tensor):
         relative_position = torch.as_tensor(relative_position)
     check.tensor("relative_position", relative_position, integer=True)
     bidirectional = check.boolean("bidirectional", bidirectional)
-    num_buckets = check.int_at_least("num_buckets", num_buckets, 4 if bidirectional else 2)
+    num_buckets = check.int_at_least(
+        "num_buckets",
+        num_buckets,
+        4 if bidirectional else 2,
+    )
     if bidirectional:
-        check.even("num_buckets", num_buckets, hint="bidirectional buckets come in two halves")
+        check.even(
+            "num_buckets",
+            num_buckets,
+            hint="bidirectional buckets come in two halves",
+        )
     max_distance = check.positive_int("max_distance", max_distance)
     distance = -relative_position.long()  # how far back the key is: > 0 for past keys
     bucket = torch.zeros_like(distance)
@@ -390,10 +491,11 @@ def t5_relative_position_bucket(
     max_exact = num_buckets // 2
     if max_distance <= max_exact:
         raise ValueError(
-            f"max_distance={max_distance} must exceed the exact range max_exact={max_exact} "
-            f"(half of the {num_buckets} buckets per direction)"
+            f"max_distance={max_distance} must exceed the exact range "
+            f"max_exact={max_exact} (half of the {num_buckets} buckets per direction)"
         )
-    # Past max_exact the bucket grows with log(distance): max_exact at max_exact, num_buckets at max_distance.
+    # Past max_exact the bucket grows with log(distance): max_exact at max_exact,
+    # num_buckets at max_distance.
     log_ratio = torch.log(distance.clamp(min=max_exact).float() / max_exact) / math.log(
         max_distance / max_exact
     )
@@ -405,9 +507,10 @@ def t5_relative_position_bucket(
 class T5RelativePositionBias(nn.Module):
     """T5's learned relative position bias: one scalar per (bucket, head).
 
-    ``forward(q_len, k_len, offset)`` returns the additive score bias ``(heads q_len k_len)``
-    for queries at ``offset .. offset + q_len - 1`` and keys at ``0 .. k_len - 1``. The table
-    ``relative_attention_bias`` is an ``nn.Embedding(num_buckets, n_heads)`` (T5's name).
+    ``forward(q_len, k_len, offset)`` returns the additive score bias
+    ``(heads q_len k_len)`` for queries at ``offset .. offset + q_len - 1`` and keys at
+    ``0 .. k_len - 1``. The table ``relative_attention_bias`` is an
+    ``nn.Embedding(num_buckets, n_heads)`` (T5's name).
     """
 
     def __init__(
@@ -430,12 +533,14 @@ class T5RelativePositionBias(nn.Module):
         nn.init.normal_(self.relative_attention_bias.weight, std=init_std)
 
     def forward(self, q_len: int, k_len: int, offset: int = 0) -> torch.Tensor:
-        """The bias for queries at ``offset .. offset + q_len - 1`` and keys at ``0 .. k_len - 1``.
+        """The bias of the queries at ``offset .. offset + q_len - 1`` and the keys.
 
-        Shapes: the result is ``(heads q_pos k_pos)``, in the table's dtype and on its device.
+        The keys sit at ``0 .. k_len - 1``. Shapes: the result is
+        ``(heads q_pos k_pos)``, in the table's dtype and on its device.
         """
         device = self.relative_attention_bias.weight.device
-        relative = -_query_key_distance(q_len, k_len, offset, device)  # key_pos - query_pos
+        # key_pos - query_pos
+        relative = -_query_key_distance(q_len, k_len, offset, device)
         bucket = t5_relative_position_bucket(
             relative, self.bidirectional, self.num_buckets, self.max_distance
         )

@@ -6,8 +6,8 @@
 * :func:`gpt2_pretokenize` cuts text into words with GPT-2's regular expression.
 * :func:`count_adjacent_pairs`, :func:`merge_adjacent_pair` and :func:`train_bpe_merges`
   are the pieces of byte pair encoding; :class:`BPETokenizer` puts them together with
-  special tokens, a cached encoder, exact decoding, streaming encoding of a file too large
-  for memory (``encode_iterable``) and JSON save/load.
+  special tokens, a cached encoder, exact decoding, streaming encoding of a file too
+  large for memory (``encode_iterable``) and JSON save/load.
 * :func:`chars_per_token` measures compression.
 """
 
@@ -39,21 +39,22 @@ __all__ = [
 
 
 def _as_id_list(ids: Any, vocab_size: int, owner: str) -> list[int]:
-    """``ids`` (a sequence, array or 1-D tensor of ints) as a list, each checked to be in range."""
+    """``ids`` (a sequence, array or 1-D tensor of ints) as a list of ids in range."""
     if hasattr(ids, "tolist"):  # torch tensors and NumPy arrays
         ids = ids.tolist()
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
-        raise TypeError(
-            f"{owner}.decode() takes a sequence of integer ids, got {type(ids).__name__}"
-        )
+        kind = type(ids).__name__
+        raise TypeError(f"{owner}.decode() takes a sequence of integer ids, got {kind}")
     ids = list(ids)
     for position, token_id in enumerate(ids):
-        if type(token_id) is not int:  # NumPy ints are converted; bools, floats, lists refused
+        # NumPy ints are converted; bools, floats and lists are refused
+        if type(token_id) is not int:
             hint = "ids must be ints in a 1-D sequence"
             name, where = f"ids[{position}]", f"{owner}.decode()"
             ids[position] = check.integer(name, token_id, owner=where, hint=hint)
     if ids and (min(ids) < 0 or max(ids) >= vocab_size):
-        position, bad = next((p, i) for p, i in enumerate(ids) if not 0 <= i < vocab_size)
+        bad_ids = ((p, i) for p, i in enumerate(ids) if not 0 <= i < vocab_size)
+        position, bad = next(bad_ids)
         raise ValueError(
             f"{owner}.decode(): id {bad} at position {position} is out of range for a "
             f"vocabulary of {vocab_size} tokens (valid ids are 0..{vocab_size - 1})"
@@ -62,14 +63,15 @@ def _as_id_list(ids: Any, vocab_size: int, owner: str) -> list[int]:
 
 
 def _checked_lines(lines: Iterable[str], owner: str) -> Iterator[str]:
-    """``lines`` (checked now: an iterable, not one str), yielding each item checked to be a str."""
+    """``lines`` (checked now: an iterable, not one str), each item checked as a str."""
     if isinstance(lines, (str, bytes)) or not isinstance(lines, Iterable):
         raise TypeError(
             f"{owner} takes an iterable of str (an open text file, a list of lines), "
             f"got {type(lines).__name__}; encode() takes one str"
         )
     hint = "open files in text mode"
-    return (check.string(f"line {n}", line, owner=owner, hint=hint) for n, line in enumerate(lines))
+    numbered = enumerate(lines)
+    return (check.string(f"line {n}", x, owner=owner, hint=hint) for n, x in numbered)
 
 
 class CharTokenizer:
@@ -95,20 +97,21 @@ class CharTokenizer:
         try:
             return [self.char_to_id[c] for c in text]
         except KeyError:
-            position, char = next((p, c) for p, c in enumerate(text) if c not in self.char_to_id)
+            unknown = ((p, c) for p, c in enumerate(text) if c not in self.char_to_id)
+            position, char = next(unknown)
             raise ValueError(
-                f"character {char!r} (U+{ord(char):04X}) at position {position} is not in this "
-                f"tokenizer's alphabet of {self.vocab_size} characters; build the CharTokenizer "
-                "from a text that contains it"
+                f"character {char!r} (U+{ord(char):04X}) at position {position} is not "
+                f"in this tokenizer's alphabet of {self.vocab_size} characters; build "
+                "the CharTokenizer from a text that contains it"
             ) from None
 
     def encode_iterable(self, lines: Iterable[str]) -> Iterator[int]:
-        """The ids of ``"".join(lines)``, produced lazily, one line in memory at a time."""
+        """The ids of ``"".join(lines)``, produced lazily, one line at a time."""
         lines = _checked_lines(lines, "CharTokenizer.encode_iterable()")
         return chain.from_iterable(map(self.encode, lines))
 
     def decode(self, ids: Sequence[int]) -> str:
-        """The text of ``ids``: a list, array or tensor of shape ``(seq,)``, one id a character."""
+        """The text of ``ids`` (a list, array or tensor of shape ``(seq,)``)."""
         ids = _as_id_list(ids, self.vocab_size, "CharTokenizer")
         return "".join([self.chars[i] for i in ids])
 
@@ -122,12 +125,14 @@ def count_adjacent_pairs(ids: Sequence[int]) -> Counter[tuple[int, int]]:
     Overlapping pairs all count: ``(7, 7, 7)`` contains the pair ``(7, 7)`` twice.
     """
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
-        raise TypeError(f"count_adjacent_pairs() takes a sequence of ids, got {type(ids).__name__}")
+        raise TypeError(
+            f"count_adjacent_pairs() takes a sequence of ids, got {type(ids).__name__}",
+        )
     return Counter(pairwise(ids))
 
 
 def _merge_ids(ids: Sequence[int], left: int, right: int, new_id: int) -> list[int]:
-    """``ids`` with each ``(left, right)`` replaced by ``new_id``, left to right (no checks)."""
+    """``ids`` with each ``(left, right)`` made ``new_id``, left to right, unchecked."""
     merged = []
     i, n = 0, len(ids)
     while i < n:
@@ -140,14 +145,20 @@ def _merge_ids(ids: Sequence[int], left: int, right: int, new_id: int) -> list[i
     return merged
 
 
-def merge_adjacent_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:
+def merge_adjacent_pair(
+    ids: Sequence[int],
+    pair: tuple[int, int],
+    new_id: int,
+) -> list[int]:
     """A new list: ``ids`` with every occurrence of ``pair`` replaced by ``new_id``.
 
     Occurrences are taken left to right without overlap, so merging ``(7, 7)`` into 300
     turns ``[7, 7, 7]`` into ``[300, 7]``. The input is not modified.
     """
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
-        raise TypeError(f"merge_adjacent_pair() takes a sequence of ids, got {type(ids).__name__}")
+        raise TypeError(
+            f"merge_adjacent_pair() takes a sequence of ids, got {type(ids).__name__}",
+        )
     if not (isinstance(pair, tuple) and len(pair) == 2):
         raise ValueError(f"pair must be a tuple of two int ids, got {pair!r}")
     left, right = (check.int_at_least(f"pair[{i}]", pair[i], 0) for i in (0, 1))
@@ -173,19 +184,23 @@ def train_bpe_merges(
     """Learn up to ``n_merges`` BPE merges from words (tuples of ids) and their counts.
 
     Returns ``[((a, b), count), ...]`` in merge order; the k-th merge creates id
-    ``first_id + k``, so the words' ids must lie in ``0 .. first_id - 1``. Each step merges
-    the pair with the largest count, ties broken by the smallest ``(a, b)``. Training stops
-    early when no pair is left (every word is one token).
+    ``first_id + k``, so the words' ids must lie in ``0 .. first_id - 1``. Each step
+    merges the pair with the largest count, ties broken by the smallest ``(a, b)``.
+    Training stops early when no pair is left (every word is one token).
     """
     n_merges = check.int_at_least("n_merges", n_merges, 0)
     first_id = check.int_at_least("first_id", first_id, 0)
     if not isinstance(word_counts, Mapping):
-        raise TypeError(f"word_counts must map words to counts, got {type(word_counts).__name__}")
+        raise TypeError(
+            f"word_counts must map words to counts, got {type(word_counts).__name__}",
+        )
     words: list[tuple[int, ...]] = []
     freqs: list[int] = []
     for word, count in word_counts.items():
         if not isinstance(word, tuple):
-            raise TypeError(f"words must be tuples of ids, got {type(word).__name__}: {word!r}")
+            raise TypeError(
+                f"words must be tuples of ids, got {type(word).__name__}: {word!r}",
+            )
         if not all(type(i) is int and 0 <= i < first_id for i in word):
             raise ValueError(
                 f"word {word!r} holds an id outside 0..{first_id - 1}: the ids from "
@@ -236,36 +251,37 @@ def train_bpe_merges(
     return merges
 
 
-# Where encode_iterable may cut a stream without changing any pre-token: (1) after a lone
-# whitespace character other than a space, between two non-space characters; (2) inside a
-# run of whitespace, before its last character, when a non-space character that cannot start
-# a special token ({starts}) follows.
+# Where encode_iterable may cut a stream without changing any pre-token: (1) after a
+# lone whitespace character other than a space, between two non-space characters; (2)
+# inside a run of whitespace, before its last character, when a non-space character that
+# cannot start a special token ({starts}) follows.
 _SAFE_CUT = r"(?<=\S[^\S ])(?=\S)|(?<=\s)(?=\s[^\s{starts}])"
 
 
 class BPETokenizer:
     """Byte-level BPE with GPT-2's pre-tokenization, trained from scratch.
 
-    Ids ``0..255`` are the bytes, then come the special tokens (``256, 257, ...`` in the order
-    given), then one id per merge. An untrained tokenizer encodes text as its UTF-8 bytes.
+    Ids ``0..255`` are the bytes, then come the special tokens (``256, 257, ...`` in the
+    order given), then one id per merge. An untrained tokenizer encodes text as its
+    UTF-8 bytes.
 
-    >>> tok = BPETokenizer().train("low lower lowest", vocab_size=260, special_tokens=["<eos>"])
+    >>> tok = BPETokenizer().train("low lower lowest", 260, special_tokens=["<eos>"])
     >>> tok.decode(tok.encode("lowest<eos>"))
     'lowest<eos>'
     """
 
     _FORMAT = "lib.tokenizer.BPETokenizer"
     _VERSION = 1
-    _CACHE_LIMIT = 200_000  # cached word encodings; the cache is cleared when it fills up
+    _CACHE_LIMIT = 200_000  # cached word encodings; cleared when it fills up
 
     def __init__(self) -> None:
         self.merges: list[tuple[int, int]] = []
         self.special_tokens: dict[str, int] = {}
         self._rebuild()
 
-    # -- state ---------------------------------------------------------------------------
+    # -- state -------------------------------------------------------------------------
     def _rebuild(self) -> None:
-        """Derive the vocabulary, merge ranks, special-token regex and cache from the state."""
+        """Derive the vocabulary, merge ranks, special-token regex and cache."""
         vocab = [bytes([b]) for b in range(256)]
         vocab += [token.encode("utf-8") for token in self.special_tokens]
         self._merge_ids: dict[tuple[int, int], int] = {}
@@ -282,7 +298,8 @@ class BPETokenizer:
         )
         # Where encode_iterable may cut a stream (see _SAFE_CUT): never just before a
         # character that may start a special token.
-        starts = "".join(sorted({regex.escape(t[0], special_only=True) for t in longest_first}))
+        first_chars = {regex.escape(t[0], special_only=True) for t in longest_first}
+        starts = "".join(sorted(first_chars))
         self._safe_cut = regex.compile(_SAFE_CUT.format(starts=starts))
 
     @property
@@ -293,8 +310,8 @@ class BPETokenizer:
     def _check_special_tokens(special_tokens: Iterable[str]) -> list[str]:
         if isinstance(special_tokens, str):
             raise TypeError(
-                f"special_tokens must be a list of strings, got the string {special_tokens!r}; "
-                f"write [{special_tokens!r}]"
+                "special_tokens must be a list of strings, got the string "
+                f"{special_tokens!r}; write [{special_tokens!r}]"
             )
         tokens = list(special_tokens)
         for i, token in enumerate(tokens):
@@ -319,19 +336,24 @@ class BPETokenizer:
                 or len(pair) != 2
                 or not all(isinstance(i, int) and not isinstance(i, bool) for i in pair)
             ):
-                raise ValueError(f"merge {rank} must be a pair of int ids, got {pair!r}")
+                raise ValueError(
+                    f"merge {rank} must be a pair of int ids, got {pair!r}",
+                )
             left, right = pair
             if not (0 <= left < next_id and 0 <= right < next_id):
                 raise ValueError(
-                    f"merge {rank} ({left}, {right}) uses an id that does not exist yet "
-                    f"(ids before this merge are 0..{next_id - 1})"
+                    f"merge {rank} ({left}, {right}) uses an id that does not exist "
+                    f"yet (ids before this merge are 0..{next_id - 1})"
                 )
             if 256 <= left < 256 + len(specials) or 256 <= right < 256 + len(specials):
-                raise ValueError(f"merge {rank} ({left}, {right}) uses a special token's id")
-            if (left, right) in checked:  # its second id could never be produced by encode
                 raise ValueError(
-                    f"merge {rank} ({left}, {right}) repeats merge {checked[left, right]}; "
-                    "a pair is merged once"
+                    f"merge {rank} ({left}, {right}) uses a special token's id",
+                )
+            # A repeated pair: its second id could never be produced by encode.
+            if (left, right) in checked:
+                raise ValueError(
+                    f"merge {rank} ({left}, {right}) repeats merge "
+                    f"{checked[left, right]}; a pair is merged once"
                 )
             checked[left, right] = rank
             next_id += 1
@@ -340,21 +362,30 @@ class BPETokenizer:
         tokenizer._rebuild()
         return tokenizer
 
-    # -- training ------------------------------------------------------------------------
-    def train(self, text: str, vocab_size: int, special_tokens: Iterable[str] = ()) -> BPETokenizer:
-        """Learn ``vocab_size - 256 - len(special_tokens)`` merges from ``text``; return self.
+    # -- training ----------------------------------------------------------------------
+    def train(
+        self,
+        text: str,
+        vocab_size: int,
+        special_tokens: Iterable[str] = (),
+    ) -> BPETokenizer:
+        """Learn ``vocab_size - 256 - len(special_tokens)`` merges; return self.
 
-        Ties between equally frequent pairs go to the smallest pair of ids. If the text runs
-        out of pairs first, the vocabulary is smaller than ``vocab_size``.
+        Ties between equally frequent pairs go to the smallest pair of ids. If the text
+        runs out of pairs first, the vocabulary is smaller than ``vocab_size``.
         """
         check.string("text", text, owner="BPETokenizer.train()")
-        vocab_size = check.integer("vocab_size", vocab_size, owner="BPETokenizer.train()")
+        vocab_size = check.integer(
+            "vocab_size",
+            vocab_size,
+            owner="BPETokenizer.train()",
+        )
         specials = self._check_special_tokens(special_tokens)
         base = 256 + len(specials)
         if vocab_size < base:
             raise ValueError(
-                f"vocab_size={vocab_size} is smaller than the byte alphabet plus the special "
-                f"tokens (256 + {len(specials)} = {base})"
+                f"vocab_size={vocab_size} is smaller than the byte alphabet plus the "
+                f"special tokens (256 + {len(specials)} = {base})"
             )
         _check_utf8(text)
         chunks = [text]
@@ -365,27 +396,28 @@ class BPETokenizer:
         counts: Counter[str] = Counter()
         for chunk in chunks:
             counts.update(_GPT2_SPLIT.findall(chunk))
-        word_counts = {tuple(word.encode("utf-8")): count for word, count in counts.items()}
+        word_counts = {tuple(w.encode("utf-8")): count for w, count in counts.items()}
         merges = train_bpe_merges(word_counts, vocab_size - base, first_id=base)
         self.special_tokens = {token: 256 + i for i, token in enumerate(specials)}
         self.merges = [pair for pair, _ in merges]
         self._rebuild()
         return self
 
-    # -- encoding and decoding -----------------------------------------------------------
+    # -- encoding and decoding ---------------------------------------------------------
     def _encode_word(self, word: str) -> list[int]:
         ids = list(word.encode("utf-8"))
         merge_ids = self._merge_ids
         while len(ids) > 1:
             # the pair whose merge was learned first (smallest new id), if any
-            best_id, best_pair = min((merge_ids.get(pair, 1 << 62), pair) for pair in pairwise(ids))
+            ranked = ((merge_ids.get(pair, 1 << 62), pair) for pair in pairwise(ids))
+            best_id, best_pair = min(ranked)
             if best_id == 1 << 62:
                 break
             ids = _merge_ids(ids, best_pair[0], best_pair[1], best_id)
         return ids
 
     def encode(self, text: str) -> list[int]:
-        """The ids of ``text``: special tokens first, then pre-tokens, each through the merges."""
+        """The ids of ``text``: special tokens first, then each pre-token's merges."""
         check.string("text", text, owner="BPETokenizer.encode()")
         chunks = self._special_split.split(text) if self._special_split else [text]
         cache = self._cache
@@ -410,8 +442,8 @@ class BPETokenizer:
     def encode_iterable(self, lines: Iterable[str]) -> Iterator[int]:
         """The ids of ``"".join(lines)``, equal to ``encode`` of it, produced lazily.
 
-        ``lines`` is any iterable of str, such as a file opened in text mode. Text is held
-        only back to the last place where cutting it cannot change the ids (see
+        ``lines`` is any iterable of str, such as a file opened in text mode. Text is
+        held only back to the last place where cutting it cannot change the ids (see
         :data:`_SAFE_CUT`): in ordinary text, the last line or two.
         """
         owner = "BPETokenizer.encode_iterable()"
@@ -419,8 +451,9 @@ class BPETokenizer:
         for token in self.special_tokens:
             if regex.search(r"\s", token):
                 raise ValueError(
-                    f"{owner} cuts the text at whitespace, so it cannot stream with the special "
-                    f"token {token!r}, which contains whitespace; use encode()"
+                    f"{owner} cuts the text at whitespace, so it cannot stream with "
+                    f"the special token {token!r}, which contains whitespace; use "
+                    "encode()"
                 )
         return self._encode_stream(lines)
 
@@ -435,8 +468,8 @@ class BPETokenizer:
             tail = window[-3:]
             # New cut positions begin one character before the line (a cut needs the
             # character after it); keep the last one.
-            cut = None
-            for match in self._safe_cut.finditer(window, max(len(window) - len(line) - 1, 0)):
+            cut, search_from = None, max(len(window) - len(line) - 1, 0)
+            for match in self._safe_cut.finditer(window, search_from):
                 cut = window_start + match.start()
             if cut is not None and cut > start:
                 text = "".join(pending)
@@ -455,9 +488,9 @@ class BPETokenizer:
         vocab = self.vocab
         return b"".join([vocab[i] for i in ids]).decode("utf-8", errors="replace")
 
-    # -- saving and loading --------------------------------------------------------------
+    # -- saving and loading ------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """The JSON-ready state :meth:`save` writes: pattern, special tokens and merges."""
+        """What :meth:`save` writes: pattern, special tokens and merges (JSON-ready)."""
         return {
             "format": self._FORMAT,
             "version": self._VERSION,
@@ -468,22 +501,33 @@ class BPETokenizer:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the tokenizer as JSON (UTF-8)."""
-        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
+        Path(path).write_text(
+            json.dumps(self.to_dict(), ensure_ascii=False),
+            encoding="utf-8",
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> BPETokenizer:
-        """Read a tokenizer written by :meth:`save`, with a clear error if the file is not one."""
+        """Read a tokenizer written by :meth:`save` (a clear error if it is not one)."""
         raw = Path(path).read_text(encoding="utf-8")
         try:
             data = json.loads(raw)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path} is not a tokenizer file: invalid JSON ({err})") from None
+            raise ValueError(
+                f"{path} is not a tokenizer file: invalid JSON ({err})",
+            ) from None
         if not isinstance(data, dict) or data.get("format") != cls._FORMAT:
-            raise ValueError(f"{path} is not a {cls._FORMAT} file (no matching 'format' field)")
+            raise ValueError(
+                f"{path} is not a {cls._FORMAT} file (no matching 'format' field)",
+            )
         if data.get("version") != cls._VERSION:
-            raise ValueError(f"{path} has version {data.get('version')!r}; expected {cls._VERSION}")
+            raise ValueError(
+                f"{path} has version {data.get('version')!r}; expected {cls._VERSION}",
+            )
         if data.get("pattern") != GPT2_SPLIT_PATTERN:
-            raise ValueError(f"{path} was saved with a different pre-tokenization pattern")
+            raise ValueError(
+                f"{path} was saved with a different pre-tokenization pattern",
+            )
         for key in ("special_tokens", "merges"):
             if not isinstance(data.get(key), list):
                 raise ValueError(f"{path}: field {key!r} must be a list")
@@ -503,21 +547,24 @@ class BPETokenizer:
 
 
 def _check_utf8(text: str) -> None:
-    """Raise a clear error for the one kind of str UTF-8 cannot encode: lone surrogates."""
+    """A clear error for the one kind of str UTF-8 cannot encode: lone surrogates."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
         raise ValueError(
-            f"text contains {text[err.start]!r} at position {err.start}, a lone surrogate that "
-            "UTF-8 cannot encode; it usually comes from decoding bytes with errors='surrogateescape'"
+            f"text contains {text[err.start]!r} at position {err.start}, a lone "
+            "surrogate that UTF-8 cannot encode; it usually comes from decoding bytes "
+            "with errors='surrogateescape'"
         ) from None
 
 
 def chars_per_token(text: str, ids: Sequence[int]) -> float:
-    """Compression of an encoding: ``len(text) / len(ids)`` (characters, not bytes, per token)."""
+    """Compression: ``len(text) / len(ids)``, characters (not bytes) per token."""
     check.string("text", text, owner="chars_per_token()")
     if isinstance(ids, (str, bytes)) or not hasattr(ids, "__len__"):
-        raise TypeError(f"chars_per_token() takes ids as a sequence, got {type(ids).__name__}")
+        raise TypeError(
+            f"chars_per_token() takes ids as a sequence, got {type(ids).__name__}",
+        )
     if len(ids) == 0:
         raise ValueError("chars_per_token() needs at least one token")
     return len(text) / len(ids)

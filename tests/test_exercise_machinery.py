@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
 
 from lib.exercises._common import (
     ExerciseError,
@@ -20,12 +22,38 @@ def check_double(candidate):
     expect_close(call_without_mutation(candidate, x), 2 * x, "double(x)")
 
 
-def test_not_attempted_returns_false(capsys):
+def test_not_attempted_says_what_to_do_and_returns_none(capsys):
     def stub(x):
         raise NotImplementedError
 
-    assert check_double(stub) is False
-    assert "not attempted" in capsys.readouterr().out
+    # None: a notebook cell ending in the call shows the printed line and no "False" under it
+    assert check_double(stub) is None
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "Exercise 0 not attempted yet: replace `raise NotImplementedError` with your code "
+        "and run the cell."
+    ]
+    assert len(lines[0]) <= 100  # one line that fits the book's width
+
+
+def test_a_stub_fails_the_solution_assert():
+    def stub(x):
+        raise NotImplementedError
+
+    with pytest.raises(AssertionError):
+        assert check_double(stub)
+
+
+def test_the_not_attempted_result_displays_nothing_in_ipython():
+    """What the book shows under a stub cell: the printed line, no result."""
+    shell = InteractiveShell.instance()
+    shell.user_ns["check_double"] = check_double
+    with capture_output() as captured:
+        shell.run_cell("def stub(x):\n    raise NotImplementedError\n\ncheck_double(stub)")
+    assert captured.stdout.splitlines() == [
+        "Exercise 0 not attempted yet: replace `raise NotImplementedError` with your code "
+        "and run the cell."
+    ]
 
 
 def test_right_answer_returns_true(capsys):

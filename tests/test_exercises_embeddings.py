@@ -7,88 +7,107 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from einops import einsum
 
 from lib.exercises._common import ExerciseError
 from lib.exercises.embeddings import (
+    check_embedding_backward,
     check_expected_initial_loss,
-    check_one_hot_embed,
+    check_rows_updated,
     check_seq2seq_embedding_params,
-    check_tied_log_probs,
 )
 
 # --- Exercise 1 -----------------------------------------------------------------------------
 
 
-def one_hot_embed_reference(token_ids, weight):
-    one_hot = F.one_hot(token_ids, weight.shape[0]).to(weight.dtype)
-    return einsum(one_hot, weight, "... vocab, vocab d_model -> ... d_model")
+def backward_reference(token_ids, grad_output, vocab_size, padding_idx):
+    d_model = grad_output.shape[-1]
+    grad = torch.zeros(vocab_size, d_model, dtype=grad_output.dtype)
+    grad.index_add_(0, token_ids.flatten(), grad_output.reshape(-1, d_model))
+    if padding_idx is not None:
+        grad[padding_idx] = 0
+    return grad
 
 
-def test_one_hot_embed_accepts_the_reference():
-    assert check_one_hot_embed(one_hot_embed_reference) is True
+def backward_assigned(token_ids, grad_output, vocab_size, padding_idx):
+    d_model = grad_output.shape[-1]
+    grad = torch.zeros(vocab_size, d_model, dtype=grad_output.dtype)
+    grad[token_ids.flatten()] += grad_output.reshape(-1, d_model)  # repeated ids: one wins
+    if padding_idx is not None:
+        grad[padding_idx] = 0
+    return grad
 
 
-def test_one_hot_embed_reports_not_attempted():
-    def stub(token_ids, weight):
+def backward_with_padding(token_ids, grad_output, vocab_size, padding_idx):
+    return backward_reference(token_ids, grad_output, vocab_size, None)
+
+
+def backward_averaged(token_ids, grad_output, vocab_size, padding_idx):
+    counts = torch.bincount(token_ids.flatten(), minlength=vocab_size).clamp(min=1)
+    return backward_reference(token_ids, grad_output, vocab_size, padding_idx) / counts[:, None]
+
+
+def backward_in_place(token_ids, grad_output, vocab_size, padding_idx):
+    grad = backward_reference(token_ids, grad_output, vocab_size, padding_idx)
+    grad_output.zero_()
+    return grad
+
+
+def test_embedding_backward_accepts_the_reference(capsys):
+    assert check_embedding_backward(backward_reference) is True
+    assert "all checks passed" in capsys.readouterr().out
+
+
+def test_embedding_backward_reports_not_attempted(capsys):
+    def stub(token_ids, grad_output, vocab_size, padding_idx):
         raise NotImplementedError
 
-    assert check_one_hot_embed(stub) is False
+    assert check_embedding_backward(stub) is None
+    assert "Exercise 1 not attempted yet" in capsys.readouterr().out
 
 
-def test_one_hot_embed_rejects_a_float32_one_hot():
-    def wrong(token_ids, weight):
-        return F.one_hot(token_ids, weight.shape[0]).float() @ weight
-
-    with pytest.raises(ExerciseError, match=r"same dtype.*\.to\(weight\.dtype\)"):
-        check_one_hot_embed(wrong)
-
-
-def test_one_hot_embed_rejects_a_converted_table():
-    def wrong(token_ids, weight):
-        return F.one_hot(token_ids, weight.shape[0]).float() @ weight.float()
-
-    with pytest.raises(ExerciseError, match="dtype torch.float32, but the table is torch.float64"):
-        check_one_hot_embed(wrong)
-
-
-def test_one_hot_embed_rejects_a_transposed_table():
-    def wrong(token_ids, weight):
-        return F.one_hot(token_ids, weight.shape[1]).to(weight.dtype) @ weight.T
-
-    with pytest.raises(ExerciseError, match=r"not weight\.T"):
-        check_one_hot_embed(wrong)
-
-
-def test_one_hot_embed_rejects_a_one_hot_sized_by_the_ids():
-    def wrong(token_ids, weight):
-        return F.one_hot(token_ids).to(weight.dtype) @ weight  # no num_classes
-
-    with pytest.raises(ExerciseError, match=r"num_classes=weight\.shape\[0\]"):
-        check_one_hot_embed(wrong)
-
-
-def test_one_hot_embed_rejects_a_detached_result():
-    def wrong(token_ids, weight):
-        return one_hot_embed_reference(token_ids, weight.detach())
-
-    with pytest.raises(ExerciseError, match="no gradient reaches weight"):
-        check_one_hot_embed(wrong)
-
-
-def test_one_hot_embed_rejects_an_in_place_change():
-    def wrong(token_ids, weight):
-        token_ids.clamp_(max=weight.shape[0] - 1)
-        token_ids += 0
-        out = one_hot_embed_reference(token_ids, weight)
-        token_ids[...] = 0
-        return out
-
-    with pytest.raises(ExerciseError, match="modified its input"):
-        check_one_hot_embed(wrong)
+@pytest.mark.parametrize(
+    ("wrong", "match"),
+    [
+        (backward_assigned, r"one position's gradient.*index_add_"),
+        (backward_with_padding, "padding row 0 received a gradient"),
+        (backward_averaged, "averaged"),
+        (backward_in_place, "modified its input"),
+        (lambda ids, g, v, p: backward_reference(ids, g, v, p).T, r"the table's shape"),
+    ],
+)
+def test_embedding_backward_diagnoses_typical_mistakes(wrong, match):
+    with pytest.raises(ExerciseError, match=match):
+        check_embedding_backward(wrong)
 
 
 # --- Exercise 2 -----------------------------------------------------------------------------
+
+
+def rows_reference(probs, n_tokens):
+    return float((-torch.expm1(n_tokens * torch.log1p(-probs))).sum())
+
+
+def test_rows_updated_accepts_the_reference_and_the_plain_formula():
+    assert check_rows_updated(rows_reference) is True
+    assert check_rows_updated(lambda p, n: (1 - (1 - p) ** n).sum()) is True
+
+
+@pytest.mark.parametrize(
+    ("wrong", "match"),
+    [
+        (lambda p, n: ((1 - p) ** n).sum().item(), "get \\*no\\* gradient"),
+        (lambda p, n: (n * p).clamp(max=1).sum().item(), r"min\(1, n p_i\)"),
+        (lambda p, n: len(p) * (1 - (1 - 1 / len(p)) ** n), "equally likely"),
+        (lambda p, n: float(n), "counts positions"),
+        (lambda p, n: "3", "should be a number"),
+    ],
+)
+def test_rows_updated_diagnoses_typical_mistakes(wrong, match):
+    with pytest.raises(ExerciseError, match=match):
+        check_rows_updated(wrong)
+
+
+# --- Exercise 3 -----------------------------------------------------------------------------
 
 
 def seq2seq_reference(src_vocab, tgt_vocab, d_model, sharing):
@@ -151,34 +170,6 @@ def test_seq2seq_rejects_a_float():
 
     with pytest.raises(ExerciseError, match="return a Python int"):
         check_seq2seq_embedding_params(wrong)
-
-
-# --- Exercise 3 -----------------------------------------------------------------------------
-
-
-def tied_log_probs_reference(hidden, weight):
-    return F.log_softmax(einsum(hidden, weight, "... d, vocab d -> ... vocab"), dim=-1)
-
-
-def test_tied_log_probs_accepts_the_reference():
-    assert check_tied_log_probs(tied_log_probs_reference) is True
-
-
-@pytest.mark.parametrize(
-    ("wrong", "match"),
-    [
-        (lambda h, w: F.log_softmax(h @ w, dim=-1), r"hidden @ weight\.T"),
-        (lambda h, w: h @ w.T, "raw logits"),
-        (lambda h, w: (h @ w.T).softmax(-1), "returned probabilities"),
-        (lambda h, w: F.log_softmax((h @ w.T).softmax(-1), dim=-1), "softmax was applied twice"),
-        (lambda h, w: F.log_softmax(h @ w.T, dim=0), "last axis"),
-        (lambda h, w: (h @ w.T).softmax(-1).log(), "underflows; use F.log_softmax"),
-    ],
-    ids=["no-transpose", "logits", "probs", "double-softmax", "wrong-axis", "log-of-softmax"],
-)
-def test_tied_log_probs_diagnoses_typical_mistakes(wrong, match):
-    with pytest.raises(ExerciseError, match=match):
-        check_tied_log_probs(wrong)
 
 
 # --- Exercise 4 -----------------------------------------------------------------------------

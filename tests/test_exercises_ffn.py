@@ -7,160 +7,164 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from einops import einsum
 
 from lib.exercises._common import ExerciseError
 from lib.exercises.ffn import (
-    check_ffn_param_count,
-    check_gated_hidden_size,
-    check_gelu_tanh_approx,
-    check_swiglu_forward,
+    check_ffn_jacobian,
+    check_matched_gated_d_ff,
+    check_sigmoid_gelu_beta,
 )
+from lib.ffn import ffn_param_count, gated_ffn_hidden_size
 
-# --- Exercise 1: GELU, tanh form ---------------------------------------------------------
-
-
-SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+# --- Exercise 1: the Jacobian of a GELU FFN -------------------------------------------------
 
 
-def _gelu_tanh(x, scale=SQRT_2_OVER_PI, cubic=0.044715):
-    return 0.5 * x * (1 + torch.tanh(scale * (x + cubic * x**3)))
+def normal_pdf(h):
+    return torch.exp(-0.5 * h**2) / math.sqrt(2 * math.pi)
 
 
-def test_gelu_checker_accepts_the_formula_and_torch():
-    assert check_gelu_tanh_approx(_gelu_tanh)
-    assert check_gelu_tanh_approx(lambda x: F.gelu(x, approximate="tanh"))
+def jacobian_with(derivative):
+    def jacobian(x, w_in, b_in, w_out):
+        h = w_in @ x + b_in
+        return w_out @ torch.diag(derivative(h)) @ w_in
+
+    return jacobian
 
 
-@pytest.mark.parametrize(
-    ("wrong", "message"),
-    [
-        (lambda x: _gelu_tanh(x, cubic=0.0), "0.044715·x³ term"),
-        (lambda x: _gelu_tanh(x, scale=2 / math.pi), "square root is missing"),
-        (lambda x: _gelu_tanh(x, scale=math.sqrt(math.pi / 2)), "upside down"),
-        (lambda x: 2 * _gelu_tanh(x), "factor 1/2"),
-        (F.gelu, "exact \\(erf\\) GELU"),
-        (lambda x: _gelu_tanh(x, cubic=0.05), "differs from the reference"),
-        (lambda x: _gelu_tanh(x)[..., :-1], "shape"),
-    ],
-)
-def test_gelu_checker_diagnoses(wrong, message):
-    with pytest.raises(ExerciseError, match=message):
-        check_gelu_tanh_approx(wrong)
+jacobian_right = jacobian_with(lambda h: torch.special.ndtr(h) + h * normal_pdf(h))
 
 
-def test_gelu_checker_catches_in_place_edits():
-    def in_place(x):
-        x.add_(1.0)  # right values, but the caller's tensor is changed
-        return _gelu_tanh(x - 1.0)
-
-    with pytest.raises(ExerciseError, match="in place"):
-        check_gelu_tanh_approx(in_place)
+def test_jacobian_accepts_the_reference(capsys):
+    assert check_ffn_jacobian(jacobian_right) is True
+    assert "all checks passed" in capsys.readouterr().out
 
 
-def test_gelu_checker_reports_not_attempted():
-    def stub(x):
+def test_jacobian_accepts_autograd_too():
+    def by_autograd(x, w_in, b_in, w_out):
+        return torch.autograd.functional.jacobian(lambda v: w_out @ F.gelu(w_in @ v + b_in), x)
+
+    assert check_ffn_jacobian(by_autograd) is True
+
+
+def test_jacobian_reports_not_attempted(capsys):
+    def stub(x, w_in, b_in, w_out):
         raise NotImplementedError
 
-    assert check_gelu_tanh_approx(stub) is False
-
-
-# --- Exercise 2: SwiGLU ------------------------------------------------------------------
-
-
-def _swiglu(x, w_gate, w_value, w_out, gate_fn=F.silu, swap=False, value_fn=lambda t: t):
-    if swap:
-        w_gate, w_value = w_value, w_gate
-    gate = einsum(x, w_gate, "b s d, d f -> b s f")
-    value = einsum(x, w_value, "b s d, d f -> b s f")
-    return einsum(gate_fn(gate) * value_fn(value), w_out, "b s f, f d -> b s d")
-
-
-def test_swiglu_checker_accepts_the_reference():
-    assert check_swiglu_forward(_swiglu)
-    assert check_swiglu_forward(lambda x, g, v, o: (F.silu(x @ g) * (x @ v)) @ o)
+    assert check_ffn_jacobian(stub) is None
+    assert "Exercise 1 not attempted yet" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
-    ("wrong", "message"),
+    ("wrong", "match"),
     [
-        (lambda *a: _swiglu(*a, swap=True), "value branch"),
-        (lambda x, g, v, o: F.silu((x @ g) * (x @ v)) @ o, "after the product"),
-        (lambda *a: _swiglu(*a, value_fn=F.silu), "both branches"),
-        (lambda *a: _swiglu(*a, gate_fn=lambda t: t), "SiLU is missing"),
-        (lambda *a: _swiglu(*a, gate_fn=torch.sigmoid), "GLU"),
-        (lambda *a: _swiglu(*a, gate_fn=F.relu), "ReGLU"),
-        (lambda *a: _swiglu(*a, gate_fn=F.gelu), "GEGLU"),
-        (lambda x, g, v, o: F.silu(x @ g) * (x @ v), "output projection w_out"),
-        (lambda *a: 1.01 * _swiglu(*a), "differs from the reference"),
+        (jacobian_with(torch.special.ndtr), r"Phi\(h\) \+ h phi\(h\)"),
+        (lambda x, w_in, b_in, w_out: jacobian_right(x, w_in, b_in, w_out).T, "transposed"),
+        (jacobian_with(lambda h: (h > 0).double()), "ReLU's derivative"),
+        (jacobian_with(F.gelu), "not GELU\\(h\\) itself"),
+        (lambda x, w_in, b_in, w_out: w_out @ w_in, "differs from the reference"),
     ],
 )
-def test_swiglu_checker_diagnoses(wrong, message):
-    with pytest.raises(ExerciseError, match=message):
-        check_swiglu_forward(wrong)
+def test_jacobian_diagnoses_typical_mistakes(wrong, match):
+    with pytest.raises(ExerciseError, match=match):
+        check_ffn_jacobian(wrong)
 
 
-# --- Exercise 3: the 8/3 rule ------------------------------------------------------------
+# --- Exercise 2: the best sigmoid approximation of GELU -------------------------------------
 
 
-def _hidden(d_model, multiple_of):
-    return -(-(8 * d_model // 3) // multiple_of) * multiple_of
+def largest_gap(x, beta):
+    return (F.gelu(x) - x * torch.sigmoid(beta * x)).abs().max().item()
 
 
-def test_hidden_size_checker_accepts_the_reference():
-    assert check_gated_hidden_size(_hidden)
-    assert check_gated_hidden_size(lambda d, m: m * math.ceil((8 * d // 3) / m))
+def grid_search(loss, low=1.0, high=2.5):
+    """A coarse grid, then a fine one around its best point (steps 1e-2, then 1e-4)."""
+    coarse = min(torch.arange(low, high, 1e-2).tolist(), key=loss)
+    return min(torch.arange(coarse - 1e-2, coarse + 1e-2, 1e-4).tolist(), key=loss)
+
+
+def beta_by_grid_search(x):
+    return grid_search(lambda beta: largest_gap(x, beta))
+
+
+def beta_by_ternary_search(x):
+    low, high = 1.0, 3.0
+    for _ in range(60):
+        third = (high - low) / 3
+        if largest_gap(x, low + third) < largest_gap(x, high - third):
+            high -= third
+        else:
+            low += third
+    return (low + high) / 2
+
+
+def beta_least_squares(x):
+    return grid_search(lambda b: ((F.gelu(x) - x * torch.sigmoid(b * x)) ** 2).sum().item())
+
+
+def test_sigmoid_beta_accepts_a_ternary_search():
+    assert check_sigmoid_gelu_beta(beta_by_ternary_search) is True
+
+
+def test_sigmoid_beta_accepts_a_coarse_grid_search():
+    assert check_sigmoid_gelu_beta(beta_by_grid_search) is True
 
 
 @pytest.mark.parametrize(
-    ("wrong", "message"),
+    ("wrong", "match"),
     [
-        (lambda d, m: (8 * d // 3) // m * m, "rounds down"),
-        (lambda d, m: (8 * d // 3 // m + 1) * m, "one multiple too many"),
-        (lambda d, m: 8 * d // 3, "before rounding"),
-        (lambda d, m: m * math.ceil(4 * d / m), "4 · d_model"),
-        (lambda d, m: float(_hidden(d, m)), "return an int"),
-        (lambda d, m: m * round((8 * d // 3) / m), "rounds down"),  # nearest rounds 7B down
-        (lambda d, m: _hidden(d, m) + 1, "not a multiple"),
+        (beta_least_squares, "squared"),
+        (lambda x: 1.702, "usual constant"),
+        (lambda x: largest_gap(x, beta_by_ternary_search(x)), "not the gap"),
+        (lambda x: "1.77", "should be a number"),
     ],
 )
-def test_hidden_size_checker_diagnoses(wrong, message):
-    with pytest.raises(ExerciseError, match=message):
-        check_gated_hidden_size(wrong)
+def test_sigmoid_beta_diagnoses_typical_mistakes(wrong, match):
+    with pytest.raises(ExerciseError, match=match):
+        check_sigmoid_gelu_beta(wrong)
 
 
-def test_hidden_size_checker_wants_the_integer_part_first():
-    # ceil(8/3·d / m)·m differs from the rule only when floor(8/3·d) is a multiple of m.
-    with pytest.raises(ExerciseError, match="integer part of 8/3"):
-        check_gated_hidden_size(lambda d, m: m * math.ceil(8 * d / 3 / m))
+# --- Exercise 3: a gated FFN within a plain one's budget ------------------------------------
 
 
-# --- Exercise 4: parameter count ---------------------------------------------------------
+def matched_right(d_model, d_ff, bias, multiple_of):
+    budget = ffn_param_count(d_model, d_ff, bias=bias)
+    size = 0
+    while ffn_param_count(d_model, size + multiple_of, gated=True, bias=bias) <= budget:
+        size += multiple_of
+    return size
 
 
-def _count(d_model, d_ff, gated, bias):
-    n_in = 2 * d_ff if gated else d_ff
-    return d_model * n_in + d_ff * d_model + ((n_in + d_model) if bias else 0)
+def matched_llama_rule(d_model, d_ff, bias, multiple_of):
+    return gated_ffn_hidden_size(d_model, multiple_of)
 
 
-def test_param_count_checker_accepts_the_reference():
-    assert check_ffn_param_count(_count)
+def matched_ignoring_biases(d_model, d_ff, bias, multiple_of):
+    return 2 * d_ff // 3 // multiple_of * multiple_of
+
+
+def matched_from_d_model(d_model, d_ff, bias, multiple_of):
+    return matched_right(d_model, 4 * d_model, bias, multiple_of)
+
+
+def test_matched_accepts_a_search_over_sizes():
+    assert check_matched_gated_d_ff(matched_right) is True
 
 
 @pytest.mark.parametrize(
-    ("wrong", "message"),
+    ("wrong", "match"),
     [
-        (lambda d, f, g, b: _count(d, f, g, b) - (d if b else 0), "output layer's bias"),
-        (
-            lambda d, f, g, b: _count(d, f, False, False) + (f + d if b else 0),
-            "three weight matrices",
-        ),
-        (lambda d, f, g, b: _count(d, f, g, b) - (f if g and b else 0), "two input biases"),
-        (lambda d, f, g, b: _count(d, f, g, True), "no biases to count"),
-        (lambda d, f, g, b: float(_count(d, f, g, b)), "return an int"),
-        (lambda d, f, g, b: _count(d, f, g, b) + 1, "count each matrix"),
+        (matched_llama_rule, "rounds 8/3 d_model up"),
+        (matched_ignoring_biases, "balances the weights only"),
+        (matched_from_d_model, "8/3 d_model holds only when"),
+        (lambda d, f, bias, m: matched_right(d, f, bias, m) - m, "take the largest"),
+        (lambda d, f, bias, m: float(matched_right(d, f, bias, m)), "should return an int"),
     ],
 )
-def test_param_count_checker_diagnoses(wrong, message):
-    with pytest.raises(ExerciseError, match=message):
-        check_ffn_param_count(wrong)
+def test_matched_diagnoses_typical_mistakes(wrong, match):
+    with pytest.raises(ExerciseError, match=match):
+        check_matched_gated_d_ff(wrong)
+
+
+def test_checkers_reject_non_callables():
+    with pytest.raises(TypeError, match="pass your function itself"):
+        check_matched_gated_d_ff(11008)

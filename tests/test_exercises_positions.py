@@ -2,197 +2,145 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
 from lib.exercises._common import ExerciseError
 from lib.exercises.positions import (
-    check_alibi_head_slopes,
-    check_rope_rotate_pairs,
-    check_sinusoidal_table,
-    check_t5_bucket,
+    check_interpolated_cos_sin,
+    check_ntk_scaled_base,
+    check_sliding_window_alibi,
 )
-from lib.positions import (
-    alibi_slopes,
-    rotary_interleaved,
-    sinusoidal_positions,
-    t5_relative_position_bucket,
-)
+from lib.positions import ALiBi, RotaryEmbedding, rope_frequencies
 
-# ---------------------------------------------------------------- exercise 1
+# -- Exercise 1 -------------------------------------------------------------------------------
 
 
-def _table(n: int, d: int, *, swap: bool = False, exponent_i: bool = False, blocks: bool = False):
-    pos = torch.arange(n, dtype=torch.float64)[:, None]
-    pair = torch.arange(d // 2, dtype=torch.float64)[None, :]
-    angle = pos / 10000 ** ((pair if exponent_i else 2 * pair) / d)
-    first, second = (angle.cos(), angle.sin()) if swap else (angle.sin(), angle.cos())
-    if blocks:
-        return torch.cat((first, second), dim=-1)
-    return torch.stack((first, second), dim=-1).reshape(n, d)
+def cos_sin(seq, d_head, scale, *, interleaved=False):
+    positions = torch.arange(seq, dtype=torch.float64) * scale
+    angle = positions[:, None] * rope_frequencies(d_head)[None, :]
+    if interleaved:
+        angle = angle.repeat_interleave(2, dim=-1)
+    else:
+        angle = torch.cat((angle, angle), dim=-1)
+    return angle.cos(), angle.sin()
 
 
-def test_sinusoidal_checker_accepts_the_lib_and_a_float64_answer():
-    assert check_sinusoidal_table(sinusoidal_positions)
-    assert check_sinusoidal_table(_table)
+def interpolated_right(seq, d_head, trained_len, target_len):
+    return cos_sin(seq, d_head, trained_len / target_len)
 
 
-def test_sinusoidal_checker_reports_not_attempted():
-    def stub(n, d):
+def test_interpolation_accepts_the_reference_in_float32_too(capsys):
+    assert check_interpolated_cos_sin(interpolated_right) is True
+    assert "all checks passed" in capsys.readouterr().out
+
+    def in_float32(seq, d_head, trained_len, target_len):
+        cos, sin = interpolated_right(seq, d_head, trained_len, target_len)
+        return cos.float(), sin.float()
+
+    assert check_interpolated_cos_sin(in_float32) is True
+
+
+def test_interpolation_without_scaling_equals_the_module():
+    cos, sin = interpolated_right(16, 8, 16, 16)
+    module_cos, module_sin = RotaryEmbedding(8, max_len=16).cos_sin(0, 16, torch.float64)
+    assert torch.allclose(cos, module_cos) and torch.allclose(sin, module_sin)
+
+
+def test_interpolation_reports_not_attempted(capsys):
+    def stub(seq, d_head, trained_len, target_len):
         raise NotImplementedError
 
-    assert check_sinusoidal_table(stub) is False
+    assert check_interpolated_cos_sin(stub) is None
+    assert "Exercise 1 not attempted yet" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
-    ("mistake", "message"),
+    ("wrong", "match"),
     [
-        ({"swap": True}, "sin and cos are swapped"),
-        ({"exponent_i": True}, "exponent uses the pair index i"),
-        ({"blocks": True}, "all the sines first"),
+        (lambda s, d, t, g: cos_sin(s, d, g / t), "stretched by target_len / trained_len"),
+        (lambda s, d, t, g: cos_sin(s, d, 1.0), "not scaled at all"),
+        (lambda s, d, t, g: cos_sin(s, d, t / g, interleaved=True), "interleaved pairs"),
+        (lambda s, d, t, g: cos_sin(s, d, t / g)[::-1], "swapped"),
+        (lambda s, d, t, g: cos_sin(s, d, t / g)[0], "pair \\(cos, sin\\)"),
     ],
 )
-def test_sinusoidal_checker_names_the_mistake(mistake, message):
-    with pytest.raises(ExerciseError, match=message):
-        check_sinusoidal_table(lambda n, d: _table(n, d, **mistake))
+def test_interpolation_diagnoses_typical_mistakes(wrong, match):
+    with pytest.raises(ExerciseError, match=match):
+        check_interpolated_cos_sin(wrong)
 
 
-def test_sinusoidal_checker_catches_wrong_shape_and_other_errors():
-    with pytest.raises(ExerciseError, match=r"has shape \(50, 8\), expected \(50, 16\)"):
-        check_sinusoidal_table(lambda n, d: _table(n, d // 2))
-    with pytest.raises(ExerciseError, match="differs from the reference"):
-        check_sinusoidal_table(lambda n, d: _table(n, d) + 0.01)
+# -- Exercise 2 -------------------------------------------------------------------------------
 
 
-# ---------------------------------------------------------------- exercise 2
+def ntk_right(base, d_head, scale):
+    return base * scale ** (d_head / (d_head - 2))
 
 
-def _rotate(x, positions, sign=1.0, base=10000.0, half_split=False):
-    d = x.shape[-1]
-    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    angle = sign * positions.double()[:, None] * theta
-    if half_split:
-        a, b = x[:, : d // 2], x[:, d // 2 :]
-    else:
-        a, b = x[:, 0::2], x[:, 1::2]
-    new_a, new_b = a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()
-    if half_split:
-        return torch.cat((new_a, new_b), dim=-1)
-    return torch.stack((new_a, new_b), dim=-1).reshape(x.shape)
+def test_ntk_accepts_the_reference_and_keeps_its_promise():
+    assert check_ntk_scaled_base(ntk_right) is True
+    theta, scaled = rope_frequencies(128), rope_frequencies(128, ntk_right(10000.0, 128, 4.0))
+    assert torch.isclose(scaled[0], theta[0])  # the fastest pair is untouched
+    assert torch.isclose(scaled[-1], theta[-1] / 4)  # the slowest is 4 times slower
 
 
-def test_rope_checker_accepts_a_right_answer_and_the_complex_reference():
-    assert check_rope_rotate_pairs(_rotate)
-
-    def via_lib(x, positions):  # rotary_interleaved works on consecutive positions
-        return torch.stack(
-            [rotary_interleaved(row[None], int(p))[0] for row, p in zip(x, positions)]
-        )
-
-    assert check_rope_rotate_pairs(via_lib)
-
-
-def test_rope_checker_catches_the_wrong_direction():
-    with pytest.raises(ExerciseError, match="rotation goes the wrong way"):
-        check_rope_rotate_pairs(lambda x, p: _rotate(x, p, sign=-1.0))
+@pytest.mark.parametrize(
+    ("wrong", "match"),
+    [
+        (lambda base, d, s: base * s, "slows the slowest pair by only"),
+        (lambda base, d, s: base * s ** ((d - 2) / d), "exponent is inverted"),
+        (lambda base, d, s: base / s ** (d / (d - 2)), "must grow"),
+        (lambda base, d, s: "big", "should be a number"),
+    ],
+)
+def test_ntk_diagnoses_typical_mistakes(wrong, match):
+    with pytest.raises(ExerciseError, match=match):
+        check_ntk_scaled_base(wrong)
 
 
-def test_rope_checker_catches_the_half_split_pairing():
-    with pytest.raises(ExerciseError, match="half-split"):
-        check_rope_rotate_pairs(lambda x, p: _rotate(x, p, half_split=True))
+# -- Exercise 3 -------------------------------------------------------------------------------
 
 
-def test_rope_checker_catches_a_wrong_frequency_and_in_place_edits():
-    with pytest.raises(ExerciseError, match="pair i turns by position"):
-        check_rope_rotate_pairs(lambda x, p: _rotate(x, p, base=100.0))
-
-    def in_place(x, positions):
-        x.mul_(1.0)
-        x[0, 0] += 1.0
-        return _rotate(x, positions)
-
-    with pytest.raises(ExerciseError, match="modified its input"):
-        check_rope_rotate_pairs(in_place)
+def window_right(n_heads, q_len, k_len, offset, window):
+    bias = ALiBi(n_heads, causal=True)(q_len, k_len, offset)
+    query = torch.arange(offset, offset + q_len)[:, None]
+    too_far = query - torch.arange(k_len)[None, :] >= window
+    return bias.masked_fill(too_far, float("-inf"))
 
 
-def test_rope_checker_catches_a_non_rotation_and_a_shifted_position():
-    def forgets_sin(x, positions):  # (a cos, b cos): not a rotation, lengths shrink
-        d = x.shape[-1]
-        theta = 10000 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-        cos = (positions.double()[:, None] * theta).cos()
-        return torch.stack((x[:, 0::2] * cos, x[:, 1::2] * cos), dim=-1).reshape(x.shape)
-
-    with pytest.raises(ExerciseError, match="a rotation keeps lengths"):
-        check_rope_rotate_pairs(forgets_sin)
-    with pytest.raises(ExerciseError, match="position 0 should come back unchanged"):
-        check_rope_rotate_pairs(lambda x, p: _rotate(x, p + 1))
+def window_plus_one(n_heads, q_len, k_len, offset, window):
+    return window_right(n_heads, q_len, k_len, offset, window + 1)
 
 
-# ---------------------------------------------------------------- exercise 3
+def window_without_offset(n_heads, q_len, k_len, offset, window):
+    return window_right(n_heads, q_len, k_len, 0, window)  # queries placed at 0, 1, ...
 
 
-def test_alibi_checker_accepts_the_lib_and_a_list():
-    assert check_alibi_head_slopes(alibi_slopes)
-    assert check_alibi_head_slopes(lambda n: alibi_slopes(n).tolist())
+def window_large_negative(n_heads, q_len, k_len, offset, window):
+    bias = window_right(n_heads, q_len, k_len, offset, window)
+    return bias.masked_fill(torch.isinf(bias), -1e9)
 
 
-def test_alibi_checker_catches_the_naive_rule_for_non_powers_of_two():
-    naive = lambda n: torch.tensor([2 ** (-8 * h / n) for h in range(1, n + 1)])
-    with pytest.raises(ExerciseError, match="n_heads=6, not a power of two"):
-        check_alibi_head_slopes(naive)
+def test_sliding_window_accepts_the_reference():
+    assert check_sliding_window_alibi(window_right) is True
 
 
-def test_alibi_checker_catches_sorted_slopes_and_wrong_start():
-    with pytest.raises(ExerciseError, match="right values in the wrong order"):
-        check_alibi_head_slopes(lambda n: alibi_slopes(n).sort(descending=True).values)
-    with pytest.raises(ExerciseError, match=r"alibi_slopes\(8\) differs"):
-        check_alibi_head_slopes(lambda n: torch.tensor([2 ** (-8 * h / n) for h in range(n)]))
-    with pytest.raises(ExerciseError, match=r"has shape \(7,\), expected \(8,\)"):
-        check_alibi_head_slopes(lambda n: alibi_slopes(n)[:-1])
+@pytest.mark.parametrize(
+    ("wrong", "match"),
+    [
+        (window_plus_one, "one key too many"),
+        (window_without_offset, "not from 0"),
+        (lambda h, q, k, o, w: ALiBi(h)(q, k, o), "kept only the causal mask"),
+        (window_large_negative, "must be -inf"),
+        (lambda h, q, k, o, w: window_right(h, q, k, o, w).abs().neg() * -1, "sign"),
+        (lambda h, q, k, o, w: window_right(h, q, k, o, w).permute(1, 2, 0), "shape"),
+    ],
+)
+def test_sliding_window_diagnoses_typical_mistakes(wrong, match):
+    with pytest.raises(ExerciseError, match=match):
+        check_sliding_window_alibi(wrong)
 
 
-# ---------------------------------------------------------------- exercise 4
-
-
-def _bucket(r, bidirectional, num_buckets, max_distance):
-    return int(
-        t5_relative_position_bucket(torch.tensor(r), bidirectional, num_buckets, max_distance)
-    )
-
-
-def test_t5_checker_accepts_the_lib():
-    assert check_t5_bucket(_bucket)
-
-
-def test_t5_checker_catches_swapped_directions():
-    with pytest.raises(ExerciseError, match="past and future are swapped"):
-        check_t5_bucket(lambda r, b, n, m: _bucket(-r, b, n, m))
-
-
-def test_t5_checker_catches_missing_saturation():
-    def no_clamp(r, bidirectional, num_buckets, max_distance):
-        n = abs(r) if bidirectional else max(-r, 0)
-        offset = num_buckets // 2 if bidirectional and r > 0 else 0
-        per_side = num_buckets // 2 if bidirectional else num_buckets
-        exact = per_side // 2
-        if n < exact:
-            return offset + n
-        return (
-            offset
-            + exact
-            + int(math.log(n / exact) / math.log(max_distance / exact) * (per_side - exact))
-        )
-
-    with pytest.raises(ExerciseError, match="saturate in the last bucket"):
-        check_t5_bucket(no_clamp)
-
-
-def test_t5_checker_points_at_the_first_wrong_distance():
-    def off_by_one(r, bidirectional, num_buckets, max_distance):
-        right = _bucket(r, bidirectional, num_buckets, max_distance)
-        return right + 1 if r == -3 else right
-
-    with pytest.raises(ExerciseError, match="relative_position=-3 you return bucket 4, expected 3"):
-        check_t5_bucket(off_by_one)
+def test_checkers_reject_non_callables():
+    with pytest.raises(TypeError, match="pass your function itself"):
+        check_ntk_scaled_base(10000.0)

@@ -2,155 +2,20 @@
 
 from __future__ import annotations
 
-from itertools import pairwise
+import math
 
 import pytest
 
 from lib.exercises._common import ExerciseError
 from lib.exercises.tokenizer import (
-    check_apply_merge,
-    check_bpe_pair_counts,
+    check_byte_fallback,
     check_corpus_chars_per_token,
-    check_decode_from_vocab,
+    check_viterbi_segment,
+    check_wordpiece_encode,
 )
-from lib.tokenizer import merge_adjacent_pair
 
 
 # -- Exercise 1 ---------------------------------------------------------------------------------
-def pair_counts_right(word_counts):
-    counts = {}
-    for word, freq in word_counts.items():
-        for pair in pairwise(word):
-            counts[pair] = counts.get(pair, 0) + freq
-    return counts
-
-
-def pair_counts_across_words(word_counts):
-    stream = [i for word in word_counts for i in word]  # concatenates the words
-    freqs = [f for word, f in word_counts.items() for _ in word]
-    counts = {}
-    for k, pair in enumerate(pairwise(stream)):
-        counts[pair] = counts.get(pair, 0) + freqs[k]
-    return counts
-
-
-def pair_counts_unweighted(word_counts):
-    return pair_counts_right(dict.fromkeys(word_counts, 1))
-
-
-def pair_counts_no_overlap(word_counts):
-    counts = {}
-    for word, freq in word_counts.items():
-        i = 0
-        while i + 1 < len(word):
-            pair = (word[i], word[i + 1])
-            counts[pair] = counts.get(pair, 0) + freq
-            i += 2 if word[i] == word[i + 1] else 1  # skips the overlapping occurrence
-    return counts
-
-
-def test_pair_counts_accepts_the_reference(capsys):
-    assert check_bpe_pair_counts(pair_counts_right) is True
-    assert "all checks passed" in capsys.readouterr().out
-
-
-def test_pair_counts_not_attempted_returns_false():
-    def stub(word_counts):
-        raise NotImplementedError
-
-    assert check_bpe_pair_counts(stub) is False
-
-
-def test_pair_counts_diagnoses_counting_across_words():
-    with pytest.raises(ExerciseError, match="must not span two words"):
-        check_bpe_pair_counts(pair_counts_across_words)
-
-
-def test_pair_counts_diagnoses_ignoring_word_counts():
-    with pytest.raises(ExerciseError, match="counted each distinct word once"):
-        check_bpe_pair_counts(pair_counts_unweighted)
-
-
-def test_pair_counts_diagnoses_skipped_overlaps():
-    with pytest.raises(ExerciseError, match=r"overlapping pairs all count"):
-        check_bpe_pair_counts(pair_counts_no_overlap)
-
-
-def test_pair_counts_rejects_a_list():
-    with pytest.raises(ExerciseError, match="should be a dict"):
-        check_bpe_pair_counts(lambda wc: list(pair_counts_right(wc).items()))
-
-
-def test_pair_counts_rejects_keys_that_are_not_pairs():
-    def keyed_by_string(word_counts):
-        return {f"{a},{b}": n for (a, b), n in pair_counts_right(word_counts).items()}
-
-    with pytest.raises(ExerciseError, match=r"keys should be pairs \(a, b\)"):
-        check_bpe_pair_counts(keyed_by_string)
-
-
-# -- Exercise 2 ---------------------------------------------------------------------------------
-def merge_right(ids, pair, new_id):
-    return merge_adjacent_pair(ids, pair, new_id)
-
-
-def merge_overlapping_twice(ids, pair, new_id):
-    out = []
-    for i in range(len(ids)):
-        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)  # forgets to skip the second id of the pair
-        elif not (i > 0 and (ids[i - 1], ids[i]) == pair):
-            out.append(ids[i])
-    return out
-
-
-def merge_missing_the_end(ids, pair, new_id):
-    out, i = [], 0
-    while i < len(ids) - 2:  # off by one: never looks at the last pair
-        if (ids[i], ids[i + 1]) == pair:
-            out.append(new_id)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out + list(ids[i:])
-
-
-def merge_right_to_left(ids, pair, new_id):
-    return merge_adjacent_pair(ids[::-1], pair[::-1], new_id)[::-1]
-
-
-def merge_in_place(ids, pair, new_id):
-    merged = merge_adjacent_pair(ids, pair, new_id)
-    ids[:] = merged
-    return ids
-
-
-def test_apply_merge_accepts_the_reference():
-    assert check_apply_merge(merge_right) is True
-
-
-def test_apply_merge_diagnoses_overlaps_merged_twice():
-    with pytest.raises(ExerciseError, match="merged overlapping occurrences"):
-        check_apply_merge(merge_overlapping_twice)
-
-
-def test_apply_merge_diagnoses_the_missed_last_pair():
-    with pytest.raises(ExerciseError, match="pair at the very end was missed"):
-        check_apply_merge(merge_missing_the_end)
-
-
-def test_apply_merge_diagnoses_right_to_left():
-    with pytest.raises(ExerciseError, match="scan from left to right"):
-        check_apply_merge(merge_right_to_left)
-
-
-def test_apply_merge_diagnoses_mutation():
-    with pytest.raises(ExerciseError, match="modified its input list"):
-        check_apply_merge(merge_in_place)
-
-
-# -- Exercise 3 ---------------------------------------------------------------------------------
 def cpt_right(texts, encode):
     return sum(len(t) for t in texts) / sum(len(encode(t)) for t in texts)
 
@@ -185,61 +50,191 @@ def test_corpus_cpt_diagnoses(wrong, message):
         check_corpus_chars_per_token(wrong)
 
 
-# -- Exercise 4 ---------------------------------------------------------------------------------
-def decode_right(ids, vocab):
-    for i in ids:
-        if i not in vocab:
-            raise ValueError(f"unknown id {i}")
-    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+# -- Exercise 2 ---------------------------------------------------------------------------------
+def fallback_right(text, char_to_id):
+    ids = []
+    for char in text:
+        if char in char_to_id:
+            ids.append(char_to_id[char])
+        else:
+            ids.extend(len(char_to_id) + b for b in char.encode("utf-8"))
+    return ids
 
 
-def decode_per_token(ids, vocab):
-    for i in ids:
-        if i not in vocab:
-            raise ValueError(f"unknown id {i}")
-    return "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
+def fallback_code_point(text, char_to_id):
+    return [char_to_id.get(c, len(char_to_id) + ord(c)) for c in text]
 
 
-def decode_strict(ids, vocab):
-    return b"".join(vocab[i] for i in ids).decode("utf-8")
+def fallback_no_offset(text, char_to_id):
+    ids = []
+    for char in text:
+        ids.extend([char_to_id[char]] if char in char_to_id else char.encode("utf-8"))
+    return ids
 
 
-def decode_ignore(ids, vocab):
-    for i in ids:
-        if i not in vocab:
-            raise ValueError(f"unknown id {i}")
-    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="ignore")
+def fallback_all_bytes(text, char_to_id):
+    if all(c in char_to_id for c in text):
+        return [char_to_id[c] for c in text]
+    return [len(char_to_id) + b for b in text.encode("utf-8")]
 
 
-def decode_key_error(ids, vocab):
-    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+def fallback_key_error(text, char_to_id):
+    return [char_to_id[c] for c in text]
 
 
-def decode_vague_error(ids, vocab):
-    if any(i not in vocab for i in ids):
-        raise ValueError("bad input")
-    return decode_right(ids, vocab)
+def test_byte_fallback_accepts_the_reference(capsys):
+    assert check_byte_fallback(fallback_right) is True
+    assert "all checks passed" in capsys.readouterr().out
 
 
-def test_decode_accepts_the_reference():
-    assert check_decode_from_vocab(decode_right) is True
+def test_byte_fallback_not_attempted_returns_none(capsys):
+    def stub(text, char_to_id):
+        raise NotImplementedError
+
+    assert check_byte_fallback(stub) is None
+    assert "Exercise 2 not attempted yet" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     ("wrong", "message"),
     [
-        (decode_per_token, "decoded each token on its own"),
-        (decode_strict, "errors='replace'"),
-        (decode_ignore, "not disappear"),
-        (decode_key_error, "bare KeyError"),
-        (decode_vague_error, "should name it"),
+        (fallback_code_point, r"code point ord\('é'\) = 233"),
+        (fallback_no_offset, "collides with the characters' ids"),
+        (fallback_all_bytes, "known ones keep their own ids"),
+        (fallback_key_error, "raised KeyError"),
+        (lambda text, char_to_id: "".join(text), "should be a list of int ids"),
     ],
 )
-def test_decode_diagnoses(wrong, message):
+def test_byte_fallback_diagnoses(wrong, message):
     with pytest.raises(ExerciseError, match=message):
-        check_decode_from_vocab(wrong)
+        check_byte_fallback(wrong)
+
+
+# -- Exercise 3 ---------------------------------------------------------------------------------
+def wordpiece_right(word, vocab):
+    pieces, start = [], 0
+    while start < len(word):
+        for end in range(len(word), start, -1):
+            piece = ("##" if start else "") + word[start:end]
+            if piece in vocab:
+                pieces.append(piece)
+                start = end
+                break
+        else:
+            return ["[UNK]"]
+    return pieces
+
+
+def wordpiece_shortest(word, vocab):
+    pieces, start = [], 0
+    while start < len(word):
+        for end in range(start + 1, len(word) + 1):
+            piece = ("##" if start else "") + word[start:end]
+            if piece in vocab:
+                pieces.append(piece)
+                start = end
+                break
+        else:
+            return ["[UNK]"]
+    return pieces
+
+
+def wordpiece_without_prefix(word, vocab):
+    pieces, start = [], 0
+    while start < len(word):
+        end = next((e for e in range(len(word), start, -1) if word[start:e] in vocab), None)
+        if end is None:
+            return ["[UNK]"]
+        pieces.append(word[start:end])
+        start = end
+    return pieces
+
+
+def wordpiece_partial_unk(word, vocab):
+    pieces, start = [], 0
+    while start < len(word):
+        for end in range(len(word), start, -1):
+            piece = ("##" if start else "") + word[start:end]
+            if piece in vocab:
+                pieces.append(piece)
+                start = end
+                break
+        else:
+            pieces.append("[UNK]")
+            start += 1
+    return pieces
+
+
+def test_wordpiece_accepts_the_reference():
+    assert check_wordpiece_encode(wordpiece_right) is True
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (wordpiece_shortest, "shortest piece"),
+        (wordpiece_without_prefix, "with the '##' prefix"),
+        (wordpiece_partial_unk, "the whole word becomes"),
+        (lambda word, vocab: " ".join(wordpiece_right(word, vocab)), "list of str pieces"),
+    ],
+)
+def test_wordpiece_diagnoses(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_wordpiece_encode(wrong)
+
+
+# -- Exercise 4 ---------------------------------------------------------------------------------
+def viterbi_right(word, log_probs):
+    best = [0.0] + [-math.inf] * len(word)
+    start_of = [0] * (len(word) + 1)
+    for end in range(1, len(word) + 1):
+        for start in range(end):
+            piece = word[start:end]
+            if piece in log_probs and best[start] + log_probs[piece] > best[end]:
+                best[end], start_of[end] = best[start] + log_probs[piece], start
+    pieces, end = [], len(word)
+    while end:
+        pieces.append(word[start_of[end] : end])
+        end = start_of[end]
+    return pieces[::-1]
+
+
+def viterbi_reversed(word, log_probs):
+    return viterbi_right(word, log_probs)[::-1]
+
+
+def viterbi_greedy(word, log_probs):
+    pieces, start = [], 0
+    while start < len(word):
+        end = next(e for e in range(len(word), start, -1) if word[start:e] in log_probs)
+        pieces.append(word[start:end])
+        start = end
+    return pieces
+
+
+def viterbi_sum_of_probs(word, log_probs):
+    probs = {piece: math.exp(v) for piece, v in log_probs.items()}
+    return viterbi_right(word, probs)  # maximises the sum of probabilities
+
+
+def test_viterbi_accepts_the_reference():
+    assert check_viterbi_segment(viterbi_right) is True
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (viterbi_reversed, "reverse order"),
+        (viterbi_greedy, "greedy longest match"),
+        (viterbi_sum_of_probs, "sum of the pieces' probabilities"),
+        (lambda word, log_probs: list(word), "expected"),
+    ],
+)
+def test_viterbi_diagnoses(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_viterbi_segment(wrong)
 
 
 def test_checkers_reject_non_callables():
     with pytest.raises(TypeError, match="pass your function itself"):
-        check_apply_merge([1, 2, 3])
+        check_wordpiece_encode(["un", "##able"])

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "NOT_ATTEMPTED",
     "ExerciseError",
     "checker",
     "call_without_mutation",
@@ -21,17 +22,27 @@ class ExerciseError(AssertionError):
     """The reader's answer is wrong; the message says how."""
 
 
-def checker(title: str) -> Callable[[Callable[..., None]], Callable[..., bool]]:
+#: What a checker prints, after "Exercise N", for a stub not yet filled in (one short line).
+NOT_ATTEMPTED = (
+    "not attempted yet: replace `raise NotImplementedError` with your code and run the cell."
+)
+
+
+def checker(title: str) -> Callable[[Callable[..., None]], Callable[..., bool | None]]:
     """Turn a function that raises :class:`ExerciseError` into a friendly checker.
 
-    The wrapped checker returns ``True`` after printing a success line, returns ``False``
-    when the answer still raises ``NotImplementedError``, and re-raises every
-    :class:`ExerciseError` with the exercise's title in front.
+    The wrapped checker prints a success line and returns ``True`` when every check passes,
+    and re-raises every :class:`ExerciseError` with the exercise's title in front. When the
+    answer still raises ``NotImplementedError`` (the stub as the chapter shows it), it prints
+    one line that says what to do and returns ``None``: a notebook cell that ends in the
+    checker call then shows that line and nothing else (Jupyter displays no ``None``), and
+    the notebook runs on. ``assert check(solution)`` still fails for a stub, since ``None``
+    is falsy.
     """
 
-    def decorate(check: Callable[..., None]) -> Callable[..., bool]:
+    def decorate(check: Callable[..., None]) -> Callable[..., bool | None]:
         @functools.wraps(check)
-        def run(candidate: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+        def run(candidate: Callable[..., Any], *args: Any, **kwargs: Any) -> bool | None:
             if not callable(candidate):
                 raise TypeError(
                     f"{title}: pass your function itself (e.g. check(my_fn)), "
@@ -40,8 +51,8 @@ def checker(title: str) -> Callable[[Callable[..., None]], Callable[..., bool]]:
             try:
                 check(candidate, *args, **kwargs)
             except NotImplementedError:
-                print(f"{title}: not attempted yet. Write your answer, then run this cell again.")
-                return False
+                print(f"{title.split(':')[0]} {NOT_ATTEMPTED}")
+                return None
             except ExerciseError as err:
                 raise ExerciseError(f"{title}: {err}") from None
             print(f"{title}: all checks passed.")

@@ -1,4 +1,10 @@
-"""Checkers for the exercises of chapter 2 (embeddings)."""
+"""Checkers for the exercises of chapter 2 (embeddings).
+
+Each checker compares the reader's answer with a reference written here and, when they
+differ, tries the usual wrong answers (a gradient assigned instead of accumulated, the
+padding row forgotten, probabilities of a row never drawn added instead of multiplied, a
+matrix counted twice) to say which one was made.
+"""
 
 from __future__ import annotations
 
@@ -18,104 +24,153 @@ from lib.exercises._common import (
 )
 
 __all__ = [
-    "check_one_hot_embed",
+    "check_embedding_backward",
+    "check_rows_updated",
     "check_seq2seq_embedding_params",
-    "check_tied_log_probs",
     "check_expected_initial_loss",
 ]
 
 
-def _call_explaining_errors(fn: Callable[..., Any], *args: Any, hints: dict[str, str]) -> Any:
-    """Call ``fn`` without letting it mutate its inputs; turn a RuntimeError into a diagnosis.
-
-    ``hints`` maps a lower-case fragment of PyTorch's error message to the advice to give.
-    """
-    try:
-        return call_without_mutation(fn, *args)
-    except NotImplementedError:  # a subclass of RuntimeError: "not attempted yet", not a bug
-        raise
-    except (RuntimeError, IndexError) as err:
-        message = str(err).lower()
-        advice = next((text for key, text in hints.items() if key in message), hints.get("", ""))
-        raise ExerciseError(
-            f"your function raised {type(err).__name__}: {err}" + (f". {advice}" if advice else "")
-        ) from None
-
-
 # --- Exercise 1 -----------------------------------------------------------------------------
-
-_ONE_HOT_HINTS = {
-    "dtype": "The one-hot and the table must have the same dtype: build the one-hot with "
-    ".to(weight.dtype), not .float() (the checker's table is float64).",
-    "scalar type": "The one-hot and the table must have the same dtype: build the one-hot with "
-    ".to(weight.dtype), not .float() (the checker's table is float64).",
-    "": "Check the shapes: the one-hot is (... vocab) with vocab = weight.shape[0] "
-    "(pass num_classes=weight.shape[0]) and it multiplies weight (vocab d_model) as it is, "
-    "not weight.T.",
-}
+def _embedding_grad(
+    token_ids: torch.Tensor, grad_output: torch.Tensor, vocab_size: int, padding_idx: int | None
+) -> torch.Tensor:
+    """The reference: autograd through ``F.embedding``."""
+    weight = torch.zeros(vocab_size, grad_output.shape[-1], dtype=grad_output.dtype)
+    weight.requires_grad_(True)
+    F.embedding(token_ids, weight, padding_idx=padding_idx).backward(grad_output)
+    return weight.grad
 
 
-@checker("Exercise 1: an embedding as a matrix product")
-def check_one_hot_embed(
-    one_hot_embed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-) -> None:
-    """``one_hot_embed(ids (...), weight (vocab d_model)) -> (... d_model)`` via one-hot @ weight."""
-    gen = torch.Generator().manual_seed(2)
-    vocab, d_model = 7, 5
-    weight = torch.randn(vocab, d_model, dtype=torch.float64, generator=gen)
-    # Every id appears, the largest included, some of them twice; leading shape (2, 4).
-    ids = torch.tensor([[0, 6, 3, 3], [1, 2, 4, 5]])
+def _assigned(token_ids, grad_output, vocab_size, padding_idx, d_model) -> torch.Tensor:
+    """``grad[ids] = g``: each row keeps one of its positions' gradients."""
+    grad = torch.zeros(vocab_size, d_model, dtype=grad_output.dtype)
+    grad[token_ids.flatten()] = grad_output.reshape(-1, d_model)
+    if padding_idx is not None:
+        grad[padding_idx] = 0
+    return grad
 
-    leaf = weight.clone().requires_grad_(True)
-    got = _call_explaining_errors(one_hot_embed, ids, leaf, hints=_ONE_HOT_HINTS)
-    expect_tensor(got, (2, 4, d_model), "one_hot_embed(ids of shape (2, 4), weight (7, 5))")
-    if got.dtype != weight.dtype:
+
+@checker("Exercise 1: the embedding's gradient by hand")
+def check_embedding_backward(backward: Callable[..., torch.Tensor]) -> None:
+    """``backward(token_ids, grad_output, vocab_size, padding_idx) -> (vocab d_model)``."""
+    generator = torch.Generator().manual_seed(1)
+    cases = [
+        (torch.tensor([[3, 1, 3], [0, 5, 3]]), 6, None),  # token 3 three times, 2 and 4 never
+        (torch.tensor([[3, 1, 3], [0, 5, 3]]), 6, 0),  # 0 is padding
+        (torch.tensor([4, 4, 4, 4]), 5, None),
+        (torch.randint(0, 50, (4, 16), generator=generator), 50, 7),
+        (torch.randint(0, 9, (2, 3, 5), generator=generator), 9, None),
+    ]
+    for token_ids, vocab_size, padding_idx in cases:
+        d_model = 4
+        shape = (*token_ids.shape, d_model)
+        grad_output = torch.randn(shape, generator=generator, dtype=torch.float64)
+        call = f"backward(ids of shape {tuple(token_ids.shape)}, ..., {vocab_size}, {padding_idx})"
+        got = call_without_mutation(backward, token_ids, grad_output, vocab_size, padding_idx)
+        want = _embedding_grad(token_ids, grad_output, vocab_size, padding_idx)
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == (d_model, vocab_size):
+            raise ExerciseError(
+                f"{call} has shape {tuple(got.shape)}: the gradient of the table has the "
+                f"table's shape (vocab d_model) = {(vocab_size, d_model)}"
+            )
+        expect_tensor(got, (vocab_size, d_model), call)
+        if torch.allclose(got.double(), want, atol=1e-9):
+            continue
+        _diagnose_backward(got, want, token_ids, grad_output, vocab_size, padding_idx, call)
+
+
+def _diagnose_backward(got, want, token_ids, grad_output, vocab_size, padding_idx, call):
+    d_model = grad_output.shape[-1]
+    got = got.double()
+    assigned = _assigned(token_ids, grad_output, vocab_size, padding_idx, d_model)
+    if torch.allclose(got, assigned, atol=1e-9):
         raise ExerciseError(
-            f"the result has dtype {got.dtype}, but the table is {weight.dtype}: make the "
-            "one-hot in the table's dtype (.to(weight.dtype)) and do not convert the table"
+            f"{call}: rows of tokens that occur several times hold one position's gradient, "
+            "not the sum of all of them. Indexed assignment (grad[ids] = g, or grad[ids] += g) "
+            "keeps one value per repeated index; accumulate with grad.index_add_(0, ids, g)"
         )
-    expect_close(got, F.embedding(ids, weight), "the embedded vectors", atol=1e-12, rtol=0)
-
-    # Gradients: the one-hot product must route each upstream gradient to its token's row.
-    if got.grad_fn is None:
+    counts = torch.bincount(token_ids.flatten(), minlength=vocab_size).clamp(min=1)
+    if torch.allclose(got, want / counts[:, None].double(), atol=1e-9):
         raise ExerciseError(
-            "no gradient reaches weight: do not detach it, copy it with torch.tensor(...) or "
-            "compute under torch.no_grad()"
+            f"{call}: you averaged the gradients of a token's positions; the lookup copies "
+            "the row to every position, so its gradient is their sum"
         )
-    upstream = torch.randn(2, 4, d_model, dtype=torch.float64, generator=gen)
-    (grad,) = torch.autograd.grad(got, leaf, upstream)
-    reference = torch.zeros_like(weight).index_add_(0, ids.flatten(), upstream.reshape(-1, d_model))
-    expect_close(grad, reference, "the gradient with respect to weight", atol=1e-12, rtol=0)
-
-    # Ids that do not include the largest one: a one-hot sized by the ids, not the table, fails.
-    small_ids = torch.tensor([1, 0, 2])
-    got = _call_explaining_errors(
-        one_hot_embed,
-        small_ids,
-        weight,
-        hints={
-            "": "This call's ids do not include the largest id (vocab - 1): size the one-hot "
-            "by the table, F.one_hot(ids, num_classes=weight.shape[0])."
-        },
-    )
-    expect_close(got, weight[small_ids], "the result for 1-D ids [1, 0, 2]", atol=1e-12, rtol=0)
-
-    # A square table: the transposed product runs but gives the wrong rows.
-    square = torch.randn(6, 6, dtype=torch.float64, generator=gen)
-    square_ids = torch.tensor([[[5]], [[2]]])  # shape (2, 1, 1)
-    got = _call_explaining_errors(one_hot_embed, square_ids, square, hints=_ONE_HOT_HINTS)
-    expect_tensor(got, (2, 1, 1, 6), "the result for ids of shape (2, 1, 1) and a 6x6 table")
-    if torch.allclose(got, square.T[square_ids], atol=1e-12) and not torch.allclose(
-        got, square[square_ids], atol=1e-12
-    ):
-        raise ExerciseError(
-            "with a square table your function returns columns, not rows: multiply by weight "
-            "(vocab d_model), not weight.T"
-        )
-    expect_close(got, square[square_ids], "the result for a square 6x6 table", atol=1e-12, rtol=0)
+    if padding_idx is not None:
+        unpadded = _embedding_grad(token_ids, grad_output, vocab_size, None)
+        if torch.allclose(got, unpadded, atol=1e-9):
+            raise ExerciseError(
+                f"{call}: the padding row {padding_idx} received a gradient; the padding "
+                "row never does (it stays at its initial zero), so zero that row"
+            )
+    expect_close(got, want, call, atol=1e-9)
 
 
 # --- Exercise 2 -----------------------------------------------------------------------------
+def _as_float(value: Any, what: str) -> float:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.item())
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise ExerciseError(f"{what} should be a number, got {type(value).__name__} {value!r}")
+
+
+@checker("Exercise 2: the rows a batch updates")
+def check_rows_updated(rows_updated: Callable[[torch.Tensor, int], float]) -> None:
+    """``rows_updated(probs (vocab), n_tokens) -> float``: expected distinct tokens drawn."""
+    generator = torch.Generator().manual_seed(2)
+    zipf = 1 / torch.arange(1, 50_258, dtype=torch.float64)
+    cases = [
+        (torch.full((4,), 0.25, dtype=torch.float64), 1),
+        (torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64), 10),
+        (torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64), 3),
+        (zipf / zipf.sum(), 8_192),
+        (zipf / zipf.sum(), 1),
+    ]
+    for _ in range(4):
+        alpha = torch.rand(200, generator=generator, dtype=torch.float64) * 2
+        probs = torch.distributions.Dirichlet(alpha + 0.05).sample()
+        cases.append((probs / probs.sum(), int(torch.randint(1, 500, (1,), generator=generator))))
+    for probs, n_tokens in cases:
+        call = f"rows_updated(probs over {len(probs)} tokens, n_tokens={n_tokens})"
+        got = _as_float(call_without_mutation(rows_updated, probs, n_tokens), call)
+        never = torch.exp(n_tokens * torch.log1p(-probs))  # P(no draw is token i)
+        want = float((1 - never).sum())
+        if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
+            continue
+        where = f"{call} returned {got:.6g}, expected {want:.6g}"
+        vocab = len(probs)
+        wrong = {
+            "never": float(never.sum()),
+            "capped": float((n_tokens * probs).clamp(max=1).sum()),
+            "uniform": vocab * (1 - (1 - 1 / vocab) ** n_tokens),
+            "occurrences": float(n_tokens),
+        }
+        if math.isclose(got, wrong["never"], rel_tol=1e-6):
+            raise ExerciseError(
+                f"{where}: that is the expected number of rows that get *no* gradient, "
+                "sum_i (1 - p_i)^n; subtract each term from 1"
+            )
+        if math.isclose(got, wrong["capped"], rel_tol=1e-6):
+            raise ExerciseError(
+                f"{where}: min(1, n p_i) is not a probability of being drawn at least once; "
+                "a token is missed by all n draws with probability (1 - p_i)^n"
+            )
+        if math.isclose(got, wrong["uniform"], rel_tol=1e-6) and not math.isclose(
+            wrong["uniform"], want, rel_tol=1e-6
+        ):
+            raise ExerciseError(
+                f"{where}: you assumed every token equally likely; use each token's own p_i"
+            )
+        if math.isclose(got, wrong["occurrences"], rel_tol=1e-9):
+            raise ExerciseError(
+                f"{where}: that counts positions, not distinct rows; a row drawn twice is "
+                "still one row"
+            )
+        raise ExerciseError(where)
+
+
+# --- Exercise 3 -----------------------------------------------------------------------------
 
 
 def _seq2seq_reference(src_vocab: int, tgt_vocab: int, d_model: int, sharing: str) -> int:
@@ -128,7 +183,7 @@ def _seq2seq_reference(src_vocab: int, tgt_vocab: int, d_model: int, sharing: st
     raise ValueError(sharing)
 
 
-@checker("Exercise 2: embedding parameters of an encoder-decoder")
+@checker("Exercise 3: embedding parameters of an encoder-decoder")
 def check_seq2seq_embedding_params(seq2seq_embedding_params: Callable[..., int]) -> None:
     """``seq2seq_embedding_params(src_vocab, tgt_vocab, d_model, sharing) -> int``."""
     src, tgt, d = 1_000, 3_000, 16  # different sizes, so a swapped vocabulary shows
@@ -185,74 +240,7 @@ def check_seq2seq_embedding_params(seq2seq_embedding_params: Callable[..., int])
         )
 
 
-# --- Exercise 3 -----------------------------------------------------------------------------
-
-
-@checker("Exercise 3: tied log-probabilities")
-def check_tied_log_probs(
-    tied_log_probs: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-) -> None:
-    """``tied_log_probs(hidden (... d_model), weight (vocab d_model)) -> (... vocab)``."""
-    gen = torch.Generator().manual_seed(3)
-    vocab, d_model = 6, 4
-    hidden = torch.randn(2, 3, d_model, dtype=torch.float64, generator=gen)
-    weight = torch.randn(vocab, d_model, dtype=torch.float64, generator=gen)
-    logits = hidden @ weight.T
-    want = F.log_softmax(logits, dim=-1)
-
-    got = _call_explaining_errors(
-        tied_log_probs,
-        hidden,
-        weight,
-        hints={
-            "": "hidden is (... d_model) and weight (vocab d_model): the logits are "
-            "hidden @ weight.T, or einsum(hidden, weight, '... d_model, vocab d_model -> ... vocab')"
-        },
-    )
-    expect_tensor(got, (2, 3, vocab), "tied_log_probs(hidden (2, 3, 4), weight (6, 4))")
-    got = got.double()
-    close = lambda a, b: torch.allclose(a, b, atol=1e-6)
-    if close(got, logits):
-        raise ExerciseError("you returned the raw logits: normalise them with F.log_softmax")
-    if close(got, logits.softmax(-1)):
-        raise ExerciseError(
-            "you returned probabilities; the task asks for log-probabilities (F.log_softmax)"
-        )
-    if close(got, F.log_softmax(logits.softmax(-1), dim=-1)) or close(
-        got, logits.softmax(-1).softmax(-1).log()
-    ):
-        raise ExerciseError(
-            "the softmax was applied twice: log_softmax already includes one; apply it to the "
-            "logits themselves"
-        )
-    if close(got, F.log_softmax(logits, dim=0)) or close(got, F.log_softmax(logits, dim=1)):
-        raise ExerciseError("normalise over the vocabulary, the last axis (dim=-1)")
-    expect_close(got, want, "the log-probabilities", atol=1e-6)
-
-    # Confident logits: log(softmax(x)) underflows to -inf, log_softmax does not.
-    big = _call_explaining_errors(tied_log_probs, 1000 * hidden, weight, hints={})
-    if not torch.isfinite(big).all():
-        raise ExerciseError(
-            "with large logits some log-probabilities are -inf or NaN: log(softmax(x)) underflows; "
-            "use F.log_softmax, which subtracts the maximum first"
-        )
-    expect_close(
-        big.double(),
-        F.log_softmax(1000 * logits, dim=-1),
-        "the log-probabilities for large logits",
-        atol=1e-6,
-    )
-
-
 # --- Exercise 4 -----------------------------------------------------------------------------
-
-
-def _as_float(value: Any, what: str) -> float:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value.item())
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    raise ExerciseError(f"{what} should be a number, got {type(value).__name__} {value!r}")
 
 
 @checker("Exercise 4: the loss of random logits")

@@ -1,17 +1,20 @@
 """Checkers for the exercises of chapter 5 (the feed-forward network).
 
-Each checker compares the reader's function with a reference on fixed inputs and, when they
-differ, tries the usual wrong answers first so that the message says what went wrong.
+Each checker compares the reader's answer with a reference written here and, when they
+differ, tries the usual wrong answers first (GELU's derivative without its second term, a
+transposed Jacobian, the squared error minimised instead of the largest, a hidden size
+rounded up past the budget or biases forgotten) so that the message says what went wrong.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from einops import einsum
 
 from lib.exercises._common import (
     ExerciseError,
@@ -22,245 +25,235 @@ from lib.exercises._common import (
 )
 
 __all__ = [
-    "check_gelu_tanh_approx",
-    "check_swiglu_forward",
-    "check_gated_hidden_size",
-    "check_ffn_param_count",
+    "check_ffn_jacobian",
+    "check_sigmoid_gelu_beta",
+    "check_matched_gated_d_ff",
 ]
 
 
-def _tanh_gelu(x: torch.Tensor, *, scale: float, cubic: float, half: float = 0.5) -> torch.Tensor:
-    return half * x * (1 + torch.tanh(scale * (x + cubic * x**3)))
-
-
-def _matches(got: torch.Tensor, want: torch.Tensor, atol: float = 1e-5) -> bool:
+def _matches(got: torch.Tensor, want: torch.Tensor, atol: float = 1e-8) -> bool:
     return got.shape == want.shape and torch.allclose(got.double(), want.double(), atol=atol)
 
 
-@checker("Exercise 1: GELU, tanh form")
-def check_gelu_tanh_approx(gelu_fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
-    """``gelu_fn(x)`` must be ``x/2 · (1 + tanh(√(2/π)·(x + 0.044715·x³)))``, any shape."""
-    generator = torch.Generator().manual_seed(1)
-    x = torch.cat([torch.linspace(-6, 6, 241), 3 * torch.randn(59, generator=generator)])
-    x = x.reshape(3, 100)
-    got = expect_tensor(call_without_mutation(gelu_fn, x), tuple(x.shape))
-    sqrt_2_over_pi = math.sqrt(2 / math.pi)
-    want = _tanh_gelu(x, scale=sqrt_2_over_pi, cubic=0.044715)
-    if _matches(got, want):
-        return
-    mistakes = [
-        (
-            _tanh_gelu(x, scale=sqrt_2_over_pi, cubic=0.0),
-            "the 0.044715·x³ term inside the tanh is missing: the argument is "
-            "√(2/π)·(x + 0.044715·x³)",
-        ),
-        (
-            _tanh_gelu(x, scale=2 / math.pi, cubic=0.044715),
-            "the factor in front is √(2/π) ≈ 0.798, not 2/π ≈ 0.637 (the square root is missing)",
-        ),
-        (
-            _tanh_gelu(x, scale=math.sqrt(math.pi / 2), cubic=0.044715),
-            "the factor in front is √(2/π) ≈ 0.798; you used √(π/2) ≈ 1.253 (upside down)",
-        ),
-        (
-            _tanh_gelu(x, scale=1.0, cubic=0.044715),
-            "the argument of the tanh must be multiplied by √(2/π) ≈ 0.798",
-        ),
-        (
-            _tanh_gelu(x, scale=sqrt_2_over_pi, cubic=0.044715, half=1.0),
-            "the factor 1/2 in front is missing: x/2 · (1 + tanh(...))",
-        ),
-        (
-            0.5 * x * (1 + torch.erf(x / math.sqrt(2))),
-            "this is the exact (erf) GELU; the exercise asks for the tanh approximation",
-        ),
-    ]
-    for wrong, diagnosis in mistakes:
-        if _matches(got, wrong):
-            raise ExerciseError(diagnosis)
-    expect_close(got, want, "gelu_tanh(x)", hint="check the formula term by term")
+# -- Exercise 1 -------------------------------------------------------------------------------
+def _jacobian_with(derivative: Callable[[torch.Tensor], torch.Tensor], x, w_in, b_in, w_out):
+    """``w_out @ diag(derivative(w_in x + b_in)) @ w_in``: ``(d_model d_model)``."""
+    pre = w_in @ x + b_in  # (d_ff)
+    return w_out @ (derivative(pre)[:, None] * w_in)
 
 
-def _swiglu_reference(x, w_gate, w_value, w_out, gate_fn=F.silu, value_fn=None, after=None):
-    gate = einsum(x, w_gate, "batch seq d_model, d_model d_ff -> batch seq d_ff")
-    value = einsum(x, w_value, "batch seq d_model, d_model d_ff -> batch seq d_ff")
-    if value_fn is not None:
-        value = value_fn(value)
-    hidden = gate_fn(gate) * value
-    if after is not None:
-        hidden = after(hidden)
-    return einsum(hidden, w_out, "batch seq d_ff, d_ff d_model -> batch seq d_model")
+def _gelu_derivative(h: torch.Tensor) -> torch.Tensor:
+    return torch.special.ndtr(h) + h * torch.exp(-0.5 * h**2) / math.sqrt(2 * math.pi)
 
 
-@checker("Exercise 2: SwiGLU from three matrices")
-def check_swiglu_forward(swiglu_fn: Callable[..., torch.Tensor]) -> None:
-    """``swiglu_fn(x, w_gate, w_value, w_out)`` = ``(SiLU(x W_gate) ⊗ x W_value) W_out``."""
+def _tanh_gelu_derivative(h: torch.Tensor) -> torch.Tensor:
+    h = h.detach().requires_grad_(True)
+    (grad,) = torch.autograd.grad(F.gelu(h, approximate="tanh").sum(), h)
+    return grad
+
+
+def _randn(generator: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+
+@checker("Exercise 1: the Jacobian of a GELU FFN")
+def check_ffn_jacobian(jacobian: Callable[..., torch.Tensor]) -> None:
+    """``jacobian(x, w_in, b_in, w_out) -> (d_model d_model)``, ``J[o, i] = dy_o / dx_i``."""
     generator = torch.Generator().manual_seed(5)
-    for batch, seq, d_model, d_ff in [(2, 5, 8, 12), (1, 3, 4, 6)]:
-        x = torch.randn(batch, seq, d_model, generator=generator)
-        w_gate = torch.randn(d_model, d_ff, generator=generator) / math.sqrt(d_model)
-        w_value = torch.randn(d_model, d_ff, generator=generator) / math.sqrt(d_model)
-        w_out = torch.randn(d_ff, d_model, generator=generator) / math.sqrt(d_ff)
-        args = (x, w_gate, w_value, w_out)
-        got = call_without_mutation(swiglu_fn, *args)
-        if isinstance(got, torch.Tensor) and tuple(got.shape) == (batch, seq, d_ff):
-            raise ExerciseError(
-                f"the result has shape {tuple(got.shape)} = (batch, seq, d_ff): "
-                "the product still needs the output projection w_out back to d_model"
-            )
-        expect_tensor(got, (batch, seq, d_model))
-        want = _swiglu_reference(*args)
+    for d_model, d_ff in ((4, 16), (6, 10), (8, 32)):
+        x, b_in = 1.5 * _randn(generator, d_model), _randn(generator, d_ff)
+        w_in = _randn(generator, d_ff, d_model)
+        w_out = _randn(generator, d_model, d_ff) / math.sqrt(d_ff)
+        call = f"jacobian(x, w_in, b_in, w_out) with d_model={d_model}, d_ff={d_ff}"
+        got = call_without_mutation(jacobian, x, w_in, b_in, w_out)
+        expect_tensor(got, (d_model, d_model), call)
+        if got.requires_grad:
+            got = got.detach()
+
+        want = torch.autograd.functional.jacobian(
+            lambda v, w_in=w_in, b_in=b_in, w_out=w_out: w_out @ F.gelu(w_in @ v + b_in), x
+        )
         if _matches(got, want):
             continue
-        identity = lambda t: t
-        mistakes = [
-            (
-                _swiglu_reference(x, w_value, w_gate, w_out),
-                "SiLU went on the value branch: apply it to x @ w_gate and leave x @ w_value linear",
+        args = (x, w_in, b_in, w_out)
+        wrong = {
+            "transposed": (
+                want.T,
+                "your matrix is transposed: row o holds the derivatives of output o, "
+                "J[o, i] = dy_o / dx_i, which is w_out @ diag(gelu'(h)) @ w_in",
             ),
-            (
-                _swiglu_reference(*args, gate_fn=identity, after=F.silu),
-                "SiLU was applied after the product; apply it to the gate branch only, then multiply",
+            "cdf_only": (
+                _jacobian_with(torch.special.ndtr, *args),
+                "GELU(h) = h Phi(h), so by the product rule its derivative is "
+                "Phi(h) + h phi(h), with phi the standard normal density; you kept Phi(h)",
             ),
-            (
-                _swiglu_reference(*args, value_fn=F.silu),
-                "SiLU was applied to both branches; the value branch x @ w_value stays linear",
+            "tanh": (
+                _jacobian_with(_tanh_gelu_derivative, *args),
+                "that is the derivative of the tanh approximation; this FFN uses the "
+                "exact GELU (F.gelu's default)",
             ),
-            (
-                _swiglu_reference(*args, gate_fn=identity),
-                "the SiLU is missing: the gate is SiLU(x @ w_gate)",
+            "relu": (
+                _jacobian_with(lambda h: (h > 0).double(), *args),
+                "that is ReLU's derivative (a step); GELU's is Phi(h) + h phi(h)",
             ),
-            (
-                _swiglu_reference(*args, gate_fn=torch.sigmoid),
-                "that is GLU (a sigmoid gate); SwiGLU's gate is SiLU(z) = z · sigmoid(z)",
+            "activation_not_derivative": (
+                _jacobian_with(F.gelu, *args),
+                "the middle factor is GELU'(h), the derivative, not GELU(h) itself",
             ),
-            (
-                _swiglu_reference(*args, gate_fn=F.relu),
-                "that is ReGLU (a ReLU gate); SwiGLU's gate is SiLU(z) = z · sigmoid(z)",
-            ),
-            (
-                _swiglu_reference(*args, gate_fn=F.gelu),
-                "that is GEGLU (a GELU gate); SwiGLU's gate is SiLU(z) = z · sigmoid(z)",
-            ),
-        ]
-        for wrong, diagnosis in mistakes:
-            if _matches(got, wrong):
-                raise ExerciseError(diagnosis)
-        expect_close(got, want, "swiglu(x, w_gate, w_value, w_out)")
+        }
+        for wrong_matrix, hint in wrong.values():
+            if _matches(got, wrong_matrix):
+                raise ExerciseError(f"{call}: {hint}")
+        expect_close(got, want, call, atol=1e-8)
 
 
-def _gated_hidden_reference(d_model: int, multiple_of: int) -> int:
-    hidden = 8 * d_model // 3
-    return multiple_of * -(-hidden // multiple_of)  # ceiling division in integers
+# -- Exercise 2 -------------------------------------------------------------------------------
+def _gelu_gap(x: torch.Tensor, beta: float) -> float:
+    """The largest ``|GELU(x) - x sigmoid(beta x)|`` over the points ``x``."""
+    exact = 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+    return (exact - x * torch.sigmoid(beta * x)).abs().max().item()
 
 
-@checker("Exercise 3: the 8/3 rule, rounded up")
-def check_gated_hidden_size(hidden_size_fn: Callable[[int, int], int]) -> None:
-    """``hidden_size_fn(d_model, multiple_of)`` = ``floor(8/3·d_model)`` rounded up to a multiple."""
-    cases = [
-        (4096, 256),  # LLaMA-7B: 11008
-        (5120, 256),  # LLaMA-13B: 13824
-        (8192, 256),  # LLaMA-65B: 22016
-        (512, 64),
-        (768, 256),  # 8/3 · 768 = 2048 is already a multiple
-        (96, 64),  # 256, already a multiple
-        (4096, 1),  # no rounding: 10922
-        (100, 7),  # floor(266.67) = 266 = 38 · 7 is a multiple: stays 266
+def _best_beta(x: torch.Tensor, loss: Callable[[torch.Tensor, float], float]) -> float:
+    """Minimise a quasi-convex ``loss(x, beta)`` over beta in [0.5, 4] by ternary search."""
+    low, high = 0.5, 4.0
+    for _ in range(120):
+        third = (high - low) / 3
+        if loss(x, low + third) < loss(x, high - third):
+            high -= third
+        else:
+            low += third
+    return (low + high) / 2
+
+
+def _squared_gap(x: torch.Tensor, beta: float) -> float:
+    exact = 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+    return ((exact - x * torch.sigmoid(beta * x)) ** 2).sum().item()
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Run small elementwise work on one thread: a thread pool costs more than it saves
+    here, and far more on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _as_float(value: Any, what: str) -> float:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.item())
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise ExerciseError(f"{what} should be a number, got {type(value).__name__} {value!r}")
+
+
+@checker("Exercise 2: the best sigmoid approximation of GELU")
+def check_sigmoid_gelu_beta(best_beta: Callable[[torch.Tensor], float]) -> None:
+    """``best_beta(x) -> beta`` minimising the largest gap ``|GELU - x sigmoid(beta x)|``."""
+    with _one_thread():
+        _check_sigmoid_gelu_beta(best_beta)
+
+
+def _check_sigmoid_gelu_beta(best_beta: Callable[[torch.Tensor], float]) -> None:
+    grids = [
+        torch.linspace(-6, 6, 12_001, dtype=torch.float64),
+        torch.linspace(-1, 1, 4_001, dtype=torch.float64),
+        torch.linspace(-2, 5, 7_001, dtype=torch.float64),
     ]
-    for d_model, multiple_of in cases:
-        got = hidden_size_fn(d_model, multiple_of)
-        want = _gated_hidden_reference(d_model, multiple_of)
-        call = f"hidden_size({d_model}, {multiple_of})"
-        if isinstance(got, float) and got == want:
-            raise ExerciseError(f"{call} returned the float {got!r}; return an int")
-        if not isinstance(got, int) or isinstance(got, bool):
-            raise ExerciseError(f"{call} should return an int, got {type(got).__name__} {got!r}")
-        if got == want:
+    answers = []
+    for x in grids:
+        call = f"best_beta(x) on {len(x):,} points in [{x[0]:g}, {x[-1]:g}]"
+        got = _as_float(call_without_mutation(best_beta, x), call)
+        answers.append(got)
+        want = _best_beta(x, _gelu_gap)
+        best_gap = _gelu_gap(x, want)
+        if got > 0 and _gelu_gap(x, got) <= 1.005 * best_gap:
             continue
-        hidden = 8 * d_model // 3
-        if got % multiple_of != 0:
-            if got in (hidden, math.ceil(8 * d_model / 3)):
-                raise ExerciseError(
-                    f"{call} returned {got}, the 8/3 size before rounding; round it up to a "
-                    f"multiple of {multiple_of} (expected {want})"
-                )
-            raise ExerciseError(f"{call} returned {got}, which is not a multiple of {multiple_of}")
-        if got == multiple_of * (hidden // multiple_of):
+        where = (
+            f"{call} returned {got:.4f}, whose largest gap is {_gelu_gap(x, got):.5f}; "
+            f"beta = {want:.4f} reaches {best_gap:.5f}"
+        )
+        if math.isclose(got, best_gap, rel_tol=1e-3):
+            raise ExerciseError(f"{where}: return beta itself, not the gap it reaches")
+        if abs(got - _best_beta(x, _squared_gap)) < 2e-3:
             raise ExerciseError(
-                f"{call} returned {got}: that rounds down; round up to a multiple instead "
-                f"(expected {want}), so the gated FFN is never smaller than the rule says"
+                f"{where}: you minimised the squared (or mean) error; the task is the "
+                "largest error over the points, max |GELU(x) - x sigmoid(beta x)|"
             )
-        if got == multiple_of * math.ceil(8 * d_model / 3 / multiple_of):
+        if abs(got - 1.702) < 1e-3:
             raise ExerciseError(
-                f"{call} returned {got}: take the integer part of 8/3 · d_model first "
-                f"({hidden}), then round up (expected {want})"
+                f"{where}: 1.702 is the usual constant, not the best one for these points; "
+                "search over beta (the largest gap has a single minimum in beta)"
             )
-        if got == multiple_of * (hidden // multiple_of + 1):
-            raise ExerciseError(
-                f"{call} returned {got}, one multiple too many: {hidden} is already a "
-                f"multiple of {multiple_of}, so it stays (expected {want})"
-            )
-        if got == multiple_of * math.ceil(4 * d_model / multiple_of):
-            raise ExerciseError(
-                f"{call} returned {got}, the plain FFN's 4 · d_model; a gated FFN uses "
-                f"8/3 · d_model (expected {want})"
-            )
-        raise ExerciseError(f"{call} returned {got}, expected {want}")
+        raise ExerciseError(where)
+    if len(set(answers)) == 1:
+        raise ExerciseError(
+            f"you returned {answers[0]} for every grid; the best beta depends on the points"
+        )
 
 
-def _ffn_params_reference(d_model: int, d_ff: int, gated: bool, bias: bool) -> int:
+# -- Exercise 3 -------------------------------------------------------------------------------
+def _ffn_params(d_model: int, d_ff: int, gated: bool, bias: bool) -> int:
     n_in = 2 * d_ff if gated else d_ff
     return d_model * n_in + d_ff * d_model + ((n_in + d_model) if bias else 0)
 
 
-@checker("Exercise 4: counting an FFN's parameters")
-def check_ffn_param_count(count_fn: Callable[[int, int, bool, bool], int]) -> None:
-    """``count_fn(d_model, d_ff, gated, bias)`` = the FFN's number of parameters."""
-    for d_model, d_ff in [(768, 3072), (4096, 11008), (10, 7)]:
-        for gated in (False, True):
-            for bias in (False, True):
-                got = count_fn(d_model, d_ff, gated, bias)
-                want = _ffn_params_reference(d_model, d_ff, gated, bias)
-                call = f"count_params({d_model}, {d_ff}, gated={gated}, bias={bias})"
-                if not isinstance(got, int) or isinstance(got, bool):
-                    if isinstance(got, float) and got == want:
-                        raise ExerciseError(f"{call} returned the float {got!r}; return an int")
-                    raise ExerciseError(
-                        f"{call} should return an int, got {type(got).__name__} {got!r}"
-                    )
-                if got == want:
-                    continue
-                diagnoses = [
-                    (bias, want - d_model, "the output layer's bias (d_model numbers) is missing"),
-                    (
-                        gated and bias,
-                        want - d_ff,
-                        "a gated FFN has two input biases (gate and value), d_ff numbers each",
-                    ),
-                    (
-                        gated,
-                        want - d_model * d_ff,
-                        "a gated FFN has three weight matrices, not two",
-                    ),
-                    (
-                        gated and bias,
-                        want - d_model * d_ff - d_ff,
-                        "a gated FFN has three matrices and 2·d_ff input biases; "
-                        "you counted a plain FFN",
-                    ),
-                    (
-                        not bias,
-                        want + d_ff + d_model,
-                        "with bias=False there are no biases to count",
-                    ),
-                    (
-                        not bias and gated,
-                        want + 2 * d_ff + d_model,
-                        "with bias=False there are no biases to count",
-                    ),
-                ]
-                hint = next(
-                    (msg for applies, value, msg in diagnoses if applies and got == value),
-                    "count each matrix (rows × columns) and each bias vector",
-                )
-                raise ExerciseError(f"{call} returned {got:,}, expected {want:,}: {hint}")
+def _matched(d_model: int, d_ff: int, bias: bool, multiple_of: int) -> int:
+    budget = _ffn_params(d_model, d_ff, gated=False, bias=bias)
+    per_unit = 3 * d_model + (2 if bias else 0)  # one hidden unit of a gated FFN
+    largest = (budget - (d_model if bias else 0)) // per_unit
+    return largest // multiple_of * multiple_of
+
+
+_MATCHED_CASES = (
+    (4096, 16384, False, 256),  # LLaMA-7B's shape
+    (48, 192, True, 1),  # the biases decide: 127, not 128
+    (768, 3072, True, 64),
+    (512, 2048, False, 1),  # T5-like, d_ff = 4 d_model
+    (1024, 2816, False, 128),  # a d_ff that is not 4 d_model
+    (64, 256, True, 64),
+)
+
+
+@checker("Exercise 3: a gated FFN within a plain one's budget")
+def check_matched_gated_d_ff(matched: Callable[[int, int, bool, int], int]) -> None:
+    """``matched(d_model, d_ff, bias, multiple_of) -> int``: the largest d_ff that fits."""
+    for d_model, d_ff, bias, multiple_of in _MATCHED_CASES:
+        call = f"matched_gated_d_ff({d_model}, {d_ff}, bias={bias}, multiple_of={multiple_of})"
+        got = matched(d_model, d_ff, bias, multiple_of)
+        if isinstance(got, bool) or not isinstance(got, int):
+            raise ExerciseError(f"{call} should return an int, got {type(got).__name__} {got!r}")
+        want = _matched(d_model, d_ff, bias, multiple_of)
+        if got == want:
+            continue
+        budget = _ffn_params(d_model, d_ff, gated=False, bias=bias)
+        where = f"{call} returned {got:,}, expected {want:,}"
+        if got % multiple_of:
+            raise ExerciseError(f"{where}: the hidden size must be a multiple of {multiple_of}")
+        cost = _ffn_params(d_model, got, gated=True, bias=bias)
+        fits = f"{cost:,} parameters against the plain FFN's {budget:,}"
+        if d_ff != 4 * d_model and got == _matched(d_model, 4 * d_model, bias, multiple_of):
+            raise ExerciseError(
+                f"{where} ({fits}): 8/3 d_model holds only when the plain FFN has "
+                f"d_ff = 4 d_model; here d_ff = {d_ff}, so match 2 d_model d_ff"
+            )
+        if cost > budget and bias and got == 2 * d_ff // 3 // multiple_of * multiple_of:
+            raise ExerciseError(
+                f"{where} ({fits}): 2/3 of d_ff balances the weights only; a gated FFN "
+                "also has 2 d_ff + d_model biases against the plain one's d_ff + d_model"
+            )
+        if cost > budget and got == multiple_of * -(-(8 * d_model // 3) // multiple_of):
+            raise ExerciseError(
+                f"{where} ({fits}): LLaMA's rule rounds 8/3 d_model up, which can go over "
+                "the budget; round down"
+            )
+        if cost > budget:
+            raise ExerciseError(f"{where}: {fits}, over the budget")
+        raise ExerciseError(
+            f"{where}: {got:,} fits ({fits}), but {want:,} fits too; take the largest "
+            "multiple that fits"
+        )

@@ -1,15 +1,17 @@
 """Checkers for the exercises of chapter 3 (positions).
 
-Each checker compares the reader's function with a reference on several inputs and, when
-they differ, tests the answer against the typical mistakes (sin and cos swapped, ``i``
-instead of ``2i`` in the exponent, a rotation in the wrong direction, the wrong pairing,
-the past and the future swapped) to say which one was made.
+Each checker compares the reader's function with a reference written here on several
+inputs and, when they differ, tests the answer against the typical mistakes (positions
+scaled the wrong way, the interleaved layout where the half-split one is asked for, the
+exponent of the base inverted, a window off by one, the offset of the queries forgotten) to
+say which one was made.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -20,195 +22,195 @@ from lib.exercises._common import (
     expect_close,
     expect_tensor,
 )
-from lib.positions import t5_relative_position_bucket
+from lib.positions import alibi_slopes
 
 __all__ = [
-    "check_sinusoidal_table",
-    "check_rope_rotate_pairs",
-    "check_alibi_head_slopes",
-    "check_t5_bucket",
+    "check_interpolated_cos_sin",
+    "check_ntk_scaled_base",
+    "check_sliding_window_alibi",
 ]
 
 
-def _sinusoidal_variants(n: int, d: int) -> dict[str, torch.Tensor]:
-    """The right table and the usual wrong ones, ``(n d)`` each, float64."""
-    pos = torch.arange(n, dtype=torch.float64)[:, None]
-    pair = torch.arange(d // 2, dtype=torch.float64)[None, :]
-    right_angle = pos / 10000 ** (2 * pair / d)
-    wrong_angle = pos / 10000 ** (pair / d)
-
-    def interleave(even: torch.Tensor, odd: torch.Tensor) -> torch.Tensor:
-        return torch.stack((even, odd), dim=-1).reshape(n, d)
-
-    return {
-        "right": interleave(right_angle.sin(), right_angle.cos()),
-        "swapped": interleave(right_angle.cos(), right_angle.sin()),
-        "exponent_i": interleave(wrong_angle.sin(), wrong_angle.cos()),
-        "blocks": torch.cat((right_angle.sin(), right_angle.cos()), dim=-1),
-    }
+def _close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-5) -> bool:
+    return a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol)
 
 
-def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=1e-4)
-
-
-@checker("Exercise 1: the sinusoidal table")
-def check_sinusoidal_table(fn: Callable[[int, int], torch.Tensor]) -> None:
-    """``fn(n_positions, d_model)`` must return the ``(n_positions d_model)`` table."""
-    for n, d in ((50, 16), (9, 6), (200, 64)):
-        got = expect_tensor(fn(n, d), (n, d), f"sinusoidal_table({n}, {d})")
-        if not got.is_floating_point():
-            raise ExerciseError(f"the table should hold floats, got dtype {got.dtype}")
-        variants = _sinusoidal_variants(n, d)
-        if _close(got, variants["right"]):
-            continue
-        if _close(got, variants["swapped"]):
-            raise ExerciseError(
-                "sin and cos are swapped: even columns 2i hold sin(pos / 10000^(2i/d)), "
-                "odd columns 2i+1 hold cos (row 0 should read 0, 1, 0, 1, ...)"
-            )
-        if _close(got, variants["exponent_i"]):
-            raise ExerciseError(
-                "the exponent uses the pair index i where the formula has 2i: "
-                "the frequency of pair i is 10000^(-2i/d), so that the last pair's is near 1/10000"
-            )
-        if _close(got, variants["blocks"]):
-            raise ExerciseError(
-                "you put all the sines first and all the cosines after; the formula "
-                "interleaves them: column 2i is a sine, column 2i+1 the cosine of the same angle"
-            )
-        expect_close(got, variants["right"].to(got.dtype), f"sinusoidal_table({n}, {d})", atol=1e-4)
-
-
-def _rotate_interleaved(
-    x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0
-) -> torch.Tensor:
-    """Reference: rotate pairs (2i, 2i+1) of each row of x by positions * theta_i. (seq d)."""
-    d = x.shape[-1]
-    theta = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+# -- Exercise 1 -------------------------------------------------------------------------------
+def _cos_sin(
+    positions: torch.Tensor, d_head: int, *, interleaved: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables ``(pos d_head)`` for (possibly fractional) positions, float64."""
+    theta = 10000.0 ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
     angle = positions.double()[:, None] * theta[None, :]
-    a, b = x.double()[:, 0::2], x.double()[:, 1::2]
-    out = torch.stack((a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), -1)
-    return out.reshape(x.shape)
+    if interleaved:
+        angle = angle.repeat_interleave(2, dim=-1)  # pairs (2i, 2i+1)
+    else:
+        angle = torch.cat((angle, angle), dim=-1)  # pairs (i, i + d/2)
+    return angle.cos(), angle.sin()
 
 
-def _rotate_half_split(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """The same rotation with the half-split pairing (i, i + d/2): a typical mix-up."""
-    d = x.shape[-1]
-    order = torch.cat((torch.arange(0, d, 2), torch.arange(1, d, 2)))
-    back = torch.argsort(order)
-    return _rotate_interleaved(x[:, back], positions)[:, order]
+def _as_pair(got: Any, shape: tuple[int, int], call: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if not (isinstance(got, (tuple, list)) and len(got) == 2):
+        raise ExerciseError(f"{call} should return a pair (cos, sin), got {type(got).__name__}")
+    cos = expect_tensor(got[0], shape, f"the cos table of {call}")
+    sin = expect_tensor(got[1], shape, f"the sin table of {call}")
+    return cos, sin
 
 
-@checker("Exercise 2: rotate pairs by RoPE")
-def check_rope_rotate_pairs(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
-    """``fn(x, positions)``: x ``(seq d_head)``, positions ``(seq)`` int -> ``(seq d_head)``,
-    with the paper's interleaved pairs ``(2i, 2i+1)`` rotated by ``position * theta_i``."""
-    generator = torch.Generator().manual_seed(3)
-    for seq, d in ((6, 8), (5, 16)):
-        x = torch.randn(seq, d, generator=generator, dtype=torch.float64)
-        positions = torch.tensor([0, 1, 2, 7, 30, 100, 5][:seq])
-        got = call_without_mutation(fn, x, positions)
-        got = expect_tensor(got, (seq, d), f"rope_rotate_pairs(x of shape {(seq, d)}, positions)")
-        want = _rotate_interleaved(x, positions)
-        if _close(got, want):
+@checker("Exercise 1: RoPE for a longer context")
+def check_interpolated_cos_sin(fn: Callable[[int, int, int, int], tuple]) -> None:
+    """``fn(seq, d_head, trained_len, target_len) -> (cos, sin)``, each ``(seq d_head)``."""
+    for seq, d_head, trained, target in ((16, 8, 8, 16), (40, 16, 10, 40), (12, 32, 12, 12)):
+        call = f"interpolated_cos_sin({seq}, {d_head}, {trained}, {target})"
+        cos, sin = _as_pair(fn(seq, d_head, trained, target), (seq, d_head), call)
+        positions = torch.arange(seq, dtype=torch.float64)
+        want_cos, want_sin = _cos_sin(positions * trained / target, d_head)
+        if _close(cos, want_cos) and _close(sin, want_sin):
             continue
-        if _close(got, _rotate_interleaved(x, -positions)):
-            raise ExerciseError(
-                "your rotation goes the wrong way: (a, b) by angle α becomes "
-                "(a cos α − b sin α, a sin α + b cos α); check the signs of the sin terms"
-            )
-        if _close(got, _rotate_half_split(x, positions)):
-            raise ExerciseError(
-                "you paired dimension i with i + d/2 (the half-split layout); this exercise "
-                "uses the paper's pairing, neighbours (2i, 2i+1)"
-            )
-        if not torch.allclose(got[0].double(), x[0], atol=1e-6):
-            raise ExerciseError(
-                "the row at position 0 should come back unchanged (a rotation by angle 0)"
-            )
-        if not torch.allclose(got.double().norm(dim=-1), x.norm(dim=-1), atol=1e-4):
-            raise ExerciseError(
-                "a rotation keeps lengths, but your rows changed norm: each pair (a, b) must be "
-                "rotated as a unit, with cos and sin of the same angle"
-            )
-        expect_close(
-            got,
-            want.to(got.dtype),
-            "the rotated vectors",
-            atol=1e-5,
-            hint="pair i turns by position * 10000^(-2i/d_head)",
-        )
+        if _close(cos, want_sin) and _close(sin, want_cos):
+            raise ExerciseError(f"{call}: cos and sin are swapped; return (cos, sin)")
+        wrong = {
+            "inverted": _cos_sin(positions * target / trained, d_head),
+            "unscaled": _cos_sin(positions, d_head),
+            "interleaved": _cos_sin(positions * trained / target, d_head, interleaved=True),
+        }
+        hints = {
+            "inverted": (
+                "the positions were stretched by target_len / trained_len; interpolation "
+                "squeezes them: position m becomes m * trained_len / target_len, so that "
+                "every angle stays inside the range seen in training"
+            ),
+            "unscaled": (
+                "the positions are not scaled at all; multiply them by "
+                "trained_len / target_len before computing the angles"
+            ),
+            "interleaved": (
+                "the angles are laid out for interleaved pairs (2i, 2i+1); RotaryEmbedding "
+                "and apply_rotary pair dimension i with i + d_head/2, so the angles of the "
+                "d_head/2 pairs are repeated as two halves: torch.cat((angle, angle), -1)"
+            ),
+        }
+        for name, (other_cos, other_sin) in wrong.items():
+            if _close(cos, other_cos) and _close(sin, other_sin):
+                raise ExerciseError(f"{call}: {hints[name]}")
+        expect_close(cos, want_cos.to(cos.dtype), f"the cos table of {call}")
+        expect_close(sin, want_sin.to(sin.dtype), f"the sin table of {call}")
 
 
-def _alibi_reference(n: int) -> list[float]:
-    def geometric(k: int) -> list[float]:
-        return [2.0 ** (-8.0 * h / k) for h in range(1, k + 1)]
+# -- Exercise 2 -------------------------------------------------------------------------------
+def _as_float(value: Any, what: str) -> float:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.item())
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise ExerciseError(f"{what} should be a number, got {type(value).__name__} {value!r}")
 
-    closest = 2 ** math.floor(math.log2(n))
-    return geometric(closest) + geometric(2 * closest)[0::2][: n - closest]
 
-
-@checker("Exercise 3: ALiBi slopes")
-def check_alibi_head_slopes(fn: Callable[[int], torch.Tensor]) -> None:
-    """``fn(n_heads)`` returns the ``(heads)`` slopes, in the order of the authors' code."""
-    for n in (8, 1, 2, 4, 16, 6, 12, 20):
-        got = fn(n)
-        got = (
-            torch.as_tensor(got, dtype=torch.float64) if not isinstance(got, torch.Tensor) else got
-        )
-        expect_tensor(got, (n,), f"alibi_slopes({n})")
-        want = torch.tensor(_alibi_reference(n), dtype=torch.float64)
-        if _close(got, want):
+@checker("Exercise 2: NTK-aware scaling of the base")
+def check_ntk_scaled_base(fn: Callable[[float, int, float], float]) -> None:
+    """``fn(base, d_head, scale) -> float``: the base whose slowest pair is ``scale`` slower."""
+    for base, d_head, scale in ((10000.0, 128, 4.0), (10000.0, 8, 2.0), (500.0, 64, 8.0)):
+        call = f"ntk_scaled_base({base:g}, {d_head}, {scale:g})"
+        got = _as_float(fn(base, d_head, scale), call)
+        exponent = d_head / (d_head - 2)
+        want = base * scale**exponent
+        if math.isclose(got, want, rel_tol=1e-9):
             continue
-        naive = torch.tensor([2.0 ** (-8.0 * h / n) for h in range(1, n + 1)], dtype=torch.float64)
-        if n & (n - 1) and _close(got, naive):
+        slowest = (d_head - 2) / d_head  # theta_last = base ** -slowest
+        got_ratio = (got / base) ** slowest if got > 0 else float("nan")
+        where = f"{call} returned {got:.6g}, expected {want:.6g}"
+        if math.isclose(got, base * scale, rel_tol=1e-9):
             raise ExerciseError(
-                f"for n_heads={n}, not a power of two, ALiBi does not use 2^(-8h/n): it takes "
-                "the slopes of the largest power of two below n_heads, then every other slope of "
-                "twice that many heads"
+                f"{where}: multiplying the base by the scale slows the slowest pair by only "
+                f"scale^((d-2)/d) = {got_ratio:.4g}, not by {scale:g}; its frequency is "
+                "base^(-(d-2)/d), so solve base'^(-(d-2)/d) = base^(-(d-2)/d) / scale"
             )
-        if _close(got.double().sort().values, want.sort().values):
+        if math.isclose(got, base * scale ** (1 / exponent), rel_tol=1e-9):
             raise ExerciseError(
-                f"alibi_slopes({n}) has the right values in the wrong order; keep the authors' "
-                "order (the power-of-two block first, then the extra slopes)"
+                f"{where}: the exponent is inverted; the slowest pair turns at "
+                "base^(-(d-2)/d), so the base must grow by scale^(d/(d-2))"
             )
-        expect_close(got, want.to(got.dtype), f"alibi_slopes({n})", atol=1e-6)
+        if math.isclose(got, base / scale**exponent, rel_tol=1e-9):
+            raise ExerciseError(
+                f"{where}: a smaller base makes every pair faster; to slow the slowest pair "
+                "down, the base must grow"
+            )
+        raise ExerciseError(where)
 
 
-@checker("Exercise 4: T5 buckets")
-def check_t5_bucket(fn: Callable[[int, bool, int, int], int]) -> None:
-    """``fn(relative_position, bidirectional, num_buckets, max_distance)`` returns an int bucket;
-    ``relative_position = key_pos − query_pos`` (negative: the key is in the past)."""
-    for bidirectional, num_buckets, max_distance in (
-        (True, 32, 128),
-        (False, 32, 128),
-        (True, 16, 40),
-    ):
-        config = (
-            f"bidirectional={bidirectional}, num_buckets={num_buckets}, max_distance={max_distance}"
-        )
-        relatives = range(-300, 301)
-        got = {r: int(fn(r, bidirectional, num_buckets, max_distance)) for r in relatives}
-        # The reference is the chapter's own function, which tests/test_positions.py checks
-        # against a scalar transcription of T5's bucketing.
-        buckets = t5_relative_position_bucket(
-            torch.tensor(list(relatives)), bidirectional, num_buckets, max_distance
-        )
-        want = dict(zip(relatives, buckets.tolist()))
-        if got == want:
+# -- Exercise 3 -------------------------------------------------------------------------------
+def _window_alibi(
+    n_heads: int, q_len: int, k_len: int, offset: int, window: int, *, shift: int = 0
+) -> torch.Tensor:
+    """The reference (``shift`` moves the window's far edge, for the off-by-one variants)."""
+    query = torch.arange(offset, offset + q_len)[:, None]
+    key = torch.arange(k_len)[None, :]
+    distance = (query - key).double()  # (q_pos k_pos)
+    bias = -alibi_slopes(n_heads).double()[:, None, None] * distance
+    visible = (distance >= 0) & (distance < window + shift)
+    return bias.masked_fill(~visible, float("-inf"))
+
+
+_WINDOW_CASES = (
+    (4, 6, 6, 0, 3),  # a full sequence
+    (2, 2, 9, 7, 4),  # two new queries after seven cached keys
+    (8, 5, 5, 0, 1),  # each query sees itself only
+    (4, 3, 12, 9, 20),  # a window longer than the sequence: plain causal ALiBi
+    (1, 10, 10, 0, 4),
+)
+
+
+@checker("Exercise 3: ALiBi with a sliding window")
+def check_sliding_window_alibi(fn: Callable[..., torch.Tensor]) -> None:
+    """``fn(n_heads, q_len, k_len, offset, window) -> (heads q_len k_len)`` bias."""
+    for n_heads, q_len, k_len, offset, window in _WINDOW_CASES:
+        call = f"sliding_window_alibi({n_heads}, {q_len}, {k_len}, {offset}, {window})"
+        got = call_without_mutation(fn, n_heads, q_len, k_len, offset, window)
+        got = expect_tensor(got, (n_heads, q_len, k_len), call)
+        if not got.is_floating_point():
+            raise ExerciseError(f"{call} should be a float tensor, got dtype {got.dtype}")
+        want = _window_alibi(n_heads, q_len, k_len, offset, window)
+        masked = torch.isinf(want)
+        same_mask = torch.equal(torch.isinf(got) & (got < 0), masked)
+        if same_mask and _close(got.masked_fill(masked, 0), want.masked_fill(masked, 0)):
             continue
-        if all(got[r] == want[-r] for r in relatives if -r in want):
-            raise ExerciseError(
-                f"({config}) past and future are swapped: relative_position is key − query, so a "
-                "negative value is a key in the past, whose distance is −relative_position"
-            )
-        if max(got.values()) >= num_buckets or min(got.values()) < 0:
-            raise ExerciseError(
-                f"({config}) you return buckets outside 0..{num_buckets - 1}: far distances must "
-                "saturate in the last bucket (clamp the logarithmic part)"
-            )
-        r = next(r for r in sorted(relatives, key=abs) if got[r] != want[r])
+        _diagnose_window(got, want, n_heads, q_len, k_len, offset, window, call)
+
+
+def _diagnose_window(got, want, n_heads, q_len, k_len, offset, window, call) -> None:
+    got = got.double()
+    visible = torch.isfinite(want)
+    got_visible = torch.isfinite(got)
+    if (got_visible & ~visible).any() and (got[~visible] < -1e4).all():
         raise ExerciseError(
-            f"({config}) for relative_position={r} you return bucket {got[r]}, expected {want[r]}"
+            f"{call}: masked entries must be -inf, so that softmax gives them weight 0 "
+            "exactly; yours are large negative numbers"
         )
+    for shift, words in ((1, "one key too many"), (-1, "one key too few")):
+        other = _window_alibi(n_heads, q_len, k_len, offset, window, shift=shift)
+        if torch.equal(got_visible, torch.isfinite(other)):
+            raise ExerciseError(
+                f"{call}: each query sees {words}; query i sees the keys j with "
+                "i - window < j <= i: exactly `window` keys, itself included"
+            )
+    not_offset = _window_alibi(n_heads, q_len, k_len, 0, window)
+    if offset and torch.equal(got_visible, torch.isfinite(not_offset)):
+        raise ExerciseError(
+            f"{call}: the queries sit at positions offset .. offset + q_len - 1 = "
+            f"{offset} .. {offset + q_len - 1}, after {offset} cached keys, not from 0"
+        )
+    causal_only = _window_alibi(n_heads, q_len, k_len, offset, k_len + offset)
+    if window < k_len and torch.equal(got_visible, torch.isfinite(causal_only)):
+        raise ExerciseError(
+            f"{call}: keys more than window - 1 = {window - 1} positions back must be "
+            "masked too (-inf); you kept only the causal mask"
+        )
+    if not torch.equal(got_visible, visible):
+        raise ExerciseError(f"{call}: the -inf entries are not where they should be")
+    if torch.allclose(got[visible], -want[visible]):
+        raise ExerciseError(
+            f"{call}: the sign of the bias is wrong; ALiBi subtracts slope * distance, so "
+            "far keys get a lower score"
+        )
+    zeroed = got.masked_fill(~visible, 0)
+    expect_close(zeroed, want.masked_fill(~visible, 0), f"the visible part of {call}")

@@ -1,178 +1,37 @@
 """Checkers for the exercises of chapter 1 (tokenization).
 
 Each checker runs the reader's function on hand-picked cases that expose the typical mistakes
-(pairs counted across words, word counts ignored, overlapping merges applied twice, per-document
-ratios averaged, tokens decoded one by one) and then on random cases against the reference in
-:mod:`lib.tokenizer`.
+(per-document ratios averaged, code points taken for bytes, the ``##`` prefix forgotten, a
+greedy segmentation taken for the most probable one) and then on random cases against a
+reference written here.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lib.exercises._common import ExerciseError, checker
-from lib.tokenizer import BPETokenizer, count_adjacent_pairs, merge_adjacent_pair
+from lib.tokenizer import BPETokenizer
 
 __all__ = [
-    "check_bpe_pair_counts",
-    "check_apply_merge",
     "check_corpus_chars_per_token",
-    "check_decode_from_vocab",
+    "check_byte_fallback",
+    "check_wordpiece_encode",
+    "check_viterbi_segment",
 ]
 
 
 # -- Exercise 1 -------------------------------------------------------------------------------
-def _reference_pair_counts(
-    word_counts: Mapping[tuple[int, ...], int],
-) -> dict[tuple[int, int], int]:
-    total: dict[tuple[int, int], int] = {}
-    for word, freq in word_counts.items():
-        for pair, n in count_adjacent_pairs(word).items():
-            total[pair] = total.get(pair, 0) + n * freq
-    return total
-
-
-def _as_count_dict(got: Any, what: str) -> dict[tuple[int, int], int]:
-    if not isinstance(got, Mapping):
-        raise ExerciseError(
-            f"{what} should be a dict from pairs to counts, got {type(got).__name__}"
-        )
-    counts = {}
-    for pair, count in got.items():
-        if not (isinstance(pair, tuple) and len(pair) == 2):
-            raise ExerciseError(f"{what}: the keys should be pairs (a, b) of ids, got {pair!r}")
-        if count != 0:
-            counts[pair] = count
-    return counts
-
-
-@checker("Exercise 1: count the pairs of one training step")
-def check_bpe_pair_counts(bpe_pair_counts: Callable[[dict], Mapping]) -> None:
-    rng = random.Random(1)
-    cases = [
-        {(1, 2, 3): 2, (3, 1): 1},
-        {(7, 7, 7): 1},
-        {(5,): 4, (5, 6): 3, (6, 5, 6): 2},
-        {},
-    ]
-    for _ in range(20):
-        words = {
-            tuple(rng.randrange(6) for _ in range(rng.randrange(1, 7))): rng.randrange(1, 9)
-            for _ in range(rng.randrange(1, 8))
-        }
-        cases.append(words)
-    for word_counts in cases:
-        saved = copy.deepcopy(word_counts)
-        got = _as_count_dict(bpe_pair_counts(word_counts), f"bpe_pair_counts({word_counts})")
-        if word_counts != saved:
-            raise ExerciseError("your function modified word_counts; build a new dict instead")
-        want = _reference_pair_counts(word_counts)
-        if got == want:
-            continue
-        inside = set(want)
-        extra = [pair for pair in got if pair not in inside]
-        if extra:
-            raise ExerciseError(
-                f"for {word_counts} you return the pair {extra[0]}, which does not occur inside "
-                "any word: pairs must not span two words, so count each word on its own"
-            )
-        unweighted = _reference_pair_counts(dict.fromkeys(word_counts, 1))
-        if got == unweighted:
-            raise ExerciseError(
-                f"for {word_counts} you counted each distinct word once; weight every pair "
-                "by its word's count (a word seen 3 times contributes its pairs 3 times)"
-            )
-        for pair, n in want.items():
-            if got.get(pair, 0) != n:
-                hint = ""
-                if pair[0] == pair[1] and got.get(pair, 0) < n:
-                    hint = (
-                        "; overlapping pairs all count: (7, 7, 7) contains (7, 7) twice "
-                        "(counting is not merging)"
-                    )
-                raise ExerciseError(
-                    f"for {word_counts} the pair {pair} has count {got.get(pair, 0)}, "
-                    f"expected {n}{hint}"
-                )
-
-
-# -- Exercise 2 -------------------------------------------------------------------------------
-@checker("Exercise 2: apply one merge")
-def check_apply_merge(
-    apply_merge: Callable[[list[int], tuple[int, int], int], Sequence[int]],
-) -> None:
-    rng = random.Random(2)
-    cases: list[tuple[list[int], tuple[int, int]]] = [
-        ([5, 5, 5], (5, 5)),
-        ([5, 5, 5, 5], (5, 5)),
-        ([1, 2, 1, 2], (1, 2)),
-        ([3, 1, 2], (1, 2)),
-        ([1, 2, 3], (1, 2)),
-        ([4, 4, 1, 4], (2, 4)),
-        ([], (1, 2)),
-        ([1], (1, 2)),
-    ]
-    for _ in range(30):
-        ids = [rng.randrange(4) for _ in range(rng.randrange(0, 12))]
-        cases.append((ids, (rng.randrange(4), rng.randrange(4))))
-    for ids, pair in cases:
-        saved = list(ids)
-        result = apply_merge(ids, pair, 300)
-        if ids != saved:
-            raise ExerciseError(
-                f"apply_merge({saved}, {pair}, 300) modified its input list; return a new list"
-            )
-        if not isinstance(result, Sequence) or isinstance(result, (str, bytes)):
-            raise ExerciseError(
-                f"apply_merge should return a list of ids, got {type(result).__name__}"
-            )
-        got, want = list(result), merge_adjacent_pair(ids, pair, 300)
-        if got == want:
-            continue
-        call = f"apply_merge({saved}, {pair}, 300)"
-        if got.count(300) > want.count(300):
-            raise ExerciseError(
-                f"{call} returned {got}, expected {want}: you merged overlapping occurrences "
-                "(each id can belong to one merged pair only; after a merge, skip past the pair)"
-            )
-        if len(ids) >= 2 and pair == (ids[-2], ids[-1]) and want[-1] == 300 and got[-1:] != [300]:
-            raise ExerciseError(
-                f"{call} returned {got}, expected {want}: the pair at the very end was missed "
-                "(check the bound of your loop)"
-            )
-        if got == _merge_right_to_left(ids, pair, 300):
-            raise ExerciseError(
-                f"{call} returned {got}, expected {want}: scan from left to right, so that in "
-                "(5, 5, 5) the first two ids merge"
-            )
-        raise ExerciseError(f"{call} returned {got}, expected {want}")
-
-
-def _merge_right_to_left(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
-    out: list[int] = []
-    i = len(ids) - 1
-    while i >= 0:
-        if i >= 1 and (ids[i - 1], ids[i]) == pair:
-            out.append(new_id)
-            i -= 2
-        else:
-            out.append(ids[i])
-            i -= 1
-    return out[::-1]
-
-
-# -- Exercise 3 -------------------------------------------------------------------------------
 _CORPUS_SAMPLE = (
     "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer "
     "the slings and arrows of outrageous fortune, or to take arms against a sea of troubles. "
 )
 
 
-@checker("Exercise 3: compression of a corpus")
+@checker("Exercise 1: compression of a corpus")
 def check_corpus_chars_per_token(
     corpus_chars_per_token: Callable[[list[str], Callable], float],
 ) -> None:
@@ -212,62 +71,313 @@ def check_corpus_chars_per_token(
         raise ExerciseError(f"for {texts!r} you return {got!r}, expected {want:.4f}")
 
 
-# -- Exercise 4 -------------------------------------------------------------------------------
-@checker("Exercise 4: decode from a vocabulary of bytes")
-def check_decode_from_vocab(
-    decode_from_vocab: Callable[[list[int], dict[int, bytes]], str],
-) -> None:
-    vocab = {i: bytes([i]) for i in range(256)}
-    vocab[300] = b"h\xc3"  # 'é' is C3 A9 in UTF-8: this token ends in the middle of it
-    vocab[301] = b"\xa9llo"
-    vocab[302] = " 🙂".encode()
-    cases: list[tuple[list[int], str, str]] = [
-        ([], "", "an empty sequence"),
-        ([104, 105], "hi", "plain ASCII bytes"),
-        ([300, 301], "héllo", "a character split across two tokens"),
-        ([300, 301, 302], "héllo 🙂", "tokens of several bytes"),
-        ([104, 0xFF, 105], "h\ufffdi", "an invalid byte"),
-        ([302, 300], " 🙂h\ufffd", "a sequence that ends in half a character"),
-    ]
-    for ids, want, what in cases:
-        try:
-            got = decode_from_vocab(list(ids), vocab)
-        except UnicodeDecodeError:
+# -- Exercise 2 -------------------------------------------------------------------------------
+def _byte_fallback(text: str, char_to_id: Mapping[str, int]) -> list[int]:
+    offset = len(char_to_id)
+    ids: list[int] = []
+    for char in text:
+        if char in char_to_id:
+            ids.append(char_to_id[char])
+        else:
+            ids.extend(offset + byte for byte in char.encode("utf-8"))
+    return ids
+
+
+def _as_id_list(got: Any, what: str) -> list[int]:
+    if isinstance(got, (str, bytes)) or not isinstance(got, Sequence):
+        raise ExerciseError(f"{what} should be a list of int ids, got {type(got).__name__}")
+    ids = list(got)
+    for token_id in ids:
+        if type(token_id) is not int:
             raise ExerciseError(
-                f"decoding {ids} ({what}) raised UnicodeDecodeError: ids need not form valid "
-                "UTF-8 (a model can stop mid-character); decode with errors='replace'"
+                f"{what} should hold ints, got {type(token_id).__name__} {token_id!r}"
+            )
+    return ids
+
+
+@checker("Exercise 2: byte fallback")
+def check_byte_fallback(encode: Callable[[str, dict[str, int]], Sequence[int]]) -> None:
+    """``encode(text, char_to_id) -> ids``: known characters by id, others by UTF-8 bytes."""
+    alphabet = "\n !',.:;?abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    char_to_id = {c: i for i, c in enumerate(sorted(alphabet))}
+    offset = len(char_to_id)
+    cases = ["", "hello, world", "café", "naïve déjà vu", "Καλημέρα", "I 🙂 it!", "x\u0301"]
+    rng = random.Random(2)
+    pool = alphabet + "éü€Ωπ🙂中"
+    cases += ["".join(rng.choice(pool) for _ in range(rng.randrange(1, 20))) for _ in range(30)]
+    for text in cases:
+        saved = dict(char_to_id)
+        try:
+            result = encode(text, char_to_id)
+        except KeyError as err:
+            raise ExerciseError(
+                f"encoding {text!r} raised KeyError {err}: a character that is not in "
+                "char_to_id must not be looked up there; spell it with its UTF-8 bytes"
             ) from None
-        if not isinstance(got, str):
-            raise ExerciseError(f"the result should be a str, got {type(got).__name__}")
+        if char_to_id != saved:
+            raise ExerciseError("your function modified char_to_id; leave it as it is")
+        got = _as_id_list(result, f"encoding {text!r}")
+        want = _byte_fallback(text, char_to_id)
         if got == want:
             continue
-        per_token = "".join(vocab[i].decode("utf-8", errors="replace") for i in ids)
-        if got == per_token:
-            raise ExerciseError(
-                f"decoding {ids} ({what}) gave {got!r}, expected {want!r}: you decoded each "
-                "token on its own, which breaks characters split across tokens; join all the "
-                "bytes first, then decode once"
-            )
-        if got == want.replace("\ufffd", ""):
-            raise ExerciseError(
-                f"decoding {ids} ({what}) gave {got!r}, expected {want!r}: invalid bytes "
-                "should become U+FFFD (errors='replace'), not disappear"
-            )
-        raise ExerciseError(f"decoding {ids} ({what}) gave {got!r}, expected {want!r}")
-    for bad in (999, -1):
-        try:
-            decode_from_vocab([104, bad], vocab)
-        except ValueError as err:
-            if str(bad) not in str(err):
+        call = f"encoding {text!r}"
+        unknown = next((c for c in text if c not in char_to_id), None)
+        if unknown is not None:
+            code_point = [char_to_id[c] if c in char_to_id else offset + ord(c) for c in text]
+            no_offset = []
+            for c in text:
+                if c in char_to_id:
+                    no_offset.append(char_to_id[c])
+                else:
+                    no_offset.extend(c.encode("utf-8"))
+            all_bytes = [offset + b for b in text.encode("utf-8")]
+            if got == code_point:
                 raise ExerciseError(
-                    f"the ValueError for the unknown id {bad} should name it; it says {str(err)!r}"
-                ) from None
-        except KeyError:
-            raise ExerciseError(
-                f"the unknown id {bad} raised a bare KeyError; check the ids first and raise a "
-                "ValueError that names the bad id"
-            ) from None
+                    f"{call} gave {got}, expected {want}: you used the code point "
+                    f"ord({unknown!r}) = {ord(unknown)}; use its UTF-8 bytes, "
+                    f"{list(unknown.encode('utf-8'))}, one id each"
+                )
+            if got == no_offset:
+                raise ExerciseError(
+                    f"{call} gave {got}, expected {want}: byte b must get the id "
+                    f"len(char_to_id) + b = {offset} + b, or it collides with the "
+                    "characters' ids 0..len(char_to_id) - 1"
+                )
+            if got == all_bytes:
+                raise ExerciseError(
+                    f"{call} gave {got}, expected {want}: only the unknown characters "
+                    "fall back to bytes; the known ones keep their own ids"
+                )
+        raise ExerciseError(f"{call} gave {got}, expected {want}")
+
+
+# -- Exercise 3 -------------------------------------------------------------------------------
+def _wordpiece(word: str, vocab: set[str], unk: str = "[UNK]") -> list[str]:
+    pieces: list[str] = []
+    start = 0
+    while start < len(word):
+        for end in range(len(word), start, -1):
+            piece = word[start:end] if start == 0 else "##" + word[start:end]
+            if piece in vocab:
+                pieces.append(piece)
+                start = end
+                break
         else:
+            return [unk]  # no piece fits: the whole word is unknown
+    return pieces
+
+
+def _wordpiece_variant(
+    word: str,
+    vocab: set[str],
+    *,
+    shortest: bool = False,
+    prefix: str = "##",
+    first_prefix: bool = False,
+    partial_unk: bool = False,
+) -> list[str]:
+    pieces: list[str] = []
+    start = 0
+    while start < len(word):
+        ends = range(start + 1, len(word) + 1) if shortest else range(len(word), start, -1)
+        for end in ends:
+            mark = prefix if (start > 0 or first_prefix) else ""
+            if mark + word[start:end] in vocab:
+                pieces.append(mark + word[start:end])
+                start = end
+                break
+        else:
+            if not partial_unk:
+                return ["[UNK]"]
+            pieces.append("[UNK]")
+            start += 1
+    return pieces
+
+
+_WORDPIECE_VOCAB = {
+    "[UNK]", "un", "una", "##a", "##aff", "##able", "##ff", "##ord", "##or", "##d",
+    "afford", "a", "##b", "##l", "##e", "play", "##ing", "##in", "##g", "##s", "p",
+    "##p", "##y", "the", "t", "##h",
+}  # fmt: skip
+
+
+@checker("Exercise 3: WordPiece, longest match first")
+def check_wordpiece_encode(encode: Callable[[str, set[str]], Sequence[str]]) -> None:
+    """``encode(word, vocab) -> pieces``: BERT's greedy longest-match-first encoding."""
+    vocab = set(_WORDPIECE_VOCAB)
+    cases = ["unaffordable", "playing", "plays", "the", "a", "afford", "pla", "xylophone"]
+    cases += ["playx", "unaff", "ordain"]
+    rng = random.Random(3)
+    letters = "abcdefg"
+    random_vocab = {"[UNK]"} | set(letters[:5]) | {"##" + c for c in letters[:5]}
+    for _ in range(60):
+        piece = "".join(rng.choice(letters) for _ in range(rng.randrange(2, 5)))
+        random_vocab.add(piece if rng.random() < 0.5 else "##" + piece)
+    random_words = [
+        "".join(rng.choice(letters) for _ in range(rng.randrange(1, 10))) for _ in range(80)
+    ]
+    for word_vocab, words in ((vocab, cases), (random_vocab, random_words)):
+        for word in words:
+            saved = set(word_vocab)
+            result = encode(word, word_vocab)
+            if word_vocab != saved:
+                raise ExerciseError("your function modified the vocabulary; leave it as it is")
+            if isinstance(result, str) or not isinstance(result, Sequence):
+                raise ExerciseError(
+                    f"encode({word!r}) should return a list of str pieces, "
+                    f"got {type(result).__name__}"
+                )
+            got, want = list(result), _wordpiece(word, word_vocab)
+            if got == want:
+                continue
+            _diagnose_wordpiece(word, word_vocab, got, want)
+
+
+def _diagnose_wordpiece(word: str, vocab: set[str], got: list[str], want: list[str]) -> None:
+    call = f"encode({word!r})"
+    variants = {
+        "shortest": (
+            "you took the shortest piece that matches; WordPiece takes the longest one "
+            "first (try end = len(word), then shorter)"
+        ),
+        "no_prefix": (
+            "the pieces after the first must be looked up with the '##' prefix "
+            "(a piece inside a word is '##' + text)"
+        ),
+        "first_prefix": "the first piece of a word has no '##' prefix; only later ones do",
+        "partial_unk": (
+            "when no piece fits at some position, the whole word becomes ['[UNK]'], as in "
+            "BERT, not just the character that failed"
+        ),
+    }
+    tries = {
+        "shortest": _wordpiece_variant(word, vocab, shortest=True),
+        "no_prefix": _wordpiece_variant(word, vocab, prefix=""),
+        "first_prefix": _wordpiece_variant(word, vocab, first_prefix=True),
+        "partial_unk": _wordpiece_variant(word, vocab, partial_unk=True),
+    }
+    for name, pieces in tries.items():
+        if got == pieces:
+            raise ExerciseError(f"{call} gave {got}, expected {want}: {variants[name]}")
+    if got and got != ["[UNK]"] and "".join(p.removeprefix("##") for p in got) != word:
+        raise ExerciseError(
+            f"{call} gave {got}, expected {want}: the pieces, without their '##', "
+            "must spell the word"
+        )
+    raise ExerciseError(f"{call} gave {got}, expected {want}")
+
+
+# -- Exercise 4 -------------------------------------------------------------------------------
+def _viterbi(word: str, log_probs: Mapping[str, float]) -> tuple[float, list[str]]:
+    """The best total log-probability of a segmentation of ``word``, and the pieces."""
+    n = len(word)
+    best = [0.0] + [-math.inf] * n  # best[end]: the best score of word[:end]
+    back = [0] * (n + 1)  # where the last piece of that best segmentation starts
+    for end in range(1, n + 1):
+        for start in range(end):
+            piece = word[start:end]
+            if piece in log_probs and best[start] + log_probs[piece] > best[end]:
+                best[end] = best[start] + log_probs[piece]
+                back[end] = start
+    pieces, end = [], n
+    while end > 0:
+        pieces.append(word[back[end] : end])
+        end = back[end]
+    return best[n], pieces[::-1]
+
+
+def _greedy_longest(word: str, log_probs: Mapping[str, float]) -> list[str]:
+    pieces, start = [], 0
+    while start < len(word):
+        end = next(e for e in range(len(word), start, -1) if word[start:e] in log_probs)
+        pieces.append(word[start:end])
+        start = end
+    return pieces
+
+
+def _fewest_pieces(word: str, log_probs: Mapping[str, float]) -> list[str]:
+    return _viterbi(word, dict.fromkeys(log_probs, -1.0))[1]
+
+
+def _score(pieces: Sequence[str], log_probs: Mapping[str, float]) -> float:
+    return sum(log_probs[p] for p in pieces)
+
+
+_UNIGRAM = {
+    "t": -5.0, "h": -5.5, "e": -4.0, "r": -5.2, "s": -4.8, "o": -4.9, "n": -4.7, "a": -4.6,
+    "the": -3.0, "th": -6.0, "he": -5.0, "there": -9.5, "here": -6.5, "re": -5.0,
+    "as": -5.5, "on": -5.0, "reason": -7.5, "reasons": -12.0, "so": -6.0, "ns": -9.0,
+}  # fmt: skip
+
+
+@checker("Exercise 4: the most probable segmentation")
+def check_viterbi_segment(segment: Callable[[str, dict[str, float]], Sequence[str]]) -> None:
+    """``segment(word, log_probs) -> pieces`` with the largest sum of log-probabilities."""
+    cases: list[tuple[str, dict[str, float]]] = [
+        (word, _UNIGRAM) for word in ("there", "reasons", "the", "t", "seas", "treason")
+    ]
+    rng = random.Random(4)
+    letters = "abcd"
+    for _ in range(40):
+        log_probs = {c: rng.uniform(-8, -4) for c in letters}
+        for _ in range(rng.randrange(3, 25)):
+            piece = "".join(rng.choice(letters) for _ in range(rng.randrange(2, 5)))
+            log_probs[piece] = rng.uniform(-10, -3)
+        word = "".join(rng.choice(letters) for _ in range(rng.randrange(1, 12)))
+        cases.append((word, log_probs))
+    for word, log_probs in cases:
+        saved = dict(log_probs)
+        result = segment(word, log_probs)
+        if log_probs != saved:
+            raise ExerciseError("your function modified log_probs; leave it as it is")
+        call = f"segment({word!r})"
+        if isinstance(result, str) or not isinstance(result, Sequence):
             raise ExerciseError(
-                f"decoding [104, {bad}] should raise ValueError: {bad} is not in vocab"
+                f"{call} should return a list of str pieces, got {type(result).__name__}"
             )
+        got = list(result)
+        best, want = _viterbi(word, log_probs)
+        if "".join(got) != word:
+            if "".join(got[::-1]) == word:
+                raise ExerciseError(
+                    f"{call} gave {got}: the pieces come out in reverse order; following "
+                    "the back-pointers from the end gives the last piece first, so reverse "
+                    "the list"
+                )
+            raise ExerciseError(f"{call} gave {got}, whose pieces do not spell {word!r}")
+        unknown = [p for p in got if p not in log_probs]
+        if unknown:
+            raise ExerciseError(f"{call} gave {got}: {unknown[0]!r} is not in the vocabulary")
+        score = _score(got, log_probs)
+        if math.isclose(score, best, rel_tol=0, abs_tol=1e-9):
+            continue
+        where = f"{call} gave {got} (log-prob {score:.2f}), expected {want} ({best:.2f})"
+        if got == _greedy_longest(word, log_probs):
+            raise ExerciseError(
+                f"{where}: that is the greedy longest match, which WordPiece uses; Unigram "
+                "looks for the segmentation whose pieces' log-probabilities sum highest, "
+                "over all segmentations (dynamic programming over the end positions)"
+            )
+        probs = {p: math.exp(v) for p, v in log_probs.items()}
+        if math.isclose(sum(probs[p] for p in got), _best_sum_of_probs(word, probs)):
+            raise ExerciseError(
+                f"{where}: you maximised the sum of the pieces' probabilities; the "
+                "probability of a segmentation is their product, so add log-probabilities"
+            )
+        if got == _fewest_pieces(word, log_probs) and len(got) < len(want):
+            raise ExerciseError(
+                f"{where}: fewer pieces is not the goal; a long piece can be rarer than "
+                "two short ones together"
+            )
+        raise ExerciseError(where)
+
+
+def _best_sum_of_probs(word: str, probs: Mapping[str, float]) -> float:
+    n = len(word)
+    best = [0.0] + [-math.inf] * n
+    for end in range(1, n + 1):
+        for start in range(end):
+            piece = word[start:end]
+            if piece in probs:
+                best[end] = max(best[end], best[start] + probs[piece])
+    return best[n]
