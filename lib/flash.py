@@ -69,7 +69,12 @@ def _positive_int(name: str, value: object) -> int:
 
 
 def attention_core_flops(
-    q_len: int, k_len: int, d_head: int, *, causal: bool = False, backward: bool = False
+    q_len: int,
+    k_len: int,
+    d_head: int,
+    *,
+    causal: bool = False,
+    backward: bool = False,
 ) -> int:
     """FLOPs of one head's attention core: ``q kᵀ`` and ``p v``, ``2 · 2 · pairs · d``.
 

@@ -108,7 +108,8 @@ def _under(ours: str, theirs: str, rows: list[Row]) -> list[Row]:
 
 
 def expand_rows(
-    rows: Iterable[Row], ranges: Mapping[str, Iterable[int]]
+    rows: Iterable[Row],
+    ranges: Mapping[str, Iterable[int]],
 ) -> Iterator[tuple[tuple[str, ...], tuple[str, ...], Callable[..., torch.Tensor]]]:
     """Each row once per value of its placeholders; ``{i}`` takes ``ranges["i"]``."""
     parse = string.Formatter().parse
@@ -132,7 +133,11 @@ class StateDictMismatchError(ValueError):
     """A state dict that does not fit; lists the missing, unexpected, misshaped keys."""
 
     def __init__(
-        self, what: str, missing: list[str], unexpected: list[str], misshaped: list[str]
+        self,
+        what: str,
+        missing: list[str],
+        unexpected: list[str],
+        misshaped: list[str],
     ) -> None:
         self.missing, self.unexpected, self.misshaped = missing, unexpected, misshaped
         lines = [f"{what}: the state dict does not fit"]
@@ -351,7 +356,8 @@ def gpt2_rows(cfg: TransformerConfig) -> list[Row]:
 
 
 def gpt2_state_dict(
-    their_state_dict: Mapping[str, torch.Tensor], cfg: TransformerConfig
+    their_state_dict: Mapping[str, torch.Tensor],
+    cfg: TransformerConfig,
 ) -> dict[str, torch.Tensor]:
     """A ``GPT2LMHeadModel`` state dict as the state dict of ``GPT(cfg)``."""
     return convert_state_dict(
@@ -432,7 +438,8 @@ def bert_rows(cfg: TransformerConfig) -> list[Row]:
 
 
 def bert_state_dict(
-    their_state_dict: Mapping[str, torch.Tensor], cfg: TransformerConfig
+    their_state_dict: Mapping[str, torch.Tensor],
+    cfg: TransformerConfig,
 ) -> dict[str, torch.Tensor]:
     """A ``BertForMaskedLM`` state dict as the state dict of ``BERT(cfg)``."""
     return convert_state_dict(
@@ -527,7 +534,8 @@ def t5_rows(cfg: TransformerConfig) -> list[Row]:
 
 
 def t5_state_dict(
-    their_state_dict: Mapping[str, torch.Tensor], cfg: TransformerConfig
+    their_state_dict: Mapping[str, torch.Tensor],
+    cfg: TransformerConfig,
 ) -> dict[str, torch.Tensor]:
     """A ``T5ForConditionalGeneration`` state dict as the state dict of ``T5(cfg)``."""
     return convert_state_dict(
@@ -590,7 +598,8 @@ def llama_rows(cfg: TransformerConfig) -> list[Row]:
 
 
 def llama_state_dict(
-    their_state_dict: Mapping[str, torch.Tensor], cfg: TransformerConfig
+    their_state_dict: Mapping[str, torch.Tensor],
+    cfg: TransformerConfig,
 ) -> dict[str, torch.Tensor]:
     """A ``LlamaForCausalLM`` state dict as the state dict of ``GPT(cfg)``."""
     return convert_state_dict(

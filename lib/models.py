@@ -3,12 +3,14 @@
 """The model families (chapter 7 of the course): BERT, GPT and T5 from one set of parts.
 
 * :class:`TransformerConfig`: one configuration for every family (and ViT's encoder).
-* :class:`Embeddings`, :class:`TransformerBlock`, :class:`Encoder`, :class:`Decoder`: the
-  stack. Encoder and decoder take *embedded* input, so chapter 10's ViT reuses the encoder.
-* :class:`BERT` (encoder + masked-LM head), :class:`GPT` (decoder + tied un-embedding, with a
-  Llama-style option set) and :class:`T5` (encoder-decoder): each returns logits.
-* :class:`ModelCache`: the key/value caches of a whole model, reorderable for beam search;
-  ``GPT.step`` and ``T5.bind(...).step`` decode with it (see :mod:`lib.generation`).
+* :class:`Embeddings`, :class:`TransformerBlock`, :class:`Encoder`, :class:`Decoder`:
+  the stack. Encoder and decoder take *embedded* input, so chapter 10's ViT reuses the
+  encoder.
+* :class:`BERT` (encoder + masked-LM head), :class:`GPT` (decoder + tied un-embedding,
+  with a Llama-style option set) and :class:`T5` (encoder-decoder): each returns logits.
+* :class:`ModelCache`: the key/value caches of a whole model, reorderable for beam
+  search; ``GPT.step`` and ``T5.bind(...).step`` decode with it (see
+  :mod:`lib.generation`).
 * :func:`init_weights`, :func:`count_parameters`, :func:`parameter_breakdown`.
 
 Axis names: ``batch``, ``seq`` (``src``/``tgt`` for T5), ``d_model``, ``vocab``.
@@ -31,8 +33,19 @@ from lib.attention import (
     kv_cache_bytes,
 )
 from lib.embeddings import TokenEmbedding, Unembedding
-from lib.ffn import FFN_ACTIVATIONS, GATED_FFN_ACTIVATIONS, FeedForward, GatedFeedForward
-from lib.norms import NORM_KINDS, NORM_POSITIONS, ResidualSublayer, make_final_norm, make_norm
+from lib.ffn import (
+    FFN_ACTIVATIONS,
+    GATED_FFN_ACTIVATIONS,
+    FeedForward,
+    GatedFeedForward,
+)
+from lib.norms import (
+    NORM_KINDS,
+    NORM_POSITIONS,
+    ResidualSublayer,
+    make_final_norm,
+    make_norm,
+)
 from lib.positions import (
     ALiBi,
     LearnedPositionalEmbedding,
@@ -68,17 +81,19 @@ class TransformerConfig:
 
     Sizes: ``vocab_size``, ``d_model``, ``n_heads``, ``n_layers`` (the encoder's, or the
     decoder's for GPT), ``n_decoder_layers`` (T5's decoder; 0 means ``n_layers``),
-    ``n_kv_heads`` (GQA/MQA; None: ``n_heads``), ``d_head`` (None: ``d_model // n_heads``),
-    ``d_ff`` (None: ``4·d_model``, or the 8/3 rule for a gated activation), ``max_len``.
+    ``n_kv_heads`` (GQA/MQA; None: ``n_heads``), ``d_head`` (None: ``d_model //
+    n_heads``), ``d_ff`` (None: ``4·d_model``, or the 8/3 rule for a gated activation),
+    ``max_len``.
 
     Choices: ``activation`` (relu, gelu, gelu_tanh; gated: glu, reglu, geglu, swiglu),
     ``norm`` (layernorm, rmsnorm) with ``norm_eps`` (None: the norm's default) at
-    ``norm_position`` (pre, post), ``positions`` (learned, sinusoidal, rope, alibi, t5, none),
-    ``rope_base``, ``t5_num_buckets``/``t5_max_distance``, ``n_token_types`` (BERT's segment
-    embeddings), ``embedding_norm`` (BERT), ``embedding_scale`` (multiply embeddings by
-    √d_model, as the original Transformer), ``bias`` (on every linear layer),
-    ``attn_scale`` (None: 1/√d_head; T5: 1.0), ``dropout``, ``tie_embeddings``,
-    ``attn_backend`` (a name in ``lib.attention.ATTENTION_BACKENDS``).
+    ``norm_position`` (pre, post), ``positions`` (learned, sinusoidal, rope, alibi, t5,
+    none), ``rope_base``, ``t5_num_buckets``/``t5_max_distance``, ``n_token_types``
+    (BERT's segment embeddings), ``embedding_norm`` (BERT), ``embedding_scale``
+    (multiply embeddings by √d_model, as the original Transformer), ``bias`` (on every
+    linear layer), ``attn_scale`` (None: 1/√d_head; T5: 1.0), ``dropout``,
+    ``tie_embeddings``, ``attn_backend`` (a name in
+    ``lib.attention.ATTENTION_BACKENDS``).
     """
 
     vocab_size: int
@@ -111,7 +126,13 @@ class TransformerConfig:
         owner = "TransformerConfig"
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_len"):
             check.positive_int(name, getattr(self, name), owner=owner)
-        for name in ("n_kv_heads", "d_head", "d_ff", "t5_num_buckets", "t5_max_distance"):
+        for name in (
+            "n_kv_heads",
+            "d_head",
+            "d_ff",
+            "t5_num_buckets",
+            "t5_max_distance",
+        ):
             if getattr(self, name) is not None:
                 check.positive_int(name, getattr(self, name), owner=owner)
         for name in ("n_decoder_layers", "n_token_types"):
@@ -123,16 +144,34 @@ class TransformerConfig:
         check.one_of("norm_position", self.norm_position, NORM_POSITIONS, owner=owner)
         activations = (*FFN_ACTIVATIONS, *GATED_FFN_ACTIVATIONS)
         check.one_of("activation", self.activation, activations, owner=owner)
-        check.one_of("attn_backend", self.attn_backend, tuple(ATTENTION_BACKENDS), owner=owner)
+        check.one_of(
+            "attn_backend",
+            self.attn_backend,
+            tuple(ATTENTION_BACKENDS),
+            owner=owner,
+        )
         check.probability("dropout", self.dropout, owner=owner)
-        check.finite_float("rope_base", self.rope_base, low=0.0, low_open=True, owner=owner)
+        check.finite_float(
+            "rope_base",
+            self.rope_base,
+            low=0.0,
+            low_open=True,
+            owner=owner,
+        )
         if self.norm_eps is not None:
-            check.finite_float("norm_eps", self.norm_eps, low=0.0, low_open=True, owner=owner)
+            check.finite_float(
+                "norm_eps",
+                self.norm_eps,
+                low=0.0,
+                low_open=True,
+                owner=owner,
+            )
         if self.attn_scale is not None:
             check.finite_float("attn_scale", self.attn_scale, owner=owner)
         if self.d_head is None and self.d_model % self.n_heads:
             raise ValueError(
-                f"{owner}: n_heads={self.n_heads} does not divide d_model={self.d_model}; "
+                f"{owner}: n_heads={self.n_heads} does not divide "
+                f"d_model={self.d_model}; "
                 "change one, or set d_head explicitly"
             )
         if self.n_heads % self.kv_heads:
@@ -141,7 +180,9 @@ class TransformerConfig:
                 f"n_heads={self.n_heads}; each key/value head serves a whole group"
             )
         if self.positions == "rope" and self.head_size % 2:
-            raise ValueError(f"{owner}: RoPE needs an even d_head, got {self.head_size}")
+            raise ValueError(
+                f"{owner}: RoPE needs an even d_head, got {self.head_size}",
+            )
 
     @property
     def kv_heads(self) -> int:
@@ -163,7 +204,9 @@ class TransformerConfig:
 def _check_ids(ids: object, vocab_size: int, name: str = "ids") -> torch.Tensor:
     """Integer ids ``(batch seq)`` in ``0..vocab_size-1``, or a clear error."""
     if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor of token ids, got {type(ids).__name__}")
+        raise TypeError(
+            f"{name} must be a tensor of token ids, got {type(ids).__name__}",
+        )
     if ids.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"{name} must be int64 or int32 token ids, got {ids.dtype}")
     if ids.dim() != 2:
@@ -171,23 +214,31 @@ def _check_ids(ids: object, vocab_size: int, name: str = "ids") -> torch.Tensor:
     if not torch.compiler.is_compiling() and ids.numel():
         low, high = (int(v) for v in torch.aminmax(ids))
         if low < 0 or high >= vocab_size:
-            raise ValueError(f"{name} must be in 0..{vocab_size - 1}, got ids from {low} to {high}")
+            raise ValueError(
+                f"{name} must be in 0..{vocab_size - 1}, got ids from {low} to {high}",
+            )
     return ids
 
 
 def _key_mask(mask: torch.Tensor | None, batch: int, k_len: int) -> torch.Tensor | None:
-    """A ``(batch k_pos)`` boolean key mask (True = real token) as ``(batch 1 1 k_pos)``."""
+    """A ``(batch k_pos)`` boolean key mask (True = real token) as ``(batch 1 1
+    k_pos)``."""
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a boolean tensor (True = real token), got {mask!r}")
+        raise TypeError(
+            f"mask must be a boolean tensor (True = real token), got {mask!r}",
+        )
     if tuple(mask.shape) != (batch, k_len):
-        raise ValueError(f"mask must be (batch, k_pos) = {(batch, k_len)}, got {tuple(mask.shape)}")
+        raise ValueError(
+            f"mask must be (batch, k_pos) = {(batch, k_len)}, got {tuple(mask.shape)}",
+        )
     return rearrange(mask, "batch k_pos -> batch 1 1 k_pos")
 
 
 class Embeddings(nn.Module):
-    """Token embedding (+ positions added at the input, + segments, + norm), then dropout.
+    """Token embedding (+ positions added at the input, + segments, + norm), then
+    dropout.
 
     ``forward(ids, token_types=None, offset=0)``: ``ids`` ``(batch seq)`` ->
     ``(batch seq d_model)``; ``offset`` is the absolute position of the first token.
@@ -197,7 +248,11 @@ class Embeddings(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tokens = TokenEmbedding(
-            cfg.vocab_size, cfg.d_model, scale=cfg.embedding_scale, init_std=0.02, check_ids=False
+            cfg.vocab_size,
+            cfg.d_model,
+            scale=cfg.embedding_scale,
+            init_std=0.02,
+            check_ids=False,
         )
         if cfg.positions == "learned":
             self.positions = LearnedPositionalEmbedding(cfg.max_len, cfg.d_model)
@@ -208,11 +263,16 @@ class Embeddings(nn.Module):
         self.token_types = (
             nn.Embedding(cfg.n_token_types, cfg.d_model) if cfg.n_token_types else None
         )
-        self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps) if cfg.embedding_norm else None
+        self.norm = None
+        if cfg.embedding_norm:
+            self.norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(
-        self, ids: torch.Tensor, token_types: torch.Tensor | None = None, offset: int = 0
+        self,
+        ids: torch.Tensor,
+        token_types: torch.Tensor | None = None,
+        offset: int = 0,
     ) -> torch.Tensor:
         x = self.tokens(_check_ids(ids, self.cfg.vocab_size))
         if self.positions is not None:
@@ -220,7 +280,9 @@ class Embeddings(nn.Module):
         if self.token_types is not None:
             if token_types is None:
                 token_types = torch.zeros_like(ids)
-            x = x + self.token_types(_check_ids(token_types, self.cfg.n_token_types, "token_types"))
+            x = x + self.token_types(
+                _check_ids(token_types, self.cfg.n_token_types, "token_types"),
+            )
         elif token_types is not None:
             raise ValueError("token_types given, but the config has n_token_types=0")
         if self.norm is not None:
@@ -252,17 +314,27 @@ class TransformerBlock(nn.Module):
 
     ``forward(x, *, mask, causal, position_bias, rope, context, context_mask, cache)``:
     ``x`` ``(batch seq d_model)``; ``mask``/``context_mask`` boolean, broadcasting to
-    ``(batch heads q_pos k_pos)``; ``context`` ``(batch src d_model)`` for cross-attention;
-    ``cache`` a pair ``(self KVCache or None, cross KVCache or None)``. Returns ``x``, or
-    ``(x, (self_cache, cross_cache))`` when ``use_cache``.
+    ``(batch heads q_pos k_pos)``; ``context`` ``(batch src d_model)`` for
+    cross-attention; ``cache`` a pair ``(self KVCache or None, cross KVCache or None)``.
+    Returns ``x``, or ``(x, (self_cache, cross_cache))`` when ``use_cache``.
     """
 
-    def __init__(self, cfg: TransformerConfig, *, cross_attention: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: TransformerConfig,
+        *,
+        cross_attention: bool = False,
+    ) -> None:
         super().__init__()
 
         def wrap(sublayer: nn.Module) -> ResidualSublayer:
             return ResidualSublayer(
-                sublayer, cfg.d_model, cfg.norm_position, cfg.norm, cfg.dropout, cfg.norm_eps
+                sublayer,
+                cfg.d_model,
+                cfg.norm_position,
+                cfg.norm,
+                cfg.dropout,
+                cfg.norm_eps,
             )
 
         self.self_attn = wrap(_attention(cfg))
@@ -285,14 +357,19 @@ class TransformerBlock(nn.Module):
         past_self, past_cross = cache if cache is not None else (None, None)
         kwargs = dict(past=past_self, use_cache=True) if use_cache else {}
         out = self.self_attn(
-            x, mask=mask, causal=causal, position_bias=position_bias, rope=rope, **kwargs
+            x,
+            mask=mask,
+            causal=causal,
+            position_bias=position_bias,
+            rope=rope,
+            **kwargs,
         )
         x, self_cache = out if use_cache else (out, None)
         cross_cache = None
         if self.cross_attn is not None:
             if context is None:
                 raise ValueError(
-                    "this block has cross-attention: pass context (the encoder output)"
+                    "this block has cross-attention: pass context (the encoder output)",
                 )
             kwargs = dict(past=past_cross, use_cache=True) if use_cache else {}
             out = self.cross_attn(x, context, mask=context_mask, **kwargs)
@@ -306,8 +383,8 @@ class ModelCache:
     """Key/value caches of every decoder layer (and the cross-attention inputs, for T5).
 
     ``self_attn[i]`` and ``cross_attn[i]`` are layer ``i``'s :class:`KVCache`;
-    ``context`` ``(batch src d_model)`` and ``context_mask`` ``(batch src)`` are the encoder
-    output and its padding mask (T5 only).
+    ``context`` ``(batch src d_model)`` and ``context_mask`` ``(batch src)`` are the
+    encoder output and its padding mask (T5 only).
     """
 
     self_attn: tuple[KVCache, ...]
@@ -325,7 +402,8 @@ class ModelCache:
         return self.self_attn[0].keys.shape[0]
 
     def select(self, indices: torch.Tensor) -> ModelCache:
-        """The cache with its batch rows gathered by ``indices`` ``(new_batch,)`` (beams)."""
+        """The cache with its batch rows gathered by ``indices`` ``(new_batch,)``
+        (beams)."""
         indices = torch.as_tensor(indices, device=self.self_attn[0].keys.device)
 
         def rows(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -339,14 +417,23 @@ class ModelCache:
         )
 
     def crop(self, length: int) -> ModelCache:
-        """The cache of the first ``length`` decoded positions (cross-attention kept)."""
+        """The cache of the first ``length`` decoded positions, cross-attention
+        kept."""
         return replace(self, self_attn=tuple(c.crop(length) for c in self.self_attn))
 
 
 class _Stack(nn.Module):
-    """What encoder and decoder share: blocks, in-attention positions, the final norm."""
+    """What encoder and decoder share: blocks, in-attention positions, the final
+    norm."""
 
-    def __init__(self, cfg: TransformerConfig, n_layers: int, *, causal: bool, cross: bool):
+    def __init__(
+        self,
+        cfg: TransformerConfig,
+        n_layers: int,
+        *,
+        causal: bool,
+        cross: bool,
+    ):
         super().__init__()
         self.cfg, self.causal = cfg, causal
         self.blocks = nn.ModuleList(
@@ -361,14 +448,23 @@ class _Stack(nn.Module):
             self.position_bias = ALiBi(cfg.n_heads, causal=causal)
         elif cfg.positions == "t5":
             self.position_bias = T5RelativePositionBias(
-                cfg.n_heads, cfg.t5_num_buckets, cfg.t5_max_distance, bidirectional=not causal
+                cfg.n_heads,
+                cfg.t5_num_buckets,
+                cfg.t5_max_distance,
+                bidirectional=not causal,
             )
         else:
             self.position_bias = None
-        self.final_norm = make_final_norm(cfg.norm_position, cfg.d_model, cfg.norm, cfg.norm_eps)
+        self.final_norm = make_final_norm(
+            cfg.norm_position,
+            cfg.d_model,
+            cfg.norm,
+            cfg.norm_eps,
+        )
 
     def _check_input(self, x: object) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.cfg.d_model:
+        is_tensor = isinstance(x, torch.Tensor)
+        if not is_tensor or x.dim() != 3 or x.shape[-1] != self.cfg.d_model:
             got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(
                 f"{type(self).__name__} takes embedded input (batch, seq, "
@@ -392,7 +488,11 @@ class Encoder(_Stack):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__(cfg, cfg.n_layers, causal=False, cross=False)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         self._check_input(x)
         key_mask = _key_mask(mask, x.shape[0], x.shape[1])
         bias = self._bias(x.shape[1], x.shape[1], 0)
@@ -404,14 +504,20 @@ class Encoder(_Stack):
 class Decoder(_Stack):
     """``n_layers`` blocks with causal self-attention (and cross-attention if asked).
 
-    ``forward(x, *, mask=None, context=None, context_mask=None, cache=None, use_cache=False)``:
-    ``x`` ``(batch new d_model)``, the embedded new tokens; ``mask`` ``(batch k_pos)`` boolean
-    over all positions (cached ones first), True for real tokens; ``context``
-    ``(batch src d_model)`` and ``context_mask`` ``(batch src)`` for cross-attention. Returns
-    ``(batch new d_model)``, or ``(that, ModelCache)`` when ``use_cache``.
+    ``forward(x, *, mask=None, context=None, context_mask=None, cache=None,
+    use_cache=False)``: ``x`` ``(batch new d_model)``, the embedded new tokens; ``mask``
+    ``(batch k_pos)`` boolean over all positions (cached ones first), True for real
+    tokens; ``context`` ``(batch src d_model)`` and ``context_mask`` ``(batch src)`` for
+    cross-attention. Returns ``(batch new d_model)``, or ``(that, ModelCache)`` when
+    ``use_cache``.
     """
 
-    def __init__(self, cfg: TransformerConfig, *, cross_attention: bool = False) -> None:
+    def __init__(
+        self,
+        cfg: TransformerConfig,
+        *,
+        cross_attention: bool = False,
+    ) -> None:
         n_layers = cfg.decoder_layers if cross_attention else cfg.n_layers
         super().__init__(cfg, n_layers, causal=True, cross=cross_attention)
         self.cross_attention = cross_attention
@@ -428,15 +534,21 @@ class Decoder(_Stack):
     ):
         self._check_input(x)
         if self.cross_attention and context is None:
-            raise ValueError("an encoder-decoder's decoder needs context (the encoder output)")
+            raise ValueError(
+                "an encoder-decoder's decoder needs context (the encoder output)",
+            )
         offset = 0 if cache is None else cache.seq_len
         q_len, k_len = x.shape[1], offset + x.shape[1]
         self_mask = _key_mask(mask, x.shape[0], k_len)
-        cross_mask = None if context is None else _key_mask(context_mask, *context.shape[:2])
+        cross_mask = None
+        if context is not None:
+            cross_mask = _key_mask(context_mask, *context.shape[:2])
         bias = self._bias(q_len, k_len, offset)
         new_self, new_cross = [], []
         for i, block in enumerate(self.blocks):
-            past = None if cache is None else (cache.self_attn[i], _at(cache.cross_attn, i))
+            past = None
+            if cache is not None:
+                past = (cache.self_attn[i], _at(cache.cross_attn, i))
             out = block(
                 x,
                 mask=self_mask,
@@ -467,9 +579,9 @@ def _at(caches: tuple, i: int):
 class GPT(nn.Module):
     """Decoder-only language model: ``ids (batch seq) -> logits (batch seq vocab)``.
 
-    ``forward(ids, mask=None)``: ``mask`` ``(batch seq)`` boolean, True for real tokens (right
-    padding). ``step(ids, cache=None)`` runs only the new tokens ``(batch new)`` against the
-    cache and returns ``(logits (batch new vocab), cache)``.
+    ``forward(ids, mask=None)``: ``mask`` ``(batch seq)`` boolean, True for real tokens
+    (right padding). ``step(ids, cache=None)`` runs only the new tokens ``(batch new)``
+    against the cache and returns ``(logits (batch new vocab), cache)``.
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -481,33 +593,46 @@ class GPT(nn.Module):
         self.head = Unembedding(cfg.d_model, cfg.vocab_size, tie_to=tie, init_std=0.02)
         init_weights(self)
 
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         self._check_length(ids, 0)
         return self.head(self.decoder(self.embed(ids), mask=mask))
 
     def step(
-        self, ids: torch.Tensor, cache: ModelCache | None = None
+        self,
+        ids: torch.Tensor,
+        cache: ModelCache | None = None,
     ) -> tuple[torch.Tensor, ModelCache]:
         offset = 0 if cache is None else cache.seq_len
         self._check_length(ids, offset)
-        x, cache = self.decoder(self.embed(ids, offset=offset), cache=cache, use_cache=True)
+        x, cache = self.decoder(
+            self.embed(ids, offset=offset),
+            cache=cache,
+            use_cache=True,
+        )
         return self.head(x), cache
 
     def _check_length(self, ids: torch.Tensor, offset: int) -> None:
         end = offset + (ids.shape[-1] if isinstance(ids, torch.Tensor) else 0)
         if self.cfg.positions == "learned" and end > self.cfg.max_len:
             raise ValueError(
-                f"GPT: positions up to {end - 1} exceed max_len={self.cfg.max_len} of its "
+                f"GPT: positions up to {end - 1} exceed "
+                f"max_len={self.cfg.max_len} of its "
                 "learned position table; shorten the prompt or generate fewer tokens"
             )
 
 
 class BERT(nn.Module):
-    """Encoder-only masked language model: ``ids (batch seq) -> logits (batch seq vocab)``.
+    """Encoder-only masked language model: ``ids (batch seq) -> logits (batch seq
+    vocab)``.
 
-    ``forward(ids, mask=None, token_types=None)``: ``mask`` ``(batch seq)`` boolean, True for
-    real tokens; ``token_types`` ``(batch seq)`` segment ids. ``encode`` returns the encoder's
-    ``(batch seq d_model)`` output (for classification heads, chapter 8).
+    ``forward(ids, mask=None, token_types=None)``: ``mask`` ``(batch seq)`` boolean,
+    True for real tokens; ``token_types`` ``(batch seq)`` segment ids. ``encode``
+    returns the encoder's ``(batch seq d_model)`` output (for classification heads,
+    chapter 8).
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -519,12 +644,20 @@ class BERT(nn.Module):
         self.mlm_activation = (FFN_ACTIVATIONS | GATED_FFN_ACTIVATIONS)[cfg.activation]
         self.mlm_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
         tie = self.embed.tokens if cfg.tie_embeddings else None
-        self.head = Unembedding(cfg.d_model, cfg.vocab_size, tie_to=tie, bias=True, init_std=0.02)
+        self.head = Unembedding(
+            cfg.d_model,
+            cfg.vocab_size,
+            tie_to=tie,
+            bias=True,
+            init_std=0.02,
+        )
         init_weights(self)
 
     def encode(self, ids, mask=None, token_types=None) -> torch.Tensor:
         if self.cfg.positions == "learned" and ids.shape[-1] > self.cfg.max_len:
-            raise ValueError(f"BERT: {ids.shape[-1]} tokens exceed max_len={self.cfg.max_len}")
+            raise ValueError(
+                f"BERT: {ids.shape[-1]} tokens exceed max_len={self.cfg.max_len}",
+            )
         return self.encoder(self.embed(ids, token_types), mask)
 
     def forward(self, ids, mask=None, token_types=None) -> torch.Tensor:
@@ -533,12 +666,13 @@ class BERT(nn.Module):
 
 
 class T5(nn.Module):
-    """Encoder-decoder: ``(src_ids (batch src), tgt_ids (batch tgt)) -> (batch tgt vocab)``.
+    """Encoder-decoder: ``(src_ids (batch src), tgt_ids (batch tgt)) -> (batch tgt
+    vocab)``.
 
     ``forward(src_ids, tgt_ids, src_mask=None, tgt_mask=None)``; the decoder input
-    ``tgt_ids`` starts with ``start_id`` (T5: the pad id 0) and is the target shifted right.
-    ``encode(src_ids, src_mask)`` gives ``(batch src d_model)``; ``bind(src_ids, src_mask)``
-    returns a stepper for :mod:`lib.generation`.
+    ``tgt_ids`` starts with ``start_id`` (T5: the pad id 0) and is the target shifted
+    right. ``encode(src_ids, src_mask)`` gives ``(batch src d_model)``; ``bind(src_ids,
+    src_mask)`` returns a stepper for :mod:`lib.generation`.
     """
 
     def __init__(self, cfg: TransformerConfig, *, start_id: int = 0) -> None:
@@ -552,13 +686,23 @@ class T5(nn.Module):
         self.head_scale = cfg.d_model**-0.5 if cfg.tie_embeddings else 1.0
         init_weights(self)
 
-    def encode(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def encode(
+        self,
+        src_ids: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         if src_ids is None:
             raise ValueError("T5 needs encoder input: pass src_ids (batch, src)")
         return self.encoder(self.embed(src_ids), src_mask)
 
     def decode(
-        self, tgt_ids, context, context_mask=None, tgt_mask=None, cache=None, use_cache=False
+        self,
+        tgt_ids,
+        context,
+        context_mask=None,
+        tgt_mask=None,
+        cache=None,
+        use_cache=False,
     ):
         offset = 0 if cache is None else cache.seq_len
         out = self.decoder(
@@ -573,13 +717,25 @@ class T5(nn.Module):
         logits = self.head(x * self.head_scale)
         return (logits, cache) if use_cache else logits
 
-    def forward(self, src_ids, tgt_ids=None, src_mask=None, tgt_mask=None) -> torch.Tensor:
+    def forward(
+        self,
+        src_ids,
+        tgt_ids=None,
+        src_mask=None,
+        tgt_mask=None,
+    ) -> torch.Tensor:
         if tgt_ids is None:
-            raise ValueError("T5.forward needs decoder input tgt_ids (batch, tgt) as well")
+            raise ValueError(
+                "T5.forward needs decoder input tgt_ids (batch, tgt) as well",
+            )
         context = self.encode(src_ids, src_mask)
         return self.decode(tgt_ids, context, src_mask, tgt_mask)
 
-    def bind(self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None) -> _BoundT5:
+    def bind(
+        self,
+        src_ids: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+    ) -> _BoundT5:
         """Encode ``src_ids`` once; the result decodes with ``step(ids, cache)``."""
         return _BoundT5(self, self.encode(src_ids, src_mask), src_mask)
 
@@ -587,11 +743,17 @@ class T5(nn.Module):
 class _BoundT5:
     """A T5 with its encoder output bound in: ``step(ids, cache) -> (logits, cache)``.
 
-    The first step starts from the bound encoder output; later steps read it (and its mask)
-    from the cache, so beam search may reorder and duplicate the cache's rows freely.
+    The first step starts from the bound encoder output; later steps read it (and its
+    mask) from the cache, so beam search may reorder and duplicate the cache's rows
+    freely.
     """
 
-    def __init__(self, model: T5, context: torch.Tensor, context_mask: torch.Tensor | None):
+    def __init__(
+        self,
+        model: T5,
+        context: torch.Tensor,
+        context_mask: torch.Tensor | None,
+    ):
         self.model, self.context, self.context_mask = model, context, context_mask
         self.start_id = model.start_id
         self.cfg = model.cfg
@@ -601,12 +763,19 @@ class _BoundT5:
             context, context_mask = self.context, self.context_mask
         else:
             context, context_mask = cache.context, cache.context_mask
-        return self.model.decode(ids, context, context_mask, cache=cache, use_cache=True)
+        return self.model.decode(
+            ids,
+            context,
+            context_mask,
+            cache=cache,
+            use_cache=True,
+        )
 
 
 def init_weights(model: nn.Module, std: float = 0.02) -> nn.Module:
-    """GPT-2's initialisation, in place: N(0, std²) weights, zero biases, unit norms, and
-    residual output projections scaled by ``1/sqrt(2·n_blocks)``. Returns ``model``."""
+    """GPT-2's initialisation, in place: N(0, std²) weights, zero biases, unit norms,
+    and residual output projections scaled by ``1/sqrt(2·n_blocks)``. Returns
+    ``model``."""
     blocks = [m for m in model.modules() if isinstance(m, TransformerBlock)]
     residual_std = std / math.sqrt(2 * max(1, len(blocks)))
     for module in model.modules():
@@ -621,7 +790,8 @@ def init_weights(model: nn.Module, std: float = 0.02) -> nn.Module:
             if sublayer is None:
                 continue
             inner = sublayer.sublayer  # MultiHeadAttention or a feed-forward network
-            out = inner.out_proj if isinstance(inner, MultiHeadAttention) else inner.w_out
+            is_attention = isinstance(inner, MultiHeadAttention)
+            out = inner.out_proj if is_attention else inner.w_out
             nn.init.normal_(out.weight, std=residual_std)
     return model
 
@@ -632,7 +802,8 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def parameter_breakdown(model: nn.Module) -> dict[str, int]:
-    """Parameters by where they live: embeddings, attention, ffn, norms, head (others)."""
+    """Parameters by where they live: embeddings, attention, ffn, norms, head
+    (others)."""
     groups = {"embeddings": 0, "attention": 0, "ffn": 0, "norms": 0, "head": 0}
     for name, p in model.named_parameters():  # tied parameters are listed once
         if ".self_attn.sublayer." in name or ".cross_attn.sublayer." in name:
@@ -650,4 +821,11 @@ def parameter_breakdown(model: nn.Module) -> dict[str, int]:
 
 def kv_cache_bytes_per_token(cfg: TransformerConfig, bytes_per_value: int = 2) -> int:
     """Bytes the self-attention caches of a decoder add per generated token."""
-    return kv_cache_bytes(cfg.decoder_layers, cfg.kv_heads, cfg.head_size, 1, 1, bytes_per_value)
+    return kv_cache_bytes(
+        cfg.decoder_layers,
+        cfg.kv_heads,
+        cfg.head_size,
+        1,
+        1,
+        bytes_per_value,
+    )

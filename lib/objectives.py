@@ -327,7 +327,10 @@ def prefix_lm_mask(
 
 
 def prefix_lm_batch(
-    token_ids: torch.Tensor, *, generator: torch.Generator, pad_id: int | None = None
+    token_ids: torch.Tensor,
+    *,
+    generator: torch.Generator,
+    pad_id: int | None = None,
 ) -> ObjectiveBatch:
     """Prefix LM: a random bidirectional prefix, then next-token prediction.
 
@@ -341,7 +344,7 @@ def prefix_lm_batch(
     _check_generator(generator)
     if token_ids.shape[0] and int(lengths.min()) < 2:
         raise ValueError(
-            f"prefix LM needs >= 2 real tokens per row, got lengths {lengths.tolist()}"
+            f"prefix LM needs >= 2 real tokens per row, got lengths {lengths.tolist()}",
         )
     draws = torch.rand(token_ids.shape[0], generator=generator).to(lengths.device)
     prefix = 1 + (draws * (lengths - 1)).long()  # uniform in 1..n-1

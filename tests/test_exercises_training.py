@@ -9,33 +9,35 @@ import pytest
 from lib.exercises._common import ExerciseError
 from lib.exercises.training import (
     check_adam_l2_step,
-    check_noam_peak,
+    check_noam_plan,
     check_smoothed_loss_floor,
 )
 
 
-def noam_peak(d_model, warmup):
-    return warmup, d_model**-0.5 * warmup**-0.5
+def noam_plan(d_model, peak_lr):
+    warmup = round(1 / (d_model * peak_lr**2))
+    return warmup, 4 * warmup
 
 
-def test_noam_peak_accepts_the_reference():
-    assert check_noam_peak(noam_peak)
+def test_noam_plan_accepts_the_reference():
+    assert check_noam_plan(noam_plan)
 
 
 @pytest.mark.parametrize(
     ("wrong", "match"),
     [
-        (lambda d, w: (w - 1, d**-0.5 * w**-0.5), "one off: steps count from 1"),
-        (lambda d, w: (w, w**-0.5), "d_model\\^-0.5 factor is missing"),
-        (lambda d, w: (w, d**0.5 * w**-0.5), "not by its square root"),
-        (lambda d, w: (2 * w, d**-0.5 * w**-0.5), "where do n\\^-0.5"),
-        (lambda d, w: w, "return a pair"),
-        (lambda d, w: (float(w), 1.0), "should be an int"),
+        (lambda d, p: (round(p**-2), 4 * round(p**-2)), "d_model factor is missing"),
+        (lambda d, p: (noam_plan(d, p)[0], 2 * noam_plan(d, p)[0]), "not 1/n"),
+        (lambda d, p: (noam_plan(d, p)[0], noam_plan(d, p)[1] + 1), "one off"),
+        (lambda d, p: (noam_plan(d, p)[0], 9 * noam_plan(d, p)[0]), "for which n"),
+        (lambda d, p: (noam_plan(d, p)[0] + 5, 0), "solve peak_lr"),
+        (lambda d, p: noam_plan(d, p)[0], "return a pair"),
+        (lambda d, p: (float(noam_plan(d, p)[0]), 1), "should be an int"),
     ],
 )
-def test_noam_peak_diagnoses_mistakes(wrong, match):
+def test_noam_plan_diagnoses_mistakes(wrong, match):
     with pytest.raises(ExerciseError, match=match):
-        check_noam_peak(wrong)
+        check_noam_plan(wrong)
 
 
 def adam_l2(param, grad, m, v, step, *, lr, betas, eps, weight_decay, mistake=None):

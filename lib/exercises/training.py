@@ -1,8 +1,8 @@
 """Checkers for the exercises of chapter 8 (training).
 
 Each checker runs the reader's function on several inputs, compares it with a reference and
-names the typical mistake when it recognises one: a Noam peak one step off or without its
-d_model factor; Adam with decoupled instead of coupled (L2) weight decay, without bias
+names the typical mistake when it recognises one: a Noam warm-up without its d_model
+factor, a rate that halves at twice the warm-up or one step off; Adam with decoupled instead of coupled (L2) weight decay, without bias
 correction or with epsilon inside the square root; a label-smoothing floor of zero, with
 the ε/(V-1) convention or with a term missing.
 """
@@ -17,7 +17,7 @@ import torch
 from lib.exercises._common import ExerciseError, call_without_mutation, checker, expect_close
 
 __all__ = [
-    "check_noam_peak",
+    "check_noam_plan",
     "check_adam_l2_step",
     "check_smoothed_loss_floor",
 ]
@@ -27,43 +27,47 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)
 
 
-@checker("Exercise 1: the peak of the Noam schedule")
-def check_noam_peak(noam_peak: Callable[[int, int], tuple[int, float]]) -> None:
-    """``noam_peak(d_model, warmup) -> (step, lr)``: the 1-based step of the largest Noam
-    learning rate and that rate."""
-    for d_model, warmup in ((512, 4000), (64, 10), (1024, 250), (8, 1)):
-        got = noam_peak(d_model, warmup)
+@checker("Exercise 1: plan a Noam schedule")
+def check_noam_plan(noam_plan: Callable[[int, float], tuple[int, int]]) -> None:
+    """``noam_plan(d_model, peak_lr) -> (warmup, half_step)``: the warm-up length whose Noam
+    schedule peaks at ``peak_lr`` (rounded to the nearest int), and the first 1-based step
+    at which the rate has fallen to half that peak or below."""
+    for d_model, warmup in ((512, 4000), (64, 10), (1024, 250), (8, 1), (768, 2000)):
+        peak_lr = d_model**-0.5 * warmup**-0.5
+        got = noam_plan(d_model, peak_lr)
         if not (isinstance(got, tuple) and len(got) == 2):
-            raise ExerciseError(f"return a pair (step, lr), got {got!r}")
-        step, lr = got
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise ExerciseError(f"the step should be an int, got {type(step).__name__} {step!r}")
-        want_lr = d_model**-0.5 * warmup**-0.5
-        if step in (warmup - 1, warmup + 1):
+            raise ExerciseError(f"return a pair (warmup, half_step), got {got!r}")
+        for name, value in zip(("warmup", "half_step"), got):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ExerciseError(
+                    f"{name} should be an int, got {type(value).__name__} {value!r}"
+                )
+        got_warmup, half_step = got
+        call = f"noam_plan({d_model}, {peak_lr:.4g})"
+        if got_warmup != warmup:
+            if got_warmup == round(peak_lr**-2) and d_model != 1:
+                raise ExerciseError(
+                    f"{call} gives warmup {got_warmup}: the peak is d_model^-0.5 · "
+                    "warmup^-0.5, so warmup = 1 / (d_model · peak_lr²); the d_model "
+                    "factor is missing"
+                )
             raise ExerciseError(
-                f"noam_peak({d_model}, {warmup}) gives step {step}, one off: steps count from "
-                f"1, and the two branches n^-0.5 and n·warmup^-1.5 meet at n = warmup"
+                f"{call} gives warmup {got_warmup}, expected {warmup}: solve "
+                "peak_lr = d_model^-0.5 · warmup^-0.5 for warmup, and round"
             )
-        if step != warmup:
+        if half_step == 2 * warmup:
             raise ExerciseError(
-                f"noam_peak({d_model}, {warmup}) gives step {step}; where do n^-0.5 and "
-                "n·warmup^-1.5 meet?"
+                f"{call} gives half_step {half_step} = 2 · warmup: after the peak the rate "
+                "falls as n^-0.5, not 1/n, so it takes 4 times the steps to halve"
             )
-        if not isinstance(lr, (int, float)) or isinstance(lr, bool):
-            raise ExerciseError(f"the learning rate should be a float, got {lr!r}")
-        if _close(lr, warmup**-0.5) and not _close(want_lr, warmup**-0.5):
+        if half_step in (4 * warmup - 1, 4 * warmup + 1):
             raise ExerciseError(
-                f"noam_peak({d_model}, {warmup}) gives lr {lr:.4g}: the d_model^-0.5 factor "
-                "is missing"
+                f"{call} gives half_step {half_step}, one off: n^-0.5 = warmup^-0.5 / 2 "
+                "exactly at n = 4 · warmup"
             )
-        if _close(lr, d_model**0.5 * warmup**-0.5):
+        if half_step != 4 * warmup:
             raise ExerciseError(
-                f"noam_peak({d_model}, {warmup}) gives lr {lr:.4g}: multiply by d_model^-0.5 "
-                "(one over the square root), not by its square root"
-            )
-        if not _close(lr, want_lr):
-            raise ExerciseError(
-                f"noam_peak({d_model}, {warmup}) gives lr {lr:.6g}, expected {want_lr:.6g}"
+                f"{call} gives half_step {half_step}; for which n is n^-0.5 half of warmup^-0.5?"
             )
 
 
