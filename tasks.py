@@ -3,6 +3,7 @@
 
     python3 tasks.py book     # install what the book needs, render it to _build/html/
     python3 tasks.py test     # install what the tests need, run the unit and notebook tests
+    python3 tasks.py lab      # install JupyterLab + Jupytext, open the chapters as notebooks
     python3 tasks.py tangle   # regenerate lib/ from the chapters' export cells
     python3 tasks.py lint     # ruff: lint and format check of lib/, tests/ and the chapters
     python3 tasks.py fmt      # ruff: format lib/, tests/ and the chapters' code cells
@@ -17,10 +18,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -123,25 +127,79 @@ def cmd_test(extra_args: list[str]) -> None:
     run(sys.executable, "-m", "pytest", *parallel, *extra_args)
 
 
-def cmd_book(strict: bool) -> None:
+# Lines of the build's output that say nothing to a reader. The kernels that execute the
+# chapters log a warning about TCP transport on start (ipykernel, when no CurveZMQ keys are
+# provisioned; the kernels listen on localhost only); Sphinx and its extensions log their
+# status and configuration, which `-q` keeps out but `--verbose` shows.
+BUILD_NOISE = re.compile(
+    r"\[IPKernelApp\] WARNING \| Kernel is running over TCP without encryption"
+)
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def echo_build(cmd: list[str], env: dict[str, str]) -> int:
+    """Run the book build, echoing its output without colour codes or known noise."""
+    say(" ".join(cmd))
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+    )
+    assert proc.stdout is not None
+    hidden = 0
+    for line in proc.stdout:
+        line = ANSI.sub("", line)
+        if BUILD_NOISE.search(line):
+            hidden += 1
+            continue
+        print(line, end="", flush=True)
+    if hidden:
+        say(f"({hidden} kernel start-up notices about TCP transport left out)")
+    return proc.wait()
+
+
+def cmd_book(strict: bool, verbose: bool = False) -> None:
     ensure_installed("book")
     env = dict(os.environ)
     env.setdefault("TFS_PROFILE", "full" if shutil.which("nvidia-smi") else "smoke")
+    env["NO_COLOR"] = "1"  # Sphinx, and the tools that honour https://no-color.org
+    env.pop("FORCE_COLOR", None)
     flags = ["-W", "-n", "--keep-going"] if strict else []
-    # jupyter-book 1.x has no `python -m` entry point: call its CLI from this interpreter.
-    cli = "from jupyter_book.cli.main import main; main()"
-    run(sys.executable, "-c", cli, "build", ".", *flags, env=env)
+    if not verbose:
+        flags.append("-q")  # Sphinx's -q: warnings and errors only, no status or config lines
+    # jupyter-book 1.x has no `python -m` entry point: call its CLI from this interpreter,
+    # with Sphinx's colour codes switched off (jupyter-book does not do it for a pipe).
+    cli = "from sphinx.util.console import nocolor; nocolor(); from jupyter_book.cli.main import main; main()"
+    say(
+        f"rendering the book in the {env['TFS_PROFILE']} profile: chapters changed since the "
+        "last build are executed (a few minutes), the others come from the cache"
+    )
+    start = time.monotonic()
+    code = echo_build([sys.executable, "-c", cli, "build", ".", *flags], env)
+    if code != 0:
+        sys.exit(f"[tasks] the book build failed (exit {code}); the messages above say why")
     if strict:
         check_figures()
-    say(f"the book is at {ROOT / '_build' / 'html' / 'index.html'}")
+    checked = "no warnings, " if strict else ""
+    say(f"built in {time.monotonic() - start:.0f} s, {checked}at {ROOT / '_build/html/index.html'}")
+
+
+def toc_chapters() -> list[Path]:
+    """The chapters that ``_toc.yml`` lists, in its order."""
+    toc = (ROOT / "_toc.yml").read_text(encoding="utf-8")
+    files = re.findall(r"^\s*-?\s*file:\s*(chapters/[^\s#]+)", toc, re.MULTILINE)
+    return [ROOT / (f if f.endswith(".md") else f + ".md") for f in files]
 
 
 def check_figures() -> None:
     """Fail if a chapter page lost its figures (e.g. a non-inline matplotlib backend)."""
     missing = []
-    from tools.tangle import chapter_files
-
-    for chapter in chapter_files():
+    for chapter in toc_chapters():
         shows = chapter.read_text(encoding="utf-8").count("plt.show()")
         page = ROOT / "_build" / "html" / "chapters" / f"{chapter.stem}.html"
         images = page.read_text(encoding="utf-8").count("<img") if page.exists() else 0
@@ -150,6 +208,51 @@ def check_figures() -> None:
     if missing:
         sys.exit("[tasks] figures missing from the rendered book:\n  " + "\n  ".join(missing))
     say("every chapter's figures are in the rendered book")
+
+
+LAB_CONFIG = ROOT / "_build" / "jupyter-config"
+
+
+def cmd_lab(lab_args: list[str]) -> None:
+    """Open JupyterLab on the chapters; Jupytext makes each ``.md`` open as a notebook.
+
+    The default viewer of Markdown and MyST files is set to Jupytext's notebook in a config
+    directory of this project (``_build/jupyter-config``, put on ``JUPYTER_CONFIG_PATH``), not
+    in ``~/.jupyter``: a setting of your own in JupyterLab still wins.
+    """
+    ensure_installed("notebooks")
+    overrides = LAB_CONFIG / "labconfig" / "default_setting_overrides.json"
+    overrides.parent.mkdir(parents=True, exist_ok=True)
+    viewers = {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}
+    overrides.write_text(
+        json.dumps({"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": viewers}}),
+        encoding="utf-8",
+    )
+    env = dict(os.environ)
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
+        p for p in (str(LAB_CONFIG), os.environ.get("JUPYTER_CONFIG_PATH", "")) if p
+    )
+    env.setdefault("TFS_PROFILE", "full" if shutil.which("nvidia-smi") else "smoke")
+    say(
+        "opening JupyterLab in chapters/: a chapter opens as a notebook (your outputs stay in "
+        "the browser; the .md keeps only the code and prose). Ctrl+C stops it."
+    )
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and hosted machines
+        lab_args = ["--allow-root", *lab_args]
+    try:
+        code = run(
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            f"--ServerApp.root_dir={ROOT / 'chapters'}",
+            *lab_args,
+            env=env,
+            check=False,
+        )
+    except KeyboardInterrupt:
+        code = 0
+    sys.exit(code)
 
 
 def cmd_tangle(check: bool) -> None:
@@ -194,12 +297,19 @@ def main() -> None:
     test.add_argument("pytest_args", nargs=argparse.REMAINDER)
     book = sub.add_parser("book", help="render the book to _build/html")
     book.add_argument("--strict", action="store_true", help="treat warnings as errors (CI)")
+    book.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show Sphinx's status output (progress, parser settings)",
+    )
+    lab = sub.add_parser("lab", help="open the chapters as notebooks in JupyterLab")
+    lab.add_argument("lab_args", nargs=argparse.REMAINDER, help="passed to jupyter lab")
     tangle = sub.add_parser("tangle", help="regenerate lib/ from the chapters")
     tangle.add_argument("--check", action="store_true", help="only report drift")
     sub.add_parser("lint", help="ruff lint and format check")
     sub.add_parser("fmt", help="ruff format, chapters included")
     args, unknown = parser.parse_known_args()
-    if unknown and args.command != "test":
+    if unknown and args.command not in ("test", "lab"):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
 
     if not in_managed_env():
@@ -207,7 +317,9 @@ def main() -> None:
     if args.command == "test":
         cmd_test(unknown + args.pytest_args)  # options such as -x or -q go to pytest as well
     elif args.command == "book":
-        cmd_book(args.strict)
+        cmd_book(args.strict, args.verbose)
+    elif args.command == "lab":
+        cmd_lab(unknown + args.lab_args)
     elif args.command == "tangle":
         cmd_tangle(args.check)
     elif args.command == "lint":

@@ -172,10 +172,10 @@ class Unembedding(nn.Module):
         tie_to: an embedding (anything with a ``weight`` parameter of shape
             ``(vocab_size, d_model)``, such as :class:`TokenEmbedding`) whose table is
             reused as the output matrix; ``None`` gives the layer a matrix of its own.
-        bias: add a learned bias per token. init_std: standard deviation of an untied
-        matrix's ``N(0, std^2)`` initialisation;
-            default ``1/sqrt(d_model)``; ignored when tied (the table keeps the
-            embedding's).
+        bias: add a learned bias per token.
+        init_std: standard deviation of an untied matrix's ``N(0, std^2)``
+            initialisation; default ``1/sqrt(d_model)``; ignored when tied (the table
+            keeps the embedding's).
 
     Returns logits; apply ``softmax`` (or let ``F.cross_entropy`` do it) for
     probabilities.
