@@ -1,15 +1,17 @@
 # This file is generated from chapters/04-attention.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-"""Attention (chapter 4 of the course): masks, scaled dot-product attention, multi-head attention.
+"""Attention (chapter 4 of the course): masks, scaled dot-product attention, multi-head
+attention.
 
-Axis convention: ``q``, ``k``, ``v`` are ``(batch, heads, seq, d_head)``. Masks are boolean and
-broadcast to ``(batch, heads, q_len, k_len)``; ``True`` means "may attend". Additive score
-biases (ALiBi, T5 buckets) are float tensors that broadcast to the same shape.
+Axis convention: ``q``, ``k``, ``v`` are ``(batch, heads, seq, d_head)``. Masks are
+boolean and broadcast to ``(batch, heads, q_len, k_len)``; ``True`` means "may attend".
+Additive score biases (ALiBi, T5 buckets) are float tensors that broadcast to the same
+shape.
 
-Two backends share one interface: ``"math"`` (:func:`scaled_dot_product_attention`, written
-with einops on named axes, able to return the attention weights) and ``"sdpa"``
-(:func:`sdpa_attention`, PyTorch's fused kernel). Both return zeros for a query whose keys
-are all masked.
+Two backends share one interface: ``"math"`` (:func:`scaled_dot_product_attention`,
+written with einops on named axes, able to return the attention weights) and ``"sdpa"``
+(:func:`sdpa_attention`, PyTorch's fused kernel). Both return zeros for a query whose
+keys are all masked.
 """
 
 from __future__ import annotations
@@ -44,19 +46,24 @@ __all__ = [
 ]
 
 
-def padding_mask(lengths: torch.Tensor | Sequence[int], max_len: int | None = None) -> torch.Tensor:
+def padding_mask(
+    lengths: torch.Tensor | Sequence[int],
+    max_len: int | None = None,
+) -> torch.Tensor:
     """Boolean key mask from sequence lengths: ``True`` where the key is a real token.
 
-    Shapes: ``lengths`` is ``(batch,)`` (integers); the result is ``(batch 1 1 k_pos)`` with
-    ``k_pos = max_len`` (default: the largest length), ready to broadcast over heads and queries.
+    Shapes: ``lengths`` is ``(batch,)`` (integers); the result is ``(batch 1 1 k_pos)``
+    with ``k_pos = max_len`` (default: the largest length), ready to broadcast over
+    heads and queries.
     """
     owner = "padding_mask()"
     if not isinstance(lengths, torch.Tensor):
         try:
             lengths = torch.as_tensor(lengths)
         except (TypeError, ValueError, RuntimeError):
+            got = type(lengths).__name__
             raise TypeError(
-                f"{owner}: lengths must be a tensor or a list of ints, got {type(lengths).__name__}"
+                f"{owner}: lengths must be a tensor or a list of ints, got {got}"
             ) from None
     check.tensor("lengths", lengths, "batch", integer=True, owner=owner)
     if lengths.numel() and int(lengths.min()) < 0:
@@ -66,9 +73,8 @@ def padding_mask(lengths: torch.Tensor | Sequence[int], max_len: int | None = No
         max_len = longest
     max_len = check.int_at_least("max_len", max_len, 0, owner=owner)
     if longest > max_len:
-        raise ValueError(
-            f"{owner}: a length ({longest}) exceeds max_len={max_len}: {lengths.tolist()}"
-        )
+        too_long = f"a length ({longest}) exceeds max_len={max_len}"
+        raise ValueError(f"{owner}: {too_long}: {lengths.tolist()}")
     key_positions = torch.arange(max_len, device=lengths.device)
     mask = key_positions < rearrange(lengths, "batch -> batch 1")
     return rearrange(mask, "batch k_pos -> batch 1 1 k_pos")
@@ -81,20 +87,25 @@ def causal_mask(
     *,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """Boolean causal mask ``(q_pos k_pos)``: query ``i`` may see key ``j`` iff ``j <= offset + i``.
+    """Boolean causal mask ``(q_pos k_pos)``: query ``i`` may see key ``j`` iff ``j <=
+    offset + i``.
 
-    The queries sit at absolute positions ``offset .. offset + q_len - 1`` and the keys at
-    ``0 .. k_len - 1``. Defaults: ``k_len = q_len`` and ``offset = k_len - q_len`` (the queries
-    are the last ``q_len`` positions, as when decoding with a key/value cache).
+    The queries sit at absolute positions ``offset .. offset + q_len - 1`` and the keys
+    at ``0 .. k_len - 1``. Defaults: ``k_len = q_len`` and ``offset = k_len - q_len``
+    (the queries are the last ``q_len`` positions, as when decoding with a key/value
+    cache).
     """
     owner = "causal_mask()"
     q_len = check.positive_int("q_len", q_len, owner=owner)
     k_len = q_len if k_len is None else check.positive_int("k_len", k_len, owner=owner)
-    offset = k_len - q_len if offset is None else check.integer("offset", offset, owner=owner)
+    if offset is None:
+        offset = k_len - q_len
+    offset = check.integer("offset", offset, owner=owner)
     query_positions = torch.arange(q_len, device=device) + offset
     key_positions = torch.arange(k_len, device=device)
     return rearrange(key_positions, "k_pos -> 1 k_pos") <= rearrange(
-        query_positions, "q_pos -> q_pos 1"
+        query_positions,
+        "q_pos -> q_pos 1",
     )
 
 
@@ -116,32 +127,45 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
         try:
             combined = combined & mask
         except RuntimeError:  # the devices agree: only the shapes can be at fault
-            raise ValueError(
-                f"{owner}: masks of shapes {tuple(combined.shape)} and {tuple(mask.shape)} "
-                "do not broadcast"
-            ) from None
+            shapes = f"{tuple(combined.shape)} and {tuple(mask.shape)}"
+            message = f"{owner}: masks of shapes {shapes} do not broadcast"
+            raise ValueError(message) from None
     return combined
 
 
-def additive_mask(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The additive form of a boolean mask: ``0.0`` where ``True`` (may attend), ``-inf`` elsewhere.
+def additive_mask(
+    mask: torch.Tensor,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """The additive form of a boolean mask: ``0.0`` where ``True`` (may attend),
+    ``-inf`` elsewhere.
 
     Shapes: the result has the shape of ``mask``.
     """
-    check.tensor("mask", mask, boolean=True, owner="additive_mask()", hint="True = may attend")
+    check.tensor(
+        "mask",
+        mask,
+        boolean=True,
+        owner="additive_mask()",
+        hint="True = may attend",
+    )
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise TypeError(f"additive_mask(): dtype must be a floating torch.dtype, got {dtype!r}")
+        raise TypeError(
+            f"additive_mask(): dtype must be a floating torch.dtype, got {dtype!r}",
+        )
     zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return zeros.masked_fill(~mask, float("-inf"))
 
 
 def _check_attention_args(owner, q, k, v, mask, bias, dropout_p, scale, causal):
-    """The checks every backend's arguments pass; returns ``dropout_p`` and ``scale`` as floats.
+    """The checks every backend's arguments pass; returns ``dropout_p`` and ``scale`` as
+    floats.
 
-    Shapes: ``q`` ``(batch heads q_pos d_head)``, ``k`` ``(batch kv_heads k_pos d_head)``,
-    ``v`` ``(batch kv_heads k_pos d_v)``, in one floating dtype on one device; ``heads`` a
-    multiple of ``kv_heads``; ``mask`` (bool) and ``bias`` (any float dtype: it is cast to
-    ``q``'s) broadcast to ``(batch heads q_pos k_pos)`` on ``q``'s device.
+    Shapes: ``q`` ``(batch heads q_pos d_head)``, ``k`` ``(batch kv_heads k_pos
+    d_head)``, ``v`` ``(batch kv_heads k_pos d_v)``, in one floating dtype on one
+    device; ``heads`` a multiple of ``kv_heads``; ``mask`` (bool) and ``bias`` (any
+    float dtype: it is cast to ``q``'s) broadcast to ``(batch heads q_pos k_pos)`` on
+    ``q``'s device.
     """
     check.tensor("q", q, "batch heads q_pos d_head", floating=True, owner=owner)
     batch, heads, q_len, d_head = q.shape
@@ -171,19 +195,32 @@ def _check_attention_args(owner, q, k, v, mask, bias, dropout_p, scale, causal):
     )
     check.same_dtype_and_device(q=q, k=k, v=v, owner=owner)
     if kv_heads == 0 or heads % kv_heads:
+        shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}"
         raise ValueError(
-            f"{owner}: q has {heads} heads, not a multiple of the {kv_heads} key/value heads: "
-            f"q {tuple(q.shape)}, k {tuple(k.shape)}"
+            f"{owner}: q has {heads} heads, not a multiple of the {kv_heads} "
+            + f"key/value heads: {shapes}"
         )
     scores = dict(batch=batch, heads=heads, q_pos=q_len, k_pos=k_len)
     if mask is not None:
         hint = "True = may attend; pass an additive float tensor as bias= instead"
         check.tensor("mask", mask, boolean=True, owner=owner, hint=hint)
-        check.broadcastable("mask", mask, "batch heads q_pos k_pos", owner=owner, **scores)
+        check.broadcastable(
+            "mask",
+            mask,
+            "batch heads q_pos k_pos",
+            owner=owner,
+            **scores,
+        )
         check.same_device(q=q, mask=mask, owner=owner)
     if bias is not None:
         check.tensor("bias", bias, floating=True, owner=owner)
-        check.broadcastable("bias", bias, "batch heads q_pos k_pos", owner=owner, **scores)
+        check.broadcastable(
+            "bias",
+            bias,
+            "batch heads q_pos k_pos",
+            owner=owner,
+            **scores,
+        )
         check.same_device(q=q, bias=bias, owner=owner)
     dropout_p = check.probability("dropout_p", dropout_p, owner=owner)
     if scale is not None:
@@ -195,8 +232,8 @@ def _check_attention_args(owner, q, k, v, mask, bias, dropout_p, scale, causal):
 def _prepare(q, k, v, mask, bias, causal):
     """Add the causal mask, cast the bias, repeat key/value heads (after the checks).
 
-    The bias is cast to the queries' dtype: an fp32 ALiBi or T5 table then works with bf16
-    queries on every backend.
+    The bias is cast to the queries' dtype: an fp32 ALiBi or T5 table then works with
+    bf16 queries on every backend.
     """
     if causal:
         mask = combine_masks(mask, causal_mask(q.shape[2], k.shape[2], device=q.device))
@@ -209,7 +246,8 @@ def _prepare(q, k, v, mask, bias, causal):
 
 
 def repeat_kv_heads(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """Repeat each key/value head ``n_rep`` times, so query head ``h`` meets kv head ``h // n_rep``.
+    """Repeat each key/value head ``n_rep`` times, so query head ``h`` meets kv head ``h
+    // n_rep``.
 
     Shapes: ``x`` is ``(batch kv_heads seq d_head)``, the result
     ``(batch (kv_heads n_rep) seq d_head)``.
@@ -218,7 +256,11 @@ def repeat_kv_heads(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     check.tensor("x", x, "batch kv_heads seq d_head", owner="repeat_kv_heads()")
     if n_rep == 1:
         return x
-    return repeat(x, "batch kv_heads seq d_head -> batch (kv_heads group) seq d_head", group=n_rep)
+    return repeat(
+        x,
+        "batch kv_heads seq d_head -> batch (kv_heads group) seq d_head",
+        group=n_rep,
+    )
 
 
 def scaled_dot_product_attention(
@@ -235,22 +277,36 @@ def scaled_dot_product_attention(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Attention written out on named axes: ``softmax(q kᵀ · scale + bias, masked) v``.
 
-    Shapes: ``q`` is ``(batch heads q_pos d_head)``; ``k`` ``(batch kv_heads k_pos d_head)`` and
-    ``v`` ``(batch kv_heads k_pos d_v)`` with ``heads`` a multiple of ``kv_heads``; ``mask``
-    (boolean, True = may attend) and ``bias`` (additive, float) broadcast to
-    ``(batch heads q_pos k_pos)``. ``causal=True`` adds :func:`causal_mask` (bottom-right aligned).
-    ``scale`` defaults to ``1/sqrt(d_head)``; ``dropout_p`` drops weights (pass 0 in eval).
+    Shapes: ``q`` is ``(batch heads q_pos d_head)``; ``k`` ``(batch kv_heads k_pos
+    d_head)`` and ``v`` ``(batch kv_heads k_pos d_v)`` with ``heads`` a multiple of
+    ``kv_heads``; ``mask`` (boolean, True = may attend) and ``bias`` (additive, float)
+    broadcast to ``(batch heads q_pos k_pos)``. ``causal=True`` adds :func:`causal_mask`
+    (bottom-right aligned). ``scale`` defaults to ``1/sqrt(d_head)``; ``dropout_p``
+    drops weights (pass 0 in eval).
 
-    Returns ``(batch heads q_pos d_v)``, and the weights ``(batch heads q_pos k_pos)`` too when
-    ``return_weights``. A query whose keys are all masked gets zero weights and a zero output.
+    Returns ``(batch heads q_pos d_v)``, and the weights ``(batch heads q_pos k_pos)``
+    too when ``return_weights``. A query whose keys are all masked gets zero weights and
+    a zero output.
     """
     owner = "scaled_dot_product_attention()"
-    dropout_p, scale = _check_attention_args(owner, q, k, v, mask, bias, dropout_p, scale, causal)
+    dropout_p, scale = _check_attention_args(
+        owner,
+        q,
+        k,
+        v,
+        mask,
+        bias,
+        dropout_p,
+        scale,
+        causal,
+    )
     check.boolean("return_weights", return_weights, owner=owner)
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = einsum(
-        q, k, "batch heads q_pos d_head, batch heads k_pos d_head -> batch heads q_pos k_pos"
+        q,
+        k,
+        "batch heads q_pos d_head, batch heads k_pos d_head -> batch heads q_pos k_pos",
     )
     scores = scores * scale
     if bias is not None:
@@ -259,13 +315,18 @@ def scaled_dot_product_attention(
         scores = scores.masked_fill(~mask, float("-inf"))
     if mask is not None or bias is not None:
         dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # nothing to attend to
-        weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
+        weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(
+            dead,
+            0.0,
+        )
     else:
         weights = torch.softmax(scores, dim=-1)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
     out = einsum(
-        weights, v, "batch heads q_pos k_pos, batch heads k_pos d_v -> batch heads q_pos d_v"
+        weights,
+        v,
+        "batch heads q_pos k_pos, batch heads k_pos d_v -> batch heads q_pos d_v",
     )
     return (out, weights) if return_weights else out
 
@@ -281,19 +342,36 @@ def sdpa_attention(
     scale: float | None = None,
     causal: bool = False,
 ) -> torch.Tensor:
-    """The same attention as :func:`scaled_dot_product_attention`, by PyTorch's fused kernel.
+    """The same attention as :func:`scaled_dot_product_attention`, by PyTorch's fused
+    kernel.
 
-    Shapes and arguments as there (no weights are returned). Fully masked query rows give zeros,
-    not NaN; ``causal`` is bottom-right aligned, unlike PyTorch's ``is_causal`` when
-    ``q_len != k_len``.
+    Shapes and arguments as there (no weights are returned). Fully masked query rows
+    give zeros, not NaN; ``causal`` is bottom-right aligned, unlike PyTorch's
+    ``is_causal`` when ``q_len != k_len``.
     """
     owner = "sdpa_attention()"
-    dropout_p, scale = _check_attention_args(owner, q, k, v, mask, bias, dropout_p, scale, causal)
-    square_causal = causal and mask is None and bias is None and q.shape[2] == k.shape[2]
+    dropout_p, scale = _check_attention_args(
+        owner,
+        q,
+        k,
+        v,
+        mask,
+        bias,
+        dropout_p,
+        scale,
+        causal,
+    )
+    no_mask = mask is None and bias is None
+    square_causal = causal and no_mask and q.shape[2] == k.shape[2]
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal and not square_causal)
     if mask is None and bias is None:  # the fast path: no mask tensor at all
         return F.scaled_dot_product_attention(
-            q, k, v, dropout_p=dropout_p, is_causal=square_causal, scale=scale
+            q,
+            k,
+            v,
+            dropout_p=dropout_p,
+            is_causal=square_causal,
+            scale=scale,
         )
     if bias is None:
         dead = ~mask.any(dim=-1, keepdim=True)
@@ -307,7 +385,12 @@ def sdpa_attention(
     if attn_mask.dim() < 2:  # PyTorch's kernel wants (q_pos k_pos) at least
         attn_mask = attn_mask.reshape(1, -1)
     out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
+        q,
+        k,
+        v,
+        attn_mask=attn_mask,
+        dropout_p=dropout_p,
+        scale=scale,
     )
     return out.masked_fill(dead, 0.0)  # no data-dependent branch: no device sync
 
@@ -319,15 +402,18 @@ ATTENTION_BACKENDS: dict[str, Callable[..., torch.Tensor]] = {
 
 
 def register_attention_backend(
-    name: str, fn: Callable[..., torch.Tensor], *, replace: bool = False
+    name: str,
+    fn: Callable[..., torch.Tensor],
+    *,
+    replace: bool = False,
 ) -> None:
     """Make ``fn`` available as the attention backend ``name``.
 
     ``fn(q, k, v, mask=None, bias=None, dropout_p=0.0, *, scale=None, causal=False)``
-    receives ``q`` ``(batch heads q_pos d_head)``, ``k`` and ``v``
-    ``(batch kv_heads k_pos d_head)`` (``heads`` a multiple of ``kv_heads``), a boolean
-    ``mask`` (True = may attend) and/or an additive float ``bias``, both broadcasting to
-    ``(batch heads q_pos k_pos)``, the score ``scale`` (None: ``1/sqrt(d_head)``), ``causal``
+    receives ``q`` ``(batch heads q_pos d_head)``, ``k`` and ``v`` ``(batch kv_heads
+    k_pos d_head)`` (``heads`` a multiple of ``kv_heads``), a boolean ``mask`` (True =
+    may attend) and/or an additive float ``bias``, both broadcasting to ``(batch heads
+    q_pos k_pos)``, the score ``scale`` (None: ``1/sqrt(d_head)``), ``causal``
     (bottom-right aligned) and the dropout probability on the weights. It returns
     ``(batch heads q_pos d_head)``, with zeros for a query whose keys are all masked.
     """
@@ -336,31 +422,43 @@ def register_attention_backend(
     check.boolean("replace", replace, owner=owner)
     if not callable(fn):
         raise TypeError(f"{owner}: fn must be callable, got {type(fn).__name__}")
-    if name in ATTENTION_BACKENDS and not replace and ATTENTION_BACKENDS[name] is not fn:
-        raise ValueError(f"attention backend {name!r} exists; pass replace=True to replace it")
+    taken = name in ATTENTION_BACKENDS and ATTENTION_BACKENDS[name] is not fn
+    if taken and not replace:
+        raise ValueError(
+            f"attention backend {name!r} exists; pass replace=True to replace it",
+        )
     ATTENTION_BACKENDS[name] = fn
 
 
 def _check_backend(name: object, owner: str) -> str:
     """``name``, which must name a registered backend (the message lists them)."""
     hint = "register_attention_backend(name, fn) adds one"
-    return check.one_of("backend", name, sorted(ATTENTION_BACKENDS), owner=owner, hint=hint)
+    return check.one_of(
+        "backend",
+        name,
+        sorted(ATTENTION_BACKENDS),
+        owner=owner,
+        hint=hint,
+    )
 
 
 def set_attention_backend(model: nn.Module, name: str) -> nn.Module:
-    """Switch every :class:`MultiHeadAttention` inside ``model`` to the backend ``name``.
+    """Switch every :class:`MultiHeadAttention` inside ``model`` to the backend
+    ``name``.
 
     Returns ``model``. Raises ``ValueError`` listing the known names for an unknown one,
     and when ``model`` holds no attention module at all.
     """
     if not isinstance(model, nn.Module):
-        raise TypeError(
-            f"set_attention_backend(): model must be an nn.Module, got {type(model).__name__}"
-        )
+        got = type(model).__name__
+        owner = "set_attention_backend()"
+        raise TypeError(f"{owner}: model must be an nn.Module, got {got}")
     _check_backend(name, "set_attention_backend()")
     modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     if not modules:
-        raise ValueError(f"{type(model).__name__} has no MultiHeadAttention module to switch")
+        raise ValueError(
+            f"{type(model).__name__} has no MultiHeadAttention module to switch",
+        )
     for module in modules:
         module.backend = name
     return model
@@ -370,9 +468,10 @@ def set_attention_backend(model: nn.Module, name: str) -> nn.Module:
 class KVCache:
     """The keys and values of the tokens seen so far, for one attention layer.
 
-    Shapes: ``keys`` is ``(batch kv_heads seq d_head)``, ``values`` ``(batch kv_heads seq d_v)``.
-    For self-attention the keys are stored after any rotary embedding (at their absolute
-    positions ``0 .. seq-1``); for cross-attention the cache holds the context's keys and values.
+    Shapes: ``keys`` is ``(batch kv_heads seq d_head)``, ``values`` ``(batch kv_heads
+    seq d_v)``. For self-attention the keys are stored after any rotary embedding (at
+    their absolute positions ``0 .. seq-1``); for cross-attention the cache holds the
+    context's keys and values.
     """
 
     keys: torch.Tensor
@@ -380,7 +479,13 @@ class KVCache:
 
     def __post_init__(self) -> None:
         keys, values = self.keys, self.values
-        check.tensor("keys", keys, "batch kv_heads seq d_head", floating=True, owner="KVCache")
+        check.tensor(
+            "keys",
+            keys,
+            "batch kv_heads seq d_head",
+            floating=True,
+            owner="KVCache",
+        )
         batch, kv_heads, seq, _ = keys.shape
         same = f"batch, kv_heads and seq as in keys {tuple(keys.shape)}"
         check.tensor(
@@ -402,7 +507,8 @@ class KVCache:
         return self.keys.shape[2]
 
     def extend(self, keys: torch.Tensor, values: torch.Tensor) -> KVCache:
-        """A new cache with ``keys`` and ``values`` ``(batch kv_heads new d_head)`` appended."""
+        """A new cache with ``keys`` and ``values`` ``(batch kv_heads new d_head)``
+        appended."""
         owner, (batch, kv_heads, _, d_head) = "KVCache.extend()", self.keys.shape
         hint = f"cannot append to a cache of keys {tuple(self.keys.shape)}"
         check.tensor(
@@ -426,14 +532,24 @@ class KVCache:
             owner=owner,
             hint=hint,
         )
-        # torch.cat would silently promote a bf16 cache to fp32: refuse a dtype change instead
-        check.same_dtype_and_device(cache=self.keys, keys=keys, values=values, owner=owner)
-        return KVCache(torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2))
+        # torch.cat would silently promote a bf16 cache to fp32: refuse a dtype change
+        # instead
+        check.same_dtype_and_device(
+            cache=self.keys,
+            keys=keys,
+            values=values,
+            owner=owner,
+        )
+        return KVCache(
+            torch.cat([self.keys, keys], dim=2),
+            torch.cat([self.values, values], dim=2),
+        )
 
     def select(self, indices: torch.Tensor) -> KVCache:
         """The cache with its batch rows gathered by ``indices`` ``(new_batch,)``.
 
-        Beam search reorders (and duplicates) the rows this way when beams are re-ranked.
+        Beam search reorders (and duplicates) the rows this way when beams are
+        re-ranked.
         """
         owner, batch = "KVCache.select()", self.keys.shape[0]
         if not isinstance(indices, torch.Tensor):
@@ -442,50 +558,66 @@ class KVCache:
             except (TypeError, ValueError, RuntimeError):
                 raise TypeError(
                     f"{owner}: indices must be a tensor or a list of ints, "
-                    f"got {type(indices).__name__}"
+                    f"got {type(indices).__name__}",
                 ) from None
         check.tensor("indices", indices, "new_batch", integer=True, owner=owner)
         indices = indices.to(self.keys.device)
         if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= batch):
-            raise IndexError(
-                f"{owner}: indices {indices.tolist()} out of range for a batch of {batch} "
-                f"(rows 0..{batch - 1})"
-            )
-        return KVCache(self.keys.index_select(0, indices), self.values.index_select(0, indices))
+            rows = f"a batch of {batch} (rows 0..{batch - 1})"
+            message = f"{owner}: indices {indices.tolist()} out of range for {rows}"
+            raise IndexError(message)
+        return KVCache(
+            self.keys.index_select(0, indices),
+            self.values.index_select(0, indices),
+        )
 
     def crop(self, length: int) -> KVCache:
-        """The cache of the first ``length`` positions (to roll back rejected draft tokens)."""
-        length = check.int_in_range("length", length, 0, self.seq_len, owner="KVCache.crop()")
+        """The cache of the first ``length`` positions (to roll back rejected draft
+        tokens)."""
+        length = check.int_in_range(
+            "length",
+            length,
+            0,
+            self.seq_len,
+            owner="KVCache.crop()",
+        )
         return KVCache(self.keys[:, :, :length], self.values[:, :, :length])
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention with grouped key/value heads (MHA, GQA and MQA) and a KV cache.
+    """Multi-head attention with grouped key/value heads (MHA, GQA and MQA) and a KV
+    cache.
 
-    ``n_kv_heads`` (default ``n_heads``) must divide ``n_heads``: ``n_kv_heads == n_heads`` is
-    multi-head attention, ``n_kv_heads == 1`` multi-query attention. The options after the
-    sizes are keyword-only: ``bias`` (projection biases), ``dropout`` (on the weights, in
-    training), ``backend`` (a name in :data:`ATTENTION_BACKENDS`: ``"sdpa"``, PyTorch's fused
-    kernel, or ``"math"``, the einops path), ``scale`` (the score scale; default
-    ``1/sqrt(d_head)``; T5 uses 1.0) and ``d_head`` (default ``d_model // n_heads``; any value
-    lets ``n_heads · d_head`` differ from ``d_model``, as T5 allows).
+    ``n_kv_heads`` (default ``n_heads``) must divide ``n_heads``: ``n_kv_heads ==
+    n_heads`` is multi-head attention, ``n_kv_heads == 1`` multi-query attention. The
+    options after the sizes are keyword-only: ``bias`` (projection biases), ``dropout``
+    (on the weights, in training), ``backend`` (a name in :data:`ATTENTION_BACKENDS`:
+    ``"sdpa"``, PyTorch's fused kernel, or ``"math"``, the einops path), ``scale`` (the
+    score scale; default ``1/sqrt(d_head)``; T5 uses 1.0) and ``d_head`` (default
+    ``d_model // n_heads``; any value lets ``n_heads · d_head`` differ from ``d_model``,
+    as T5 allows).
 
-    ``forward(x, context=None, *, mask=None, position_bias=None, causal=False, rope=None,
-    past=None, use_cache=False, need_weights=False)``:
+    ``forward(x, context=None, *, mask=None, position_bias=None, causal=False,
+    rope=None, past=None, use_cache=False, need_weights=False, cross_attention=False)``:
 
-    * ``x`` ``(batch q_pos d_model)`` gives the queries, and the keys and values too unless
-      ``context`` ``(batch k_pos d_model)`` is given (cross-attention).
-    * ``mask`` (boolean, True = may attend) and ``position_bias`` (a float tensor, or a module
-      called as ``position_bias(q_len, k_len, offset)``) broadcast to ``(batch heads q_pos k_pos)``,
-      where ``k_pos`` counts the cached keys too. ``causal`` adds a bottom-right causal mask.
-    * ``rope`` (e.g. ``lib.positions.RotaryEmbedding``) rotates queries and keys by their
-      absolute positions; the queries start at ``offset = past.seq_len``.
-    * ``past``: a :class:`KVCache`. Self-attention appends the new keys and values to it;
-      cross-attention uses it *instead of* projecting ``context`` again.
+    * ``x`` ``(batch q_pos d_model)`` gives the queries, and the keys and values too
+      unless ``context`` ``(batch k_pos d_model)`` is given (cross-attention).
+    * ``mask`` (boolean, True = may attend) and ``position_bias`` (a float tensor, or a
+      module called as ``position_bias(q_len, k_len, offset)``) broadcast to ``(batch
+      heads q_pos k_pos)``, where ``k_pos`` counts the cached keys too. ``causal`` adds
+      a bottom-right causal mask.
+    * ``rope`` (e.g. ``lib.positions.RotaryEmbedding``) rotates queries and keys by
+      their absolute positions; the queries start at ``offset = past.seq_len``.
+    * ``past``: a :class:`KVCache`. Self-attention appends the new keys and values to
+      it; cross-attention uses it *instead of* projecting ``context`` again.
+    * ``cross_attention=True`` says the call is cross-attention even without
+      ``context``: a decoder step then reads the encoder's keys and values from ``past``
+      alone. (Passing ``context`` implies cross-attention, so existing calls need not
+      say it.)
 
-    Returns ``(batch q_pos d_model)``; with ``use_cache`` and/or ``need_weights``, a tuple
-    ``(output, cache)``, ``(output, weights)`` or ``(output, cache, weights)``, the weights being
-    ``(batch heads q_pos k_pos)``.
+    Returns ``(batch q_pos d_model)``; with ``use_cache`` and/or ``need_weights``, a
+    tuple ``(output, cache)``, ``(output, weights)`` or ``(output, cache, weights)``,
+    the weights being ``(batch heads q_pos k_pos)``.
     """
 
     def __init__(
@@ -512,18 +644,25 @@ class MultiHeadAttention(nn.Module):
         elif d_model % n_heads != 0:
             raise ValueError(
                 f"{owner}: d_model={d_model} is not divisible by n_heads={n_heads}: "
-                f"each head needs d_model / n_heads dimensions (or pass d_head)"
+                f"each head needs d_model / n_heads dimensions (or pass d_head)",
             )
         if n_heads % n_kv_heads != 0:
+            sizes = f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}"
             raise ValueError(
-                f"{owner}: n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}: each "
-                "key/value head must serve a whole group of query heads"
+                f"{owner}: {sizes}: each "
+                + "key/value head must serve a whole group of query heads"
             )
         check.boolean("bias", bias, owner=owner)
         dropout = check.probability("dropout", dropout, owner=owner)
         _check_backend(backend, owner)
         if scale is not None:
-            scale = check.finite_float("scale", scale, low=0, low_open=True, owner=owner)
+            scale = check.finite_float(
+                "scale",
+                scale,
+                low=0,
+                low_open=True,
+                owner=owner,
+            )
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads if d_head is None else d_head
         self.backend, self.dropout, self.scale = backend, dropout, scale
@@ -532,8 +671,9 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(self.q_dim, d_model, bias=bias)
 
     def extra_repr(self) -> str:
+        heads = f"n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}"
         return (
-            f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
+            f"d_model={self.d_model}, {heads}, "
             f"d_head={self.d_head}, scale={self.scale}, backend={self.backend!r}"
         )
 
@@ -549,45 +689,69 @@ class MultiHeadAttention(nn.Module):
         context: torch.Tensor | None = None,
         *,
         mask: torch.Tensor | None = None,
-        position_bias: torch.Tensor | Callable[[int, int, int], torch.Tensor] | None = None,
+        position_bias: torch.Tensor | Callable[..., torch.Tensor] | None = None,
         causal: bool = False,
         rope: Callable[..., torch.Tensor] | None = None,
         past: KVCache | None = None,
         use_cache: bool = False,
         need_weights: bool = False,
+        cross_attention: bool = False,
     ):
         """Attend from ``x`` to itself or to ``context`` (see the class docstring).
 
-        Shapes: ``x`` is ``(batch q_pos d_model)``, ``context`` ``(batch k_pos d_model)``, in
-        the weights' dtype (any dtype under autocast); ``mask`` and ``position_bias`` broadcast
-        to ``(batch heads q_pos k_pos)``. Returns ``(batch q_pos d_model)``, or a tuple with
-        the :class:`KVCache` and/or the weights ``(batch heads q_pos k_pos)`` after it.
+        Shapes: ``x`` is ``(batch q_pos d_model)``, ``context`` ``(batch k_pos
+        d_model)``, in the weights' dtype (any dtype under autocast); ``mask`` and
+        ``position_bias`` broadcast to ``(batch heads q_pos k_pos)``. Returns ``(batch
+        q_pos d_model)``, or a tuple with the :class:`KVCache` and/or the weights
+        ``(batch heads q_pos k_pos)`` after it.
         """
         _check_mha_args(
-            self, x, context, position_bias, causal, rope, past, use_cache, need_weights
+            self,
+            x,
+            context,
+            position_bias,
+            causal,
+            rope,
+            past,
+            use_cache,
+            need_weights,
+            cross_attention,
         )
-        if context is None:  # self-attention: one fused projection for q, k and v
-            q, k, v = self.qkv_proj(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
+        cross = cross_attention or context is not None
+        if not cross:  # self-attention: one fused projection for q, k and v
+            q, k, v = self.qkv_proj(x).split(
+                [self.q_dim, self.kv_dim, self.kv_dim],
+                dim=-1,
+            )
         else:  # cross-attention: query rows on x, key/value rows on the context
             weight = self.qkv_proj.weight[: self.q_dim]
-            bias = None if self.qkv_proj.bias is None else self.qkv_proj.bias[: self.q_dim]
+            bias = self.qkv_proj.bias
+            bias = None if bias is None else bias[: self.q_dim]
             q = F.linear(x, weight, bias)
             k, v = (None, None) if past is not None else self._project_kv(context)
 
-        q = rearrange(q, "batch seq (heads d_head) -> batch heads seq d_head", heads=self.n_heads)
+        q = rearrange(
+            q,
+            "batch seq (heads d_head) -> batch heads seq d_head",
+            heads=self.n_heads,
+        )
         if k is not None:
             k = rearrange(
-                k, "batch seq (heads d_head) -> batch heads seq d_head", heads=self.n_kv_heads
+                k,
+                "batch seq (heads d_head) -> batch heads seq d_head",
+                heads=self.n_kv_heads,
             )
             v = rearrange(
-                v, "batch seq (heads d_head) -> batch heads seq d_head", heads=self.n_kv_heads
+                v,
+                "batch seq (heads d_head) -> batch heads seq d_head",
+                heads=self.n_kv_heads,
             )
-        offset = past.seq_len if (past is not None and context is None) else 0
+        offset = past.seq_len if (past is not None and not cross) else 0
         if rope is not None:
             q, k = rope(q, offset=offset), rope(k, offset=offset)
         if past is None:
             cache = KVCache(k, v) if use_cache else None
-        elif context is None:
+        elif not cross:
             cache = past.extend(k, v)
             k, v = cache.keys, cache.values
         else:
@@ -601,26 +765,76 @@ class MultiHeadAttention(nn.Module):
         weights = None
         if need_weights:
             out, weights = scaled_dot_product_attention(
-                q, k, v, mask, bias, dropout_p, scale=self.scale, causal=causal, return_weights=True
+                q,
+                k,
+                v,
+                mask,
+                bias,
+                dropout_p,
+                scale=self.scale,
+                causal=causal,
+                return_weights=True,
             )
         else:
             attend = ATTENTION_BACKENDS[self.backend]
-            out = attend(q, k, v, mask, bias, dropout_p, scale=self.scale, causal=causal)
-        out = self.out_proj(rearrange(out, "batch heads seq d_head -> batch seq (heads d_head)"))
+            out = attend(
+                q,
+                k,
+                v,
+                mask,
+                bias,
+                dropout_p,
+                scale=self.scale,
+                causal=causal,
+            )
+        out = self.out_proj(
+            rearrange(out, "batch heads seq d_head -> batch seq (heads d_head)"),
+        )
         if not use_cache and not need_weights:
             return out
         extras = ([cache] if use_cache else []) + ([weights] if need_weights else [])
         return (out, *extras)
 
 
-def _check_mha_args(mha, x, context, position_bias, causal, rope, past, use_cache, need_weights):
-    """The checks of :meth:`MultiHeadAttention.forward`'s arguments (never their data)."""
+_ROPE_NOT_CROSS = "rope rotates positions of one sequence; it does not apply to "
+_ROPE_NOT_CROSS += "cross-attention"
+
+
+def _check_mha_args(
+    mha,
+    x,
+    context,
+    position_bias,
+    causal,
+    rope,
+    past,
+    use_cache,
+    need_weights,
+    cross,
+):
+    """The checks of :meth:`MultiHeadAttention.forward`'s arguments (never their
+    data)."""
     owner, weight = "MultiHeadAttention", mha.qkv_proj.weight
-    check.tensor("x", x, "batch q_pos d_model", d_model=mha.d_model, floating=True, owner=owner)
+    check.tensor(
+        "x",
+        x,
+        "batch q_pos d_model",
+        d_model=mha.d_model,
+        floating=True,
+        owner=owner,
+    )
     check.same_dtype_and_device(x=x, weight=weight, autocast=True, owner=owner)
     check.boolean("causal", causal, owner=owner)
     check.boolean("use_cache", use_cache, owner=owner)
     check.boolean("need_weights", need_weights, owner=owner)
+    check.boolean("cross_attention", cross, owner=owner)
+    if cross and context is None and past is None:
+        raise ValueError(
+            f"{owner}: cross_attention=True needs the encoder's keys and values: pass "
+            "context (the encoder output) or past (a KVCache made from it)",
+        )
+    if cross and context is None and rope is not None:
+        raise ValueError(f"{owner}: {_ROPE_NOT_CROSS}")
     if context is not None:
         hint = f"x is {tuple(x.shape)}"
         check.tensor(
@@ -633,12 +847,14 @@ def _check_mha_args(mha, x, context, position_bias, causal, rope, past, use_cach
             owner=owner,
             hint=hint,
         )
-        check.same_dtype_and_device(context=context, weight=weight, autocast=True, owner=owner)
+        check.same_dtype_and_device(
+            context=context,
+            weight=weight,
+            autocast=True,
+            owner=owner,
+        )
         if rope is not None:
-            raise ValueError(
-                f"{owner}: rope rotates positions of one sequence; it does not apply to "
-                "cross-attention"
-            )
+            raise ValueError(f"{owner}: {_ROPE_NOT_CROSS}")
     if rope is not None and not callable(rope):
         raise TypeError(f"{owner}: rope must be callable, got {type(rope).__name__}")
     if position_bias is not None and not (
@@ -646,11 +862,13 @@ def _check_mha_args(mha, x, context, position_bias, causal, rope, past, use_cach
     ):
         raise TypeError(
             f"{owner}: position_bias must be a tensor or a module called as "
-            f"position_bias(q_len, k_len, offset), got {type(position_bias).__name__}"
+            f"position_bias(q_len, k_len, offset), got {type(position_bias).__name__}",
         )
     if past is not None:
         if not isinstance(past, KVCache):
-            raise TypeError(f"{owner}: past must be a KVCache, got {type(past).__name__}")
+            raise TypeError(
+                f"{owner}: past must be a KVCache, got {type(past).__name__}",
+            )
         check.tensor(
             "past.keys",
             past.keys,
@@ -671,38 +889,55 @@ def kv_cache_bytes(
     batch_size: int = 1,
     bytes_per_value: int = 2,
 ) -> int:
-    """Bytes of a full key/value cache: ``2 · n_layers · n_kv_heads · d_head · seq_len · batch_size · bytes_per_value``.
+    """Bytes of a full key/value cache: ``2 · n_layers · n_kv_heads · d_head · seq_len ·
+    batch_size · bytes_per_value``.
 
     The 2 counts keys and values; ``bytes_per_value`` is 2 for fp16/bf16, 4 for fp32.
     """
-    sizes = dict(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head, seq_len=seq_len,
-                 batch_size=batch_size, bytes_per_value=bytes_per_value)  # fmt: skip
+    sizes = dict(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head,
+                 seq_len=seq_len, batch_size=batch_size,
+                 bytes_per_value=bytes_per_value)  # fmt: skip
+    owner = "kv_cache_bytes()"
     n_layers, n_kv_heads, d_head, seq_len, batch_size, bytes_per_value = (
-        check.positive_int(name, value, owner="kv_cache_bytes()") for name, value in sizes.items()
+        check.positive_int(name, value, owner=owner) for name, value in sizes.items()
     )
     return 2 * n_layers * n_kv_heads * d_head * seq_len * batch_size * bytes_per_value
 
 
-def attention_layer_flops(seq_len: int, d_model: int, d_ff: int | None = None) -> dict[str, int]:
+def attention_layer_flops(
+    seq_len: int,
+    d_model: int,
+    d_ff: int | None = None,
+) -> dict[str, int]:
     """Forward FLOPs of one transformer layer on one sequence, split by where they go.
 
-    ``"scores"``: q·kᵀ and the weighted sum, ``4 · n² · d``; ``"projections"``: q, k, v and output,
-    ``8 · n · d²``; ``"ffn"``: two matrices, ``4 · n · d · d_ff`` (``16 · n · d²`` for the default
-    ``d_ff = 4d``).
+    ``"scores"``: q·kᵀ and the weighted sum, ``4 · n² · d``; ``"projections"``: q, k, v
+    and output, ``8 · n · d²``; ``"ffn"``: two matrices, ``4 · n · d · d_ff`` (``16 · n
+    · d²`` for the default ``d_ff = 4d``).
     """
     owner = "attention_layer_flops()"
     n = check.positive_int("seq_len", seq_len, owner=owner)
     d = check.positive_int("d_model", d_model, owner=owner)
     d_ff = 4 * d if d_ff is None else check.positive_int("d_ff", d_ff, owner=owner)
-    return {"scores": 4 * n * n * d, "projections": 8 * n * d * d, "ffn": 4 * n * d * d_ff}
+    return {
+        "scores": 4 * n * n * d,
+        "projections": 8 * n * d * d,
+        "ffn": 4 * n * d * d_ff,
+    }
 
 
 def attention_crossover_length(d_model: int, d_ff: int | None = None) -> int:
-    """The sequence length where the ``n²`` attention FLOPs equal all the layer's linear FLOPs.
+    """The sequence length where the ``n²`` attention FLOPs equal all the layer's linear
+    FLOPs.
 
-    ``4n²d = 8nd² + 4nd·d_ff`` gives ``n = 2·d_model + d_ff`` (``6·d_model`` for ``d_ff = 4d``).
+    ``4n²d = 8nd² + 4nd·d_ff`` gives ``n = 2·d_model + d_ff`` (``6·d_model`` for ``d_ff
+    = 4d``).
     """
-    d_model = check.positive_int("d_model", d_model, owner="attention_crossover_length()")
+    d_model = check.positive_int(
+        "d_model",
+        d_model,
+        owner="attention_crossover_length()",
+    )
     d_ff = 4 * d_model if d_ff is None else d_ff
     d_ff = check.positive_int("d_ff", d_ff, owner="attention_crossover_length()")
     return 2 * d_model + d_ff

@@ -2,15 +2,16 @@
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 """Normalisation layers and the residual wrapper (chapter 6 of the course).
 
-* :class:`LayerNorm` and :class:`RMSNorm`, written with einops reductions over the feature
-  axis and checked against ``torch.nn.LayerNorm`` and ``torch.nn.RMSNorm``;
+* :class:`LayerNorm` and :class:`RMSNorm`, written with einops reductions over the
+  feature axis and checked against ``torch.nn.LayerNorm`` and ``torch.nn.RMSNorm``;
 * :func:`make_norm`, which builds either by name;
-* :class:`ResidualSublayer`, which wraps a sublayer (attention, feed-forward) in a residual
-  connection with dropout on the branch and the normalisation before it (``"pre"``) or after
-  the sum (``"post"``);
+* :class:`ResidualSublayer`, which wraps a sublayer (attention, feed-forward) in a
+  residual connection with dropout on the branch and the normalisation before it
+  (``"pre"``) or after the sum (``"post"``);
 * :func:`make_final_norm`, the normalisation a pre-LN stack needs after its last block.
 
-Every tensor is ``(... d_model)``: any leading axes (batch, sequence) and the features last.
+Every tensor is ``(... d_model)``: any leading axes (batch, sequence) and the features
+last.
 """
 
 from __future__ import annotations
@@ -44,20 +45,23 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 class LayerNorm(nn.Module):
-    """Layer normalisation (Ba et al., 2016) over the last axis, as in ``torch.nn.LayerNorm``.
+    """Layer normalisation (Ba et al., 2016) over the last axis, as in
+    ``torch.nn.LayerNorm``.
 
-    ``y = (x - mean) / sqrt(var + eps) * weight + bias``, where ``mean`` and ``var`` are the
-    mean and the *biased* variance (divided by ``d_model``) of each token's features, and
-    ``eps`` sits *inside* the square root. Shapes: ``x`` is ``(... d_model)``, and so is
-    the result. fp16 and bf16 inputs are normalised in fp32 and cast back.
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias``, where ``mean`` and ``var`` are
+    the mean and the *biased* variance (divided by ``d_model``) of each token's
+    features, and ``eps`` sits *inside* the square root. Shapes: ``x`` is ``(...
+    d_model)``, and so is the result. fp16 and bf16 inputs are normalised in fp32 and
+    cast back.
 
     Args:
         d_model: the size of the normalised (last) axis.
         eps: added to the variance before the square root; must be > 0.
         elementwise_affine: learn a per-feature gain ``weight`` (initialised to 1).
-        bias: with ``elementwise_affine``, also learn a per-feature ``bias`` (initialised to 0).
-        fused: compute with ``F.layer_norm`` (one kernel; the default) instead of the einops
-            teaching form; both give the same result (tested).
+        bias: with ``elementwise_affine``, also learn a per-feature ``bias``
+            (initialised to 0).
+        fused: compute with ``F.layer_norm`` (one kernel; the default) instead of the
+            einops teaching form; both give the same result (tested).
     """
 
     def __init__(
@@ -72,22 +76,39 @@ class LayerNorm(nn.Module):
         super().__init__()
         owner = "LayerNorm"
         self.d_model = check.positive_int("d_model", d_model, owner=owner)
-        self.eps = check.finite_float("eps", eps, low=0, low_open=True, owner=owner, hint=_EPS_HINT)
+        self.eps = check.finite_float(
+            "eps",
+            eps,
+            low=0,
+            low_open=True,
+            owner=owner,
+            hint=_EPS_HINT,
+        )
         self.elementwise_affine = check.boolean(
-            "elementwise_affine", elementwise_affine, owner=owner
+            "elementwise_affine",
+            elementwise_affine,
+            owner=owner,
         )
         check.boolean("bias", bias, owner=owner)
         self.fused = check.boolean("fused", fused, owner=owner)
         self.weight = nn.Parameter(torch.ones(d_model)) if elementwise_affine else None
-        self.bias = nn.Parameter(torch.zeros(d_model)) if elementwise_affine and bias else None
+        with_bias = elementwise_affine and bias
+        self.bias = nn.Parameter(torch.zeros(d_model)) if with_bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise each token: mean 0 and variance ~1 over its features.
 
-        Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is ``(... d_model)``,
-        in ``x``'s dtype.
+        Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is ``(...
+        d_model)``, in ``x``'s dtype.
         """
-        check.tensor("x", x, "... d_model", d_model=self.d_model, floating=True, owner="LayerNorm")
+        check.tensor(
+            "x",
+            x,
+            "... d_model",
+            d_model=self.d_model,
+            floating=True,
+            owner="LayerNorm",
+        )
         if self.weight is not None:
             check.same_device(x=x, weight=self.weight, owner="LayerNorm")
         dtype = _compute_dtype(x)
@@ -98,7 +119,11 @@ class LayerNorm(nn.Module):
             return F.layer_norm(xc, (self.d_model,), weight, bias, self.eps).to(x.dtype)
         mean = reduce(xc, "... d_model -> ... 1", "mean")
         centred = xc - mean
-        var = reduce(centred.pow(2), "... d_model -> ... 1", "mean")  # biased: divides by d
+        var = reduce(
+            centred.pow(2),
+            "... d_model -> ... 1",
+            "mean",
+        )  # biased: divides by d
         y = centred * torch.rsqrt(var + self.eps)  # eps inside the square root
         if weight is not None:
             y = y * weight
@@ -107,24 +132,27 @@ class LayerNorm(nn.Module):
         return y.to(x.dtype)
 
     def extra_repr(self) -> str:
+        affine = f"elementwise_affine={self.elementwise_affine}"
         return (
-            f"{self.d_model}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+            f"{self.d_model}, eps={self.eps}, {affine}, "
             f"bias={self.bias is not None}, fused={self.fused}"
         )
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square normalisation (Zhang and Sennrich, 2019), as in ``torch.nn.RMSNorm``.
+    """Root-mean-square normalisation (Zhang and Sennrich, 2019), as in
+    ``torch.nn.RMSNorm``.
 
-    ``y = x / sqrt(mean(x**2) + eps) * weight``: LayerNorm without the centring (no mean is
-    subtracted) and without a bias. Shapes: ``x`` is ``(... d_model)``, and so is the result.
-    fp16 and bf16 inputs are normalised in fp32 and cast back.
+    ``y = x / sqrt(mean(x**2) + eps) * weight``: LayerNorm without the centring (no mean
+    is subtracted) and without a bias. Shapes: ``x`` is ``(... d_model)``, and so is the
+    result. fp16 and bf16 inputs are normalised in fp32 and cast back.
 
     Args:
         d_model: the size of the normalised (last) axis.
         eps: added to the mean square before the square root; must be > 0.
         elementwise_affine: learn a per-feature gain ``weight`` (initialised to 1).
-        fused: compute with ``F.rms_norm`` (the default) instead of the einops teaching form.
+        fused: compute with ``F.rms_norm`` (the default) instead of the einops teaching
+            form.
     """
 
     def __init__(
@@ -138,9 +166,18 @@ class RMSNorm(nn.Module):
         super().__init__()
         owner = "RMSNorm"
         self.d_model = check.positive_int("d_model", d_model, owner=owner)
-        self.eps = check.finite_float("eps", eps, low=0, low_open=True, owner=owner, hint=_EPS_HINT)
+        self.eps = check.finite_float(
+            "eps",
+            eps,
+            low=0,
+            low_open=True,
+            owner=owner,
+            hint=_EPS_HINT,
+        )
         self.elementwise_affine = check.boolean(
-            "elementwise_affine", elementwise_affine, owner=owner
+            "elementwise_affine",
+            elementwise_affine,
+            owner=owner,
         )
         self.fused = check.boolean("fused", fused, owner=owner)
         self.weight = nn.Parameter(torch.ones(d_model)) if elementwise_affine else None
@@ -148,10 +185,17 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise each token: root mean square ~1 over its features.
 
-        Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is ``(... d_model)``,
-        in ``x``'s dtype.
+        Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is ``(...
+        d_model)``, in ``x``'s dtype.
         """
-        check.tensor("x", x, "... d_model", d_model=self.d_model, floating=True, owner="RMSNorm")
+        check.tensor(
+            "x",
+            x,
+            "... d_model",
+            d_model=self.d_model,
+            floating=True,
+            owner="RMSNorm",
+        )
         if self.weight is not None:
             check.same_device(x=x, weight=self.weight, owner="RMSNorm")
         dtype = _compute_dtype(x)
@@ -166,16 +210,16 @@ class RMSNorm(nn.Module):
         return y.to(x.dtype)
 
     def extra_repr(self) -> str:
-        return (
-            f"{self.d_model}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
-            f"fused={self.fused}"
-        )
+        affine = f"elementwise_affine={self.elementwise_affine}"
+        return f"{self.d_model}, eps={self.eps}, {affine}, fused={self.fused}"
 
 
 def make_norm(kind: str, d_model: int, eps: float | None = None) -> nn.Module:
-    """A normalisation layer by name: ``"layernorm"`` or ``"rmsnorm"`` (each with its default eps).
+    """A normalisation layer by name: ``"layernorm"`` or ``"rmsnorm"`` (each with its
+    default eps).
 
-    ``make_norm("rmsnorm", 512)`` is ``RMSNorm(512)``; pass ``eps`` to override the default.
+    ``make_norm("rmsnorm", 512)`` is ``RMSNorm(512)``; pass ``eps`` to override the
+    default.
     """
     check.one_of("kind", kind, NORM_KINDS, owner="make_norm()")
     cls = LayerNorm if kind == "layernorm" else RMSNorm
@@ -185,17 +229,19 @@ def make_norm(kind: str, d_model: int, eps: float | None = None) -> nn.Module:
 class ResidualSublayer(nn.Module):
     """A sublayer ``f`` wrapped in a residual connection, a normalisation and dropout.
 
-    * ``position="pre"`` (GPT-2 and nearly every model since): ``x + Dropout(f(Norm(x)))``.
+    * ``position="pre"`` (GPT-2 and nearly every model since): ``x +
+      Dropout(f(Norm(x)))``.
     * ``position="post"`` (the original Transformer): ``Norm(x + Dropout(f(x)))``.
 
-    Dropout acts on the branch ``f`` only, never on the skip path. A stack of pre-LN blocks
-    needs one more normalisation after its last block: see :func:`make_final_norm`.
+    Dropout acts on the branch ``f`` only, never on the skip path. A stack of pre-LN
+    blocks needs one more normalisation after its last block: see
+    :func:`make_final_norm`.
 
-    Shapes: ``x`` is ``(... d_model)``; ``f`` must map it to the same shape. Extra arguments
-    of ``forward`` go to ``f`` (for instance an attention mask, or the encoder's output). If
-    ``f`` returns a tuple ``(out, *extras)`` (attention with a KV cache or its weights), the
-    wrapper returns ``(x + out, *extras)`` (post-LN: the norm of that sum), so the extras
-    cross the residual connection.
+    Shapes: ``x`` is ``(... d_model)``; ``f`` must map it to the same shape. Extra
+    arguments of ``forward`` go to ``f`` (for instance an attention mask, or the
+    encoder's output). If ``f`` returns a tuple ``(out, *extras)`` (attention with a KV
+    cache or its weights), the wrapper returns ``(x + out, *extras)`` (post-LN: the norm
+    of that sum), so the extras cross the residual connection.
 
     Args:
         sublayer: the module ``f`` (attention, feed-forward, ...).
@@ -218,10 +264,9 @@ class ResidualSublayer(nn.Module):
         super().__init__()
         owner = "ResidualSublayer"
         if not isinstance(sublayer, nn.Module):
-            raise TypeError(
-                f"{owner}: sublayer must be an nn.Module (so its parameters are registered), "
-                f"got {type(sublayer).__name__}"
-            )
+            why = "(so its parameters are registered)"
+            got = type(sublayer).__name__
+            raise TypeError(f"{owner}: sublayer must be an nn.Module {why}, got {got}")
         self.d_model = check.positive_int("d_model", d_model, owner=owner)
         self.position = check.one_of("position", position, NORM_POSITIONS, owner=owner)
         check.one_of("norm", norm, NORM_KINDS, owner=owner)
@@ -237,7 +282,12 @@ class ResidualSublayer(nn.Module):
         ``(that, *extras)`` when the sublayer returns ``(out, *extras)``.
         """
         check.tensor(
-            "x", x, "... d_model", d_model=self.d_model, floating=True, owner="ResidualSublayer"
+            "x",
+            x,
+            "... d_model",
+            d_model=self.d_model,
+            floating=True,
+            owner="ResidualSublayer",
         )
         if self.position == "pre":
             out, extras = self._branch(self.norm(x), x, *args, **kwargs)
@@ -248,17 +298,21 @@ class ResidualSublayer(nn.Module):
         return y if extras is None else (y, *extras)
 
     def _branch(self, h: torch.Tensor, x: torch.Tensor, *args, **kwargs):
-        """The sublayer's output and its extras (``None`` when it returned a plain tensor)."""
+        """The sublayer's output and its extras (``None`` when it returned a plain
+        tensor)."""
         out = self.sublayer(h, *args, **kwargs)
         extras = None
         if isinstance(out, tuple) and len(out) > 0:
             out, extras = out[0], out[1:]
         if not isinstance(out, torch.Tensor) or out.shape != x.shape:
-            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            is_tensor = isinstance(out, torch.Tensor)
+            got = tuple(out.shape) if is_tensor else type(out).__name__
+            name = type(self.sublayer).__name__
+            expected = f"a tensor of the input's shape {tuple(x.shape)}"
             raise ValueError(
-                f"the sublayer {type(self.sublayer).__name__} must return a tensor of the "
-                f"input's shape {tuple(x.shape)} (or a tuple starting with one) for the "
-                f"residual sum, but returned {got}"
+                f"the sublayer {name} must return {expected} "
+                "(or a tuple starting with one) for the residual sum, "
+                f"but returned {got}"
             )
         return out, extras
 
@@ -267,13 +321,18 @@ class ResidualSublayer(nn.Module):
 
 
 def make_final_norm(
-    position: str, d_model: int, norm: str = "layernorm", eps: float | None = None
+    position: str,
+    d_model: int,
+    norm: str = "layernorm",
+    eps: float | None = None,
 ) -> nn.Module:
-    """The normalisation that follows the last block of a stack of :class:`ResidualSublayer`.
+    """The normalisation that follows the last block of a stack of
+    :class:`ResidualSublayer`.
 
-    Pre-LN blocks never normalise the residual stream itself, only copies of it on the way
-    into each sublayer, so the stack's output needs one normalisation: a fresh ``norm``. A
-    post-LN stack already ends in one, so this returns ``nn.Identity()`` for ``"post"``.
+    Pre-LN blocks never normalise the residual stream itself, only copies of it on the
+    way into each sublayer, so the stack's output needs one normalisation: a fresh
+    ``norm``. A post-LN stack already ends in one, so this returns ``nn.Identity()`` for
+    ``"post"``.
     """
     check.one_of("position", position, NORM_POSITIONS, owner="make_final_norm()")
     check.one_of("norm", norm, NORM_KINDS, owner="make_final_norm()")

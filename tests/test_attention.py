@@ -966,3 +966,22 @@ def test_a_one_dimensional_key_mask_works_on_both_backends():
     reference = scaled_dot_product_attention(q, k[:, :, :4], v[:, :, :4])
     for backend in ("math", "sdpa"):
         assert torch.allclose(ATTENTION_BACKENDS[backend](q, k, v, mask), reference, atol=1e-5)
+
+
+def test_cross_attention_from_the_cache_alone_needs_no_context():
+    """cross_attention=True lets a decoder step read the encoder's cached keys and values."""
+    mha = MultiHeadAttention(32, n_heads=4, n_kv_heads=2).eval()
+    x, context = torch.randn(2, 5, 32), torch.randn(2, 6, 32)
+    full = mha(x, context)
+    _, cache = mha(x[:, :1], context, use_cache=True)
+    for t in range(5):
+        step, same = mha(x[:, t : t + 1], past=cache, use_cache=True, cross_attention=True)
+        assert same is cache  # the encoder's keys and values are reused, not extended
+        assert torch.allclose(step, full[:, t : t + 1], atol=1e-5)
+    # the old spelling (context together with past) still works and agrees
+    old = mha(x[:, :1], torch.zeros_like(context), past=cache)
+    assert torch.allclose(old, full[:, :1], atol=1e-5)
+    with pytest.raises(ValueError, match="cross_attention=True needs"):
+        mha(x, cross_attention=True)
+    with pytest.raises(TypeError, match="cross_attention"):
+        mha(x, context, cross_attention="yes")

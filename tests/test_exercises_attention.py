@@ -1,4 +1,4 @@
-"""The checkers of chapter 4 accept the reference answers and diagnose typical mistakes."""
+"""The chapter 4 checkers accept right answers and diagnose the typical wrong ones."""
 
 from __future__ import annotations
 
@@ -6,130 +6,131 @@ import math
 
 import pytest
 import torch
-from einops import rearrange
 
 from lib.exercises._common import ExerciseError
 from lib.exercises.attention import (
-    check_causal_mask_builder,
-    check_kv_head_repetition,
-    check_masked_attention,
-    check_split_heads,
+    check_attention_entropy,
+    check_left_padded_cache_mask,
+    check_max_len_for_scores,
 )
 
-
-def _attention(q, k, v, mask=None, *, scale=True, dim=-1, invert=False, safe=True, fill=None):
-    scores = q @ k.transpose(-1, -2)
-    if scale:
-        scores = scores / math.sqrt(q.shape[-1])
-    if mask is not None:
-        fill = float("-inf") if fill is None else fill
-        scores = scores.masked_fill(mask if invert else ~mask, fill)
-    if not safe:
-        return torch.softmax(scores, dim=dim) @ v
-    dead = torch.isneginf(scores).all(dim=dim, keepdim=True)
-    weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=dim).masked_fill(dead, 0.0)
-    return weights @ v
+# -- Exercise 1 -------------------------------------------------------------------------------
 
 
-def test_masked_attention_accepts_the_reference():
-    assert check_masked_attention(_attention)
+def mask_right(n_pads, q_len, k_len):
+    query = torch.arange(q_len) + (k_len - q_len)
+    key = torch.arange(k_len)
+    causal = key[None, :] <= query[:, None]
+    real = key[None, :] >= n_pads[:, None]
+    return real[:, None, None, :] & causal
 
 
-@pytest.mark.parametrize(
-    ("wrong", "match"),
-    [
-        (lambda q, k, v, m=None: _attention(q, k, v, m, scale=False), "not scaled.*sqrt"),
-        (lambda q, k, v, m=None: _attention(q, k, v, m, dim=-2), "softmax runs over the queries"),
-        (lambda q, k, v, m=None: _attention(q, k, v, m, invert=True), "mask is inverted"),
-        (lambda q, k, v, m=None: _attention(q, k, v, m, safe=False), "contains NaN.*0·\\(-inf\\)"),
-        (lambda q, k, v, m=None: _attention(q, k, v, m, fill=-1e9), "finite fill such as -1e9"),
-        (lambda q, k, v, m=None: _attention(q, k, v, m)[..., :1], "has shape"),
-    ],
-)
-def test_masked_attention_diagnoses_mistakes(wrong, match):
-    with pytest.raises(ExerciseError, match=match):
-        check_masked_attention(wrong)
+def test_left_padded_mask_accepts_the_reference(capsys):
+    assert check_left_padded_cache_mask(mask_right) is True
+    assert "all checks passed" in capsys.readouterr().out
 
 
-def test_masked_attention_catches_in_place_edits():
-    def edits_q(q, k, v, mask=None):
-        q /= math.sqrt(q.shape[-1])
-        return _attention(q * math.sqrt(q.shape[-1]), k, v, mask)
-
-    with pytest.raises(ExerciseError, match="modified its input"):
-        check_masked_attention(edits_q)
-
-
-def test_not_attempted_is_reported_not_raised():
-    def stub(*args):
+def test_left_padded_mask_not_attempted_prints_what_to_do(capsys):
+    def stub(n_pads, q_len, k_len):
         raise NotImplementedError
 
-    assert check_masked_attention(stub) is None
-
-
-def _causal(q_len, k_len):
-    return torch.arange(k_len)[None, :] <= torch.arange(q_len)[:, None] + (k_len - q_len)
-
-
-def test_causal_mask_builder_accepts_the_reference():
-    assert check_causal_mask_builder(_causal)
+    assert check_left_padded_cache_mask(stub) is None
+    assert "not attempted" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
-    ("wrong", "match"),
+    ("wrong", "message"),
     [
         (
-            lambda q, k: torch.arange(k)[None, :] < torch.arange(q)[:, None] + (k - q),
-            "diagonal is missing",
+            lambda n, q, k: (
+                mask_right(n, q, k) | (torch.arange(k) >= k - n[:, None])[:, None, None]
+            ),
+            "differs",
         ),
         (
-            lambda q, k: torch.arange(k)[None, :] <= torch.arange(q)[:, None] + (k - q) + 1,
-            "off by one",
+            lambda n, q, k: (
+                (torch.arange(k)[None, :] < (k - n)[:, None])[:, None, None, :]
+                & mask_right(torch.zeros_like(n), q, k)
+            ),
+            "last n_pads keys",
         ),
-        (lambda q, k: _causal(q, k).T if q == k else _causal(q, k), "transposed"),
-        (lambda q, k: torch.arange(k)[None, :] <= torch.arange(q)[:, None], "aligned top-left"),
-        (lambda q, k: _causal(q, k).float(), "dtype torch.float32"),
-        (lambda q, k: _causal(q, q), "has shape"),
+        (lambda n, q, k: mask_right(n, q, k)[:, 0], "keep a head axis"),
+        (lambda n, q, k: mask_right(n + 1, q, k), "off by one"),
+        (
+            lambda n, q, k: mask_right(torch.zeros_like(n), q, k),
+            "padding keys are visible",
+        ),
+        (lambda n, q, k: ~mask_right(n, q, k), "inverted"),
+        (lambda n, q, k: mask_right(n, q, k).int(), "boolean"),
     ],
 )
-def test_causal_mask_builder_diagnoses_mistakes(wrong, match):
-    with pytest.raises(ExerciseError, match=match):
-        check_causal_mask_builder(wrong)
+def test_left_padded_mask_diagnoses(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_left_padded_cache_mask(wrong)
 
 
-def test_split_heads_accepts_the_reference():
-    assert check_split_heads(
-        lambda x, h: rearrange(x, "batch seq (heads d) -> batch heads seq d", heads=h)
-    )
+def test_left_padded_mask_recognises_the_top_left_triangle():
+    def top_left(n_pads, q_len, k_len):
+        key = torch.arange(k_len)
+        causal = key[None, :] <= torch.arange(q_len)[:, None]
+        return (key[None, :] >= n_pads[:, None])[:, None, None, :] & causal
+
+    with pytest.raises(ExerciseError, match="aligned top-left"):
+        check_left_padded_cache_mask(top_left)
+
+
+# -- Exercise 2 -------------------------------------------------------------------------------
+
+
+def entropy_right(weights):
+    per_query = -torch.xlogy(weights, weights).sum(-1)  # (batch heads q_pos)
+    live = (weights.sum(-1) > 0).to(weights.dtype)
+    return (per_query * live).sum((0, 2)) / live.sum((0, 2))
+
+
+def test_entropy_accepts_the_reference(capsys):
+    assert check_attention_entropy(entropy_right) is True
 
 
 @pytest.mark.parametrize(
-    ("wrong", "match"),
+    ("wrong", "message"),
     [
-        (lambda x, h: rearrange(x, "b s (d heads) -> b heads s d", heads=h), r"\(d_head heads\)"),
-        (
-            lambda x, h: rearrange(x, "b s (heads d) -> b s heads d", heads=h),
-            "heads axis must come before seq",
-        ),
-        (lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1), "plain reshape"),
+        (lambda w: entropy_right(w) / math.log(2), "bits"),
+        (lambda w: -torch.xlogy(w, w).sum(-1).mean((0, 2)), "fully masked rows"),
+        (lambda w: -torch.xlogy(w, w).sum(-1).mean(), "shape"),
     ],
 )
-def test_split_heads_diagnoses_mistakes(wrong, match):
-    with pytest.raises(ExerciseError, match=match):
-        check_split_heads(wrong)
+def test_entropy_diagnoses(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_attention_entropy(wrong)
 
 
-def test_kv_head_repetition_accepts_the_reference():
-    assert check_kv_head_repetition(lambda x, n: x.repeat_interleave(n, dim=1))
+def test_entropy_nan_is_named():
+    with pytest.raises(ExerciseError, match="0 \\* log 0"):
+        check_attention_entropy(lambda w: -(w * w.log()).sum(-1).mean((0, 2)))
+
+
+# -- Exercise 3 -------------------------------------------------------------------------------
+
+
+def max_len_right(budget, batch, n_heads, bytes_per_value):
+    return math.isqrt(budget // (batch * n_heads * bytes_per_value))
+
+
+def test_max_len_accepts_the_reference():
+    assert check_max_len_for_scores(max_len_right) is True
 
 
 @pytest.mark.parametrize(
-    ("wrong", "match"),
+    ("wrong", "message"),
     [
-        (lambda x, n: x.repeat(1, n, 1, 1), "tiled"),
-        (lambda x, n: x.repeat_interleave(n, dim=2), "has shape"),
+        (lambda b, n, h, v: math.isqrt(b // (h * v)), "every sequence of the batch"),
+        (lambda b, n, h, v: math.isqrt(b // (n * v)), "every head"),
+        (lambda b, n, h, v: math.isqrt(b // (n * h)), "bytes per value"),
+        (lambda b, n, h, v: math.ceil(math.sqrt(b / (n * h * v))), "round down"),
+        (lambda b, n, h, v: math.sqrt(b / (n * h * v)), "return an int"),
     ],
 )
-def test_kv_head_repetition_diagnoses_mistakes(wrong, match):
-    with pytest.raises(ExerciseError, match=match):
-        check_kv_head_repetition(wrong)
+def test_max_len_diagnoses(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_max_len_for_scores(wrong)

@@ -1,148 +1,147 @@
-"""The chapter 6 checkers accept the reference answers and diagnose the typical wrong ones."""
+"""The chapter 6 checkers accept right answers and diagnose the typical wrong ones."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
-import torch
 
 from lib.exercises._common import ExerciseError
-from lib.exercises.norms import check_layer_norm, check_pre_ln_residual, check_rms_norm
+from lib.exercises.norms import (
+    check_layer_norm_backward,
+    check_rms_norm_backward,
+    check_stream_rms,
+)
 
-# ---------------------------------------------------------------- Exercise 1: LayerNorm
+# -- Exercise 1 -------------------------------------------------------------------------------
 
 
-def layer_norm_ok(x, weight, bias, eps):
+def statistics(x, eps):
     mean = x.mean(-1, keepdim=True)
-    var = (x - mean).pow(2).mean(-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + eps) * weight + bias
+    sigma = (x.var(-1, unbiased=False, keepdim=True) + eps).sqrt()
+    return (x - mean) / sigma, sigma
 
 
-def test_layer_norm_accepts_the_reference_and_torch():
-    assert check_layer_norm(layer_norm_ok) is True
-    assert check_layer_norm(
-        lambda x, w, b, eps: torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
-    )
+def layer_norm_backward_right(x, weight, grad_out, eps):
+    x_hat, sigma = statistics(x, eps)
+    g = grad_out * weight
+    grad_x = (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True)) / sigma
+    return grad_x, (grad_out * x_hat).sum((0, 1)), grad_out.sum((0, 1))
 
 
-def test_layer_norm_not_attempted(capsys):
-    def stub(x, weight, bias, eps):
+def test_layer_norm_backward_accepts_the_reference(capsys):
+    assert check_layer_norm_backward(layer_norm_backward_right) is True
+    assert "all checks passed" in capsys.readouterr().out
+
+
+def test_layer_norm_backward_not_attempted(capsys):
+    def stub(x, weight, grad_out, eps):
         raise NotImplementedError
 
-    assert check_layer_norm(stub) is None
+    assert check_layer_norm_backward(stub) is None
     assert "not attempted" in capsys.readouterr().out
 
 
-def test_layer_norm_eps_outside_the_root():
-    def wrong(x, weight, bias, eps):
-        mean = x.mean(-1, keepdim=True)
-        std = (x - mean).pow(2).mean(-1, keepdim=True).sqrt()
-        return (x - mean) / (std + eps) * weight + bias
-
-    with pytest.raises(ExerciseError, match=r"Exercise 1.*inside\* the square root"):
-        check_layer_norm(wrong)
+def constant_statistics(x, weight, grad_out, eps):
+    _, sigma = statistics(x, eps)
+    _, grad_weight, grad_bias = layer_norm_backward_right(x, weight, grad_out, eps)
+    return grad_out * weight / sigma, grad_weight, grad_bias
 
 
-def test_layer_norm_unbiased_variance():
-    def wrong(x, weight, bias, eps):
-        mean = x.mean(-1, keepdim=True)
-        return (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + eps) * weight + bias
-
-    with pytest.raises(ExerciseError, match="biased variance"):
-        check_layer_norm(wrong)
+def constant_sigma(x, weight, grad_out, eps):
+    _, sigma = statistics(x, eps)
+    g = grad_out * weight
+    _, grad_weight, grad_bias = layer_norm_backward_right(x, weight, grad_out, eps)
+    return (g - g.mean(-1, keepdim=True)) / sigma, grad_weight, grad_bias
 
 
-def test_layer_norm_wrong_axis():
-    def wrong(x, weight, bias, eps):
-        mean = x.mean(-2, keepdim=True)
-        var = (x - mean).pow(2).mean(-2, keepdim=True)
-        return (x - mean) / torch.sqrt(var + eps) * weight + bias
-
-    with pytest.raises(ExerciseError, match="sequence axis"):
-        check_layer_norm(wrong)
+def no_gain(x, weight, grad_out, eps):
+    return layer_norm_backward_right(x, weight * 0 + 1, grad_out, eps)[0], *(
+        layer_norm_backward_right(x, weight, grad_out, eps)[1:]
+    )
 
 
-def test_layer_norm_in_place_modification():
-    def wrong(x, weight, bias, eps):
-        x -= x.mean(-1, keepdim=True)
-        x /= torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-        return x * weight + bias
-
-    with pytest.raises(ExerciseError, match="in place"):
-        check_layer_norm(wrong)
+def unsummed(x, weight, grad_out, eps):
+    x_hat, _ = statistics(x, eps)
+    grad_x, _, grad_bias = layer_norm_backward_right(x, weight, grad_out, eps)
+    return grad_x, grad_out * x_hat, grad_bias
 
 
-def test_layer_norm_missing_affine_and_wrong_shape():
-    def no_affine(x, weight, bias, eps):
-        mean = x.mean(-1, keepdim=True)
-        return (x - mean) / torch.sqrt((x - mean).pow(2).mean(-1, keepdim=True) + eps)
-
-    with pytest.raises(ExerciseError, match="gain and bias are missing"):
-        check_layer_norm(no_affine)
-    with pytest.raises(ExerciseError, match=r"shape \(3, 5\), expected \(3, 5, 8\)"):
-        check_layer_norm(lambda x, w, b, eps: x.mean(-1))
+def in_place(x, weight, grad_out, eps):
+    result = layer_norm_backward_right(x, weight, grad_out, eps)
+    x.sub_(1.0)
+    return result
 
 
-def test_layer_norm_unknown_mistake_gets_the_generic_diagnosis():
-    with pytest.raises(ExerciseError, match="differs from the reference"):
-        check_layer_norm(lambda x, w, b, eps: layer_norm_ok(x, w, b, eps) + 0.1)
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (constant_statistics, "treats the mean and sigma as constants"),
+        (constant_sigma, "sigma's dependence on x"),
+        (no_gain, "ignores the gain"),
+        (unsummed, "sum their gradients over batch and seq"),
+        (in_place, "modified its input"),
+        (lambda *args: layer_norm_backward_right(*args)[0], "return a triple"),
+    ],
+)
+def test_layer_norm_backward_diagnoses(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_layer_norm_backward(wrong)
 
 
-# ---------------------------------------------------------------- Exercise 2: RMSNorm
+# -- Exercise 2 -------------------------------------------------------------------------------
 
 
-def rms_norm_ok(x, weight, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+def rms_backward_right(x, weight, grad_out, eps):
+    rms = (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    g = grad_out * weight
+    return g / rms - x * (g * x).mean(-1, keepdim=True) / rms**3
 
 
-def test_rms_norm_accepts_the_reference_and_torch():
-    assert check_rms_norm(rms_norm_ok) is True
-    assert check_rms_norm(lambda x, w, eps: torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps))
+def test_rms_backward_accepts_the_reference():
+    assert check_rms_norm_backward(rms_backward_right) is True
 
 
-def test_rms_norm_subtracting_the_mean():
-    def wrong(x, weight, eps):
-        centred = x - x.mean(-1, keepdim=True)
-        return centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * weight
-
-    with pytest.raises(ExerciseError, match=r"Exercise 2.*does not subtract the mean"):
-        check_rms_norm(wrong)
+def rms_constant(x, weight, grad_out, eps):
+    return grad_out * weight / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
 
 
-def test_rms_norm_eps_outside_and_sum_instead_of_mean():
-    with pytest.raises(ExerciseError, match="inside\\* the square root"):
-        check_rms_norm(lambda x, w, eps: x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * w)
-    with pytest.raises(ExerciseError, match="mean of the squares, not of their sum"):
-        check_rms_norm(lambda x, w, eps: x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps) * w)
+def layer_norm_formula(x, weight, grad_out, eps):
+    rms = (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    g, x_hat = grad_out * weight, x / rms
+    centred = g - g.mean(-1, keepdim=True)
+    return (centred - x_hat * (g * x_hat).mean(-1, keepdim=True)) / rms
 
 
-# ---------------------------------------------------------------- Exercise 3: pre-LN step
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (rms_constant, "treats the RMS as a constant"),
+        (layer_norm_formula, "LayerNorm's gradient"),
+        (lambda x, w, g, eps: rms_backward_right(x, w, g, eps)[0], "shape"),
+    ],
+)
+def test_rms_backward_diagnoses(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_rms_norm_backward(wrong)
 
 
-def test_pre_ln_residual_accepts_the_reference():
-    assert check_pre_ln_residual(lambda x, norm, f: x + f(norm(x))) is True
+# -- Exercise 3 -------------------------------------------------------------------------------
 
 
-def test_pre_ln_residual_rejects_post_ln_order():
-    with pytest.raises(ExerciseError, match=r"Exercise 3.*that is post-LN"):
-        check_pre_ln_residual(lambda x, norm, f: norm(x + f(x)))
+def test_stream_rms_accepts_the_reference():
+    assert check_stream_rms(lambda n, r, s: math.sqrt(r**2 + n * s**2)) is True
 
 
-def test_pre_ln_residual_rejects_norm_on_the_skip_path():
-    with pytest.raises(ExerciseError, match="skip path must carry x itself"):
-        check_pre_ln_residual(lambda x, norm, f: norm(x) + f(norm(x)))
-
-
-def test_pre_ln_residual_rejects_missing_pieces():
-    with pytest.raises(ExerciseError, match="residual connection is missing"):
-        check_pre_ln_residual(lambda x, norm, f: f(norm(x)))
-    with pytest.raises(ExerciseError, match="normalisation is missing"):
-        check_pre_ln_residual(lambda x, norm, f: x + f(x))
-
-
-def test_pre_ln_residual_rejects_in_place_update():
-    def wrong(x, norm, f):
-        x += f(norm(x))
-        return x
-
-    with pytest.raises(ExerciseError, match="in place"):
-        check_pre_ln_residual(wrong)
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (lambda n, r, s: r + n * s, "variances"),
+        (lambda n, r, s: math.sqrt(1 + n * s**2), "input's own variance"),
+        (lambda n, r, s: r**2 + n * s**2, "take its root"),
+        (lambda n, r, s: str(r), "return a number"),
+    ],
+)
+def test_stream_rms_diagnoses(wrong, message):
+    with pytest.raises(ExerciseError, match=message):
+        check_stream_rms(wrong)

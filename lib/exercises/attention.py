@@ -1,10 +1,10 @@
 """Checkers for the exercises of chapter 4 (attention).
 
-Each checker runs the reader's function on random inputs, compares it with a reference, and
-names the typical mistake when it recognises one: a missing 1/sqrt(d_head), a softmax over the
-wrong axis, an inverted mask, NaN (or a uniform average, from a finite fill like -1e9) in a fully
-masked row, an off-by-one causal diagonal, heads split in the wrong order, key/value heads tiled
-instead of repeated.
+Each checker compares the reader's function with a reference written here and, when they
+differ, tests the answer against the typical mistakes (a padding mask taken from the wrong
+end, a causal triangle aligned to the wrong corner, NaN from ``0 · log 0``, logarithms in
+the wrong base, fully masked rows counted in an average, a forgotten head or batch factor,
+a square root rounded the wrong way) to say which one was made.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import math
 from collections.abc import Callable
 
 import torch
-from einops import rearrange, repeat
 
 from lib.exercises._common import (
     ExerciseError,
@@ -24,176 +23,143 @@ from lib.exercises._common import (
 )
 
 __all__ = [
-    "check_masked_attention",
-    "check_causal_mask_builder",
-    "check_split_heads",
-    "check_kv_head_repetition",
+    "check_left_padded_cache_mask",
+    "check_attention_entropy",
+    "check_max_len_for_scores",
 ]
 
 
-def _reference_attention(q, k, v, mask=None, *, scale=True, softmax_dim=-1, fill=float("-inf")):
-    """The right answer, or (with the keyword arguments) a typical wrong one."""
-    scores = q @ k.transpose(-1, -2)
-    if scale:
-        scores = scores / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, fill)
-    dead = torch.isneginf(scores).all(dim=softmax_dim, keepdim=True)
-    weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=softmax_dim).masked_fill(dead, 0.0)
-    return weights @ v
+# -- Exercise 1 -------------------------------------------------------------------------------
+def _left_padded_mask(n_pads: torch.Tensor, q_len: int, k_len: int, *, corner="bottom"):
+    """Reference ``(batch 1 q_pos k_pos)``: key ``j`` is real and not after the query."""
+    offset = k_len - q_len if corner == "bottom" else 0
+    query = torch.arange(q_len) + offset
+    key = torch.arange(k_len)
+    causal = key[None, :] <= query[:, None]  # (q_pos k_pos)
+    real = key[None, :] >= n_pads[:, None]  # (batch k_pos)
+    return (real[:, None, None, :] & causal[None, None]).clone()
 
 
-def _matches(got: torch.Tensor, want: torch.Tensor) -> bool:
-    return (
-        isinstance(got, torch.Tensor)
-        and got.shape == want.shape
-        and bool(torch.allclose(got.double(), want.double(), atol=1e-5, rtol=1e-4))
-    )
-
-
-@checker("Exercise 1: masked scaled dot-product attention")
-def check_masked_attention(attention: Callable[..., torch.Tensor]) -> None:
-    """``attention(q, k, v, mask)``: q ``(batch heads q_pos d_head)``, k and v
-    ``(batch heads k_pos d_head)``, mask boolean broadcastable to ``(batch heads q_pos k_pos)``
-    (True = may attend) or None; returns ``(batch heads q_pos d_head)``, zeros for fully
-    masked rows."""
-    gen = torch.Generator().manual_seed(0)
-    q = torch.randn(2, 3, 5, 16, generator=gen)
-    k = torch.randn(2, 3, 7, 16, generator=gen)
-    v = torch.randn(2, 3, 7, 16, generator=gen)
-
-    # 1. No mask: the scaling and the softmax axis.
-    got = call_without_mutation(attention, q, k, v, None)
-    want = _reference_attention(q, k, v)
-    expect_tensor(got, tuple(want.shape), "attention(q, k, v, None)")
-    if not _matches(got, want):
-        if _matches(got, _reference_attention(q, k, v, scale=False)):
+@checker("Exercise 1: a causal mask for a left-padded cache")
+def check_left_padded_cache_mask(
+    fn: Callable[[torch.Tensor, int, int], torch.Tensor],
+) -> None:
+    """``fn(n_pads, q_len, k_len) -> (batch 1 q_pos k_pos)`` boolean, True = may attend."""
+    cases = ((torch.tensor([0, 2, 3]), 5, 5), (torch.tensor([1, 0]), 1, 6))
+    cases += ((torch.tensor([3, 0, 1, 4]), 2, 7),)
+    for n_pads, q_len, k_len in cases:
+        call = f"left_padded_cache_mask({n_pads.tolist()}, {q_len}, {k_len})"
+        got = call_without_mutation(fn, n_pads, q_len, k_len)
+        want = _left_padded_mask(n_pads, q_len, k_len)
+        if isinstance(got, torch.Tensor) and got.shape == want.shape[:1] + want.shape[2:]:
             raise ExerciseError(
-                "the scores are not scaled: divide q·k by sqrt(d_head) before the softmax"
+                f"{call} has shape {tuple(got.shape)}: keep a head axis of size 1, "
+                "(batch 1 q_pos k_pos), so the mask broadcasts over the heads"
             )
-        if _matches(got, _reference_attention(q, k, v, softmax_dim=-2)):
-            raise ExerciseError(
-                "the softmax runs over the queries (dim=-2); each query's weights must sum to "
-                "one over the keys: softmax(scores, dim=-1)"
-            )
-        expect_close(got, want, "attention(q, k, v, None)")
-
-    # 2. A padding-and-causal mask with live rows only.
-    lengths = torch.tensor([7, 4])
-    key_ok = torch.arange(7) < lengths[:, None]  # (batch k_pos)
-    causal = torch.arange(7)[None, :] <= torch.arange(5)[:, None] + 2  # (q_pos k_pos)
-    mask = key_ok[:, None, None, :] & causal
-    got = call_without_mutation(attention, q, k, v, mask)
-    want = _reference_attention(q, k, v, mask)
-    if not _matches(got, want):
-        if isinstance(got, torch.Tensor) and _matches(got, _reference_attention(q, k, v, ~mask)):
-            raise ExerciseError(
-                "the mask is inverted: True means 'may attend', so the False entries get -inf"
-            )
-        expect_close(got, want, "attention with a padding and causal mask")
-
-    # 3. Some rows see nothing: they must give zeros, not NaN.
-    dead_mask = mask.clone()
-    dead_mask[1, :, :2] = False
-    got = call_without_mutation(attention, q, k, v, dead_mask)
-    want = _reference_attention(q, k, v, dead_mask)
-    if _matches(got, _reference_attention(q, k, v, dead_mask, fill=-1e9)):
-        raise ExerciseError(
-            "fully masked rows give the average of all the values: a large finite fill such as "
-            "-1e9 makes their softmax uniform instead of empty; find the rows with no allowed key "
-            "and set their weights (or outputs) to zero"
-        )
-    expect_close(
-        got,
-        want,
-        "attention with fully masked rows",
-        hint="a row whose keys are all masked has softmax(all -inf) = 0/0 = NaN, and "
-        "multiplying a 0/1 mask by -inf gives 0·(-inf) = NaN too; detect those rows and give "
-        "them zero weights (use masked_fill, not multiplication)",
-    )
-
-
-@checker("Exercise 2: a causal mask")
-def check_causal_mask_builder(build: Callable[[int, int], torch.Tensor]) -> None:
-    """``build(q_len, k_len)`` -> boolean ``(q_len, k_len)``: query i (at absolute position
-    k_len - q_len + i) may see key j iff j <= k_len - q_len + i."""
-    for q_len, k_len in ((5, 5), (1, 1), (3, 7), (1, 6)):
-        got = build(q_len, k_len)
-        what = f"build({q_len}, {k_len})"
-        expect_tensor(got, (q_len, k_len), what)
+        expect_tensor(got, tuple(want.shape), call)
         if got.dtype != torch.bool:
-            raise ExerciseError(
-                f"{what} has dtype {got.dtype}; a mask is boolean (True = may attend)"
-            )
-        offset = k_len - q_len
-        i = torch.arange(q_len)[:, None]
-        j = torch.arange(k_len)[None, :]
-        want = j <= i + offset
+            raise ExerciseError(f"{call} has dtype {got.dtype}; a mask is boolean")
         if torch.equal(got, want):
             continue
-        if torch.equal(got, j < i + offset):
+        right_padded = torch.arange(k_len)[None, :] < (k_len - n_pads)[:, None]
+        causal = _left_padded_mask(torch.zeros_like(n_pads), q_len, k_len)
+        if torch.equal(got, right_padded[:, None, None, :] & causal):
             raise ExerciseError(
-                f"{what}: the diagonal is missing; a token may attend to itself (j <= i, not j < i)"
+                f"{call}: you masked the last n_pads keys; with left padding the pads are "
+                "the first n_pads positions, so key j is real when j >= n_pads"
             )
-        if torch.equal(got, j <= i + offset + 1):
-            raise ExerciseError(f"{what}: off by one, each query also sees the next token")
-        if q_len == k_len and torch.equal(got, want.T):
+        if torch.equal(got, _left_padded_mask(n_pads, q_len, k_len, corner="top")):
             raise ExerciseError(
-                f"{what}: the mask is transposed (upper triangular): rows are queries, columns "
-                "keys, and a query may see keys at or before its own position"
+                f"{call}: the causal triangle is aligned top-left; the queries are the last "
+                "q_len positions, so query i sits at k_len - q_len + i"
             )
-        if q_len != k_len and torch.equal(got, j <= i):
-            raise ExerciseError(
-                f"{what}: the triangle is aligned top-left; with more keys than queries the "
-                "queries are the LAST q_len positions, so query i sits at position "
-                "k_len - q_len + i"
-            )
-        raise ExerciseError(f"{what} is wrong: expected\n{want.int()}\ngot\n{got.int()}")
+        if torch.equal(got, _left_padded_mask(n_pads + 1, q_len, k_len)):
+            raise ExerciseError(f"{call}: off by one: key j = n_pads is the first real token")
+        if torch.equal(got, causal):
+            raise ExerciseError(f"{call}: the padding keys are visible; mask them too")
+        if torch.equal(got, ~want):
+            raise ExerciseError(f"{call} is inverted: True means 'may attend'")
+        raise ExerciseError(f"{call} differs from the reference: {got[:, 0].int().tolist()}")
 
 
-@checker("Exercise 3: split the heads")
-def check_split_heads(split: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
-    """``split(x, n_heads)``: ``(batch seq (heads d_head))`` -> ``(batch heads seq d_head)``."""
-    x = torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(1))
-    n_heads = 3
-    got = call_without_mutation(split, x, n_heads)
-    want = rearrange(x, "batch seq (heads d_head) -> batch heads seq d_head", heads=n_heads)
-    if isinstance(got, torch.Tensor) and tuple(got.shape) == (2, 5, 3, 4):
+# -- Exercise 2 -------------------------------------------------------------------------------
+def _entropy(weights: torch.Tensor, *, base: float = math.e, keep_dead: bool = False):
+    w = weights.double()
+    plogp = torch.where(w > 0, w * torch.log(w.clamp_min(1e-300)), torch.zeros_like(w))
+    per_query = -plogp.sum(-1) / math.log(base)  # (batch heads q_pos)
+    live = (w.sum(-1) > 0).double() if not keep_dead else torch.ones_like(per_query)
+    return (per_query * live).sum((0, 2)) / live.sum((0, 2))
+
+
+def _random_weights(generator: torch.Generator) -> torch.Tensor:
+    scores = torch.randn(2, 3, 6, 6, generator=generator, dtype=torch.float64) * 2
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()
+    weights = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+    weights[1, :, :2] = 0.0  # two fully masked queries (left padding)
+    return weights.float()
+
+
+@checker("Exercise 2: attention entropy per head")
+def check_attention_entropy(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """``fn(weights (batch heads q_pos k_pos)) -> (heads,)``, in nats."""
+    generator = torch.Generator().manual_seed(0)
+    uniform = torch.ones(1, 2, 3, 4) / 4
+    want = torch.full((2,), math.log(4))
+    got = call_without_mutation(fn, uniform)
+    expect_tensor(got, (2,), "the entropy of 2 uniform heads over 4 keys")
+    if torch.allclose(got.double(), torch.full((2,), 2.0, dtype=torch.float64), atol=1e-4):
+        raise ExerciseError("4 equal weights gave 2.0: that is bits; use the natural log")
+    expect_close(got, want, "the entropy of uniform weights over 4 keys (ln 4)", atol=1e-4)
+    weights = _random_weights(generator)
+    got = call_without_mutation(fn, weights)
+    want = _entropy(weights)
+    what = "the mean entropy per head of causal weights with two dead rows"
+    if isinstance(got, torch.Tensor) and torch.isnan(got).any():
         raise ExerciseError(
-            "the result is (batch, seq, heads, d_head): the heads axis must come before seq, "
-            "so that attention runs over seq for each head"
+            f"{what} contains NaN: a zero weight gives 0 * log 0 = 0 * -inf; "
+            "count 0 log 0 as 0 (e.g. torch.xlogy or torch.where)"
         )
-    expect_tensor(got, tuple(want.shape), "split(x, n_heads)")
-    if torch.equal(got, want):
-        return
-    wrong_order = rearrange(x, "batch seq (d_head heads) -> batch heads seq d_head", heads=n_heads)
-    if torch.equal(got, wrong_order):
+    expect_tensor(got, (3,), what)
+    if torch.allclose(got.double(), _entropy(weights, keep_dead=True), atol=1e-4):
         raise ExerciseError(
-            "d_model is split as (d_head heads); the heads are the outer factor: each head owns "
-            "a contiguous block of d_head features, '(heads d_head)'"
+            f"{what}: the fully masked rows (all weights 0) were counted as entropy 0; "
+            "leave them out of the average"
         )
-    if torch.equal(got, x.reshape(2, n_heads, 5, 4)):
-        raise ExerciseError(
-            "a plain reshape mixes positions and features; split the last axis, then move heads "
-            "before seq (rearrange 'batch seq (heads d_head) -> batch heads seq d_head')"
-        )
-    expect_close(got, want, "split(x, n_heads)")
+    expect_close(got, want, what, atol=1e-4)
 
 
-@checker("Exercise 4: repeat key/value heads for GQA")
-def check_kv_head_repetition(repeat_kv: Callable[[torch.Tensor, int], torch.Tensor]) -> None:
-    """``repeat_kv(x, n_rep)``: ``(batch kv_heads seq d_head)`` -> ``(batch (kv_heads n_rep) seq
-    d_head)``, where query head h reads key/value head h // n_rep."""
-    x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(2))
-    for n_rep in (1, 4):
-        got = call_without_mutation(repeat_kv, x, n_rep)
-        want = repeat(x, "batch kv_heads seq d -> batch (kv_heads group) seq d", group=n_rep)
-        expect_tensor(got, tuple(want.shape), f"repeat_kv(x, {n_rep})")
-        if torch.equal(got, want):
+# -- Exercise 3 -------------------------------------------------------------------------------
+def _max_len(budget: int, batch: int, n_heads: int, bytes_per_value: int) -> int:
+    return math.isqrt(budget // (batch * n_heads * bytes_per_value))
+
+
+@checker("Exercise 3: the longest sequence whose scores fit")
+def check_max_len_for_scores(fn: Callable[[int, int, int, int], int]) -> None:
+    """``fn(budget_bytes, batch, n_heads, bytes_per_value) -> int``."""
+    cases = (
+        (2**30, 1, 1, 4),
+        (80 * 10**9, 8, 32, 2),
+        (10**6, 3, 5, 4),
+        (2**40 - 1, 7, 12, 2),
+    )
+    cases += ((4 * 1024 * 1024 - 1, 1, 1, 4),)  # one byte short of 1024² fp32 scores
+    for budget, batch, heads, nbytes in cases:
+        call = f"max_len_for_scores({budget}, {batch}, {heads}, {nbytes})"
+        got = fn(budget, batch, heads, nbytes)
+        want = _max_len(budget, batch, heads, nbytes)
+        if isinstance(got, bool) or not isinstance(got, int):
+            raise ExerciseError(f"{call} returned {got!r}; return an int (a whole length)")
+        if got == want:
             continue
-        if torch.equal(got, x.repeat(1, n_rep, 1, 1)):
+        if got == _max_len(budget, 1, heads, nbytes):
+            raise ExerciseError(f"{call} = {got}: every sequence of the batch has its scores")
+        if got == _max_len(budget, batch, 1, nbytes):
+            raise ExerciseError(f"{call} = {got}: every head has its own n x n scores")
+        if got == _max_len(budget, batch, heads, 1):
+            raise ExerciseError(f"{call} = {got}: multiply by the bytes per value")
+        if got == want + 1:
             raise ExerciseError(
-                "the heads are tiled (0, 1, 2, 0, 1, 2, ...) but each key/value head must serve a "
-                "block of consecutive query heads (0, 0, 0, 0, 1, 1, ...): h -> h // n_rep"
+                f"{call} = {got}: that length needs "
+                f"{batch * heads * got * got * nbytes} bytes, over the budget; round down"
             )
-        expect_close(got, want, f"repeat_kv(x, {n_rep})")
+        raise ExerciseError(f"{call} = {got}, expected {want}")

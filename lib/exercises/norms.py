@@ -1,17 +1,18 @@
 """Checkers for the exercises of chapter 6 (normalisation and residual connections).
 
-Each checker compares the reader's function with a reference on random inputs and, when they
-differ, tries the typical wrong answers (epsilon outside the square root, the unbiased variance,
-the wrong axis, subtracting the mean in RMSNorm, post-LN order, a norm on the skip path) to say
-which mistake was made.
+Each checker compares the reader's answer with a reference (autograd for the gradients, a
+formula for the residual stream) and, when they differ, tries the typical wrong answers (the
+normalising statistics treated as constants in the backward pass, the gain forgotten, the
+gradients of the gain and bias not summed over tokens, LayerNorm's formula used for RMSNorm,
+standard deviations added where variances add) to say which mistake was made.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from lib.exercises._common import (
     ExerciseError,
@@ -21,10 +22,10 @@ from lib.exercises._common import (
     expect_tensor,
 )
 
-__all__ = ["check_layer_norm", "check_pre_ln_residual", "check_rms_norm"]
+__all__ = ["check_layer_norm_backward", "check_rms_norm_backward", "check_stream_rms"]
 
 
-def _matches(got: torch.Tensor, want: torch.Tensor) -> bool:
+def _close(got: object, want: torch.Tensor) -> bool:
     return (
         isinstance(got, torch.Tensor)
         and got.shape == want.shape
@@ -32,132 +33,127 @@ def _matches(got: torch.Tensor, want: torch.Tensor) -> bool:
     )
 
 
-def _compare(
-    got: object,
-    want: torch.Tensor,
-    mistakes: dict[str, torch.Tensor],
-    what: str,
-) -> None:
-    """Pass if ``got`` matches ``want``; otherwise name the first known mistake it matches."""
-    got = expect_tensor(got, tuple(want.shape), what)
-    if _matches(got, want):
-        return
-    for diagnosis, wrong in mistakes.items():
-        if _matches(got, wrong):
-            raise ExerciseError(f"{what} is wrong: {diagnosis}")
-    expect_close(got, want, what)
+def _inputs(seed: int, d_model: int = 8):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 3, d_model, generator=generator, dtype=torch.float64) * 2 + 0.5
+    weight = torch.randn(d_model, generator=generator, dtype=torch.float64)
+    bias = torch.randn(d_model, generator=generator, dtype=torch.float64)
+    grad_out = torch.randn(2, 3, d_model, generator=generator, dtype=torch.float64)
+    return x, weight, bias, grad_out
 
 
-def _layer_norm_variants(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    def affine(normalised: torch.Tensor) -> torch.Tensor:
-        return normalised * weight + bias
-
-    mean = x.mean(-1, keepdim=True)
-    centred = x - mean
-    var = centred.pow(2).mean(-1, keepdim=True)
-    reference = affine(centred / torch.sqrt(var + eps))
-    seq_centred = x - x.mean(-2, keepdim=True)
-    seq_var = seq_centred.pow(2).mean(-2, keepdim=True)
-    all_centred = x - x.mean()
-    mistakes = {
-        "epsilon must be added to the variance *inside* the square root, "
-        "sqrt(var + eps), not to the standard deviation": affine(centred / (torch.sqrt(var) + eps)),
-        "use the biased variance (divide by d, as torch.var(..., unbiased=False) does), "
-        "not the unbiased one (divide by d - 1)": affine(
-            centred / torch.sqrt(x.var(-1, unbiased=True, keepdim=True) + eps)
-        ),
-        "the mean and variance must be taken over the last axis (each token's own "
-        "d_model features), but you normalised over the sequence axis": affine(
-            seq_centred / torch.sqrt(seq_var + eps)
-        ),
-        "the mean and variance must be taken per token over the last axis, not over "
-        "the whole tensor": affine(all_centred / torch.sqrt(all_centred.pow(2).mean() + eps)),
-        "the normalisation is right, but the gain and bias are missing: "
-        "multiply by weight, then add bias": centred / torch.sqrt(var + eps),
-        "the normalisation is right, but apply the gain before the bias "
-        "(normalised * weight + bias)": (centred / torch.sqrt(var + eps) + bias) * weight,
-    }
-    return reference, mistakes
+# -- Exercise 1 -------------------------------------------------------------------------------
+def _layer_norm_grads(x, weight, bias, grad_out, eps):
+    """Autograd's gradients of ``sum(grad_out * layer_norm(x))`` for x, weight and bias."""
+    leaves = [t.clone().requires_grad_() for t in (x, weight, bias)]
+    out = torch.nn.functional.layer_norm(leaves[0], (x.shape[-1],), *leaves[1:], eps=eps)
+    return torch.autograd.grad(out, leaves, grad_out)
 
 
-@checker("Exercise 1: LayerNorm")
-def check_layer_norm(candidate: Callable[..., torch.Tensor]) -> None:
-    """``candidate(x, weight, bias, eps)``: ``x`` ``(batch seq d_model)``, ``weight`` and
-    ``bias`` ``(d_model,)``, returns ``(batch seq d_model)``."""
-    gen = torch.Generator().manual_seed(6)
-    batch, seq, d_model = 3, 5, 8
-    cases = [
-        # ordinary tokens with a large mean and spread, the usual tiny eps
-        (3 * torch.randn(batch, seq, d_model, generator=gen) + 2, 1e-5),
-        # quiet tokens with a large eps, where epsilon's place changes the result
-        (0.05 * torch.randn(batch, seq, d_model, generator=gen) - 1, 1e-2),
-    ]
-    weight = torch.randn(d_model, generator=gen)
-    bias = torch.randn(d_model, generator=gen)
-    for x, eps in cases:
-        got = call_without_mutation(candidate, x, weight, bias, eps)
-        want, mistakes = _layer_norm_variants(x, weight, bias, eps)
-        _compare(got, want, mistakes, f"layer_norm(x, weight, bias, eps={eps})")
+@checker("Exercise 1: the LayerNorm backward pass by hand")
+def check_layer_norm_backward(fn: Callable[..., tuple]) -> None:
+    """``fn(x, weight, grad_out, eps) -> (grad_x, grad_weight, grad_bias)``."""
+    for seed, eps in ((0, 1e-5), (1, 0.1)):
+        x, weight, bias, grad_out = _inputs(seed)
+        got = call_without_mutation(fn, x, weight, grad_out, eps)
+        if not (isinstance(got, (tuple, list)) and len(got) == 3):
+            raise ExerciseError(
+                f"return a triple (grad_x, grad_weight, grad_bias), got {type(got).__name__}"
+            )
+        grad_x, grad_weight, grad_bias = got
+        want_x, want_weight, want_bias = _layer_norm_grads(x, weight, bias, grad_out, eps)
+        for name, grad in (("grad_weight", grad_weight), ("grad_bias", grad_bias)):
+            if isinstance(grad, torch.Tensor) and grad.shape == x.shape:
+                raise ExerciseError(
+                    f"{name} has shape {tuple(grad.shape)}: the gain and bias are shared by "
+                    "every token, so sum their gradients over batch and seq -> (d_model,)"
+                )
+        expect_close(grad_bias, want_bias, "grad_bias")
+        expect_close(grad_weight, want_weight, "grad_weight")
+        if _close(grad_x, want_x):
+            continue
+        mean = x.mean(-1, keepdim=True)
+        sigma = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
+        x_hat = (x - mean) / sigma
+        g = grad_out * weight
+        if _close(grad_x, g / sigma):
+            raise ExerciseError(
+                "grad_x = g / sigma treats the mean and sigma as constants; both depend on "
+                "x: subtract mean(g) and x_hat * mean(g * x_hat) before dividing by sigma"
+            )
+        if _close(grad_x, (g - g.mean(-1, keepdim=True)) / sigma):
+            raise ExerciseError(
+                "grad_x is missing the term from sigma's dependence on x: - x_hat * mean(g * x_hat)"
+            )
+        dx_no_gain = grad_out - grad_out.mean(-1, keepdim=True)
+        dx_no_gain = dx_no_gain - x_hat * (grad_out * x_hat).mean(-1, keepdim=True)
+        if _close(grad_x, dx_no_gain / sigma):
+            raise ExerciseError(
+                "grad_x ignores the gain: the gradient reaching x_hat is grad_out * weight"
+            )
+        expect_close(grad_x, want_x, "grad_x")
 
 
-@checker("Exercise 2: RMSNorm")
-def check_rms_norm(candidate: Callable[..., torch.Tensor]) -> None:
-    """``candidate(x, weight, eps)``: ``x`` ``(batch seq d_model)``, ``weight`` ``(d_model,)``."""
-    gen = torch.Generator().manual_seed(7)
-    batch, seq, d_model = 3, 5, 8
-    weight = torch.randn(d_model, generator=gen)
-    for x, eps in [
-        (torch.randn(batch, seq, d_model, generator=gen) + 1.5, 1e-6),  # a mean far from 0
-        (0.05 * torch.randn(batch, seq, d_model, generator=gen), 1e-2),  # eps matters here
-    ]:
-        got = call_without_mutation(candidate, x, weight, eps)
-        mean_square = x.pow(2).mean(-1, keepdim=True)
-        want = x / torch.sqrt(mean_square + eps) * weight
-        centred = x - x.mean(-1, keepdim=True)
-        mistakes = {
-            "RMSNorm does not subtract the mean: divide x itself by its root mean square "
-            "(that centring is what LayerNorm adds)": centred
-            / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps)
-            * weight,
-            "epsilon must be added to the mean square *inside* the square root": x
-            / (torch.sqrt(mean_square) + eps)
-            * weight,
-            "divide by the root of the mean of the squares, not of their sum": x
-            / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps)
-            * weight,
-            "the mean of squares must be over the last axis (each token's features), "
-            "not over the sequence": x / torch.sqrt(x.pow(2).mean(-2, keepdim=True) + eps) * weight,
-            "the normalisation is right, but the gain is missing: multiply by weight": x
-            / torch.sqrt(mean_square + eps),
-        }
-        _compare(got, want, mistakes, f"rms_norm(x, weight, eps={eps})")
+# -- Exercise 2 -------------------------------------------------------------------------------
+def _rms_norm_grad(x, weight, grad_out, eps):
+    leaf = x.clone().requires_grad_()
+    out = leaf * torch.rsqrt(leaf.pow(2).mean(-1, keepdim=True) + eps) * weight
+    (grad,) = torch.autograd.grad(out, leaf, grad_out)
+    return grad
 
 
-@checker("Exercise 3: a pre-LN residual step")
-def check_pre_ln_residual(candidate: Callable[..., torch.Tensor]) -> None:
-    """``candidate(x, norm, sublayer)``: ``x`` ``(batch seq d_model)``; ``norm`` and
-    ``sublayer`` map ``(batch seq d_model)`` to the same shape."""
-    torch.manual_seed(8)
-    batch, seq, d_model = 2, 6, 16
-    norm = nn.LayerNorm(d_model)
-    with torch.no_grad():  # a non-trivial gain and bias, so that every mistake shows
-        norm.weight.normal_(1.0, 0.5)
-        norm.bias.normal_(0.0, 0.5)
-    sublayer = nn.Sequential(nn.Linear(d_model, d_model), nn.Tanh())
-    x = 2 * torch.randn(batch, seq, d_model) + 1
-    with torch.no_grad():
-        got = call_without_mutation(candidate, x, norm, sublayer)
-        want = x + sublayer(norm(x))
-        mistakes = {
-            "that is post-LN, Norm(x + f(x)); pre-LN normalises the sublayer's input: "
-            "x + f(Norm(x))": norm(x + sublayer(x)),
-            "the skip path must carry x itself, not Norm(x): x + f(Norm(x)), "
-            "not Norm(x) + f(Norm(x))": norm(x) + sublayer(norm(x)),
-            "the residual connection is missing: add x to the sublayer's output": sublayer(norm(x)),
-            "the normalisation is missing: the sublayer must see Norm(x)": x + sublayer(x),
-            "normalise the input of the sublayer, not its output: x + f(Norm(x)), "
-            "not x + Norm(f(x))": x + norm(sublayer(x)),
-        }
-    _compare(got, want, mistakes, "pre_ln_residual(x, norm, sublayer)")
+@checker("Exercise 2: RMSNorm's gradient")
+def check_rms_norm_backward(fn: Callable[..., torch.Tensor]) -> None:
+    """``fn(x, weight, grad_out, eps) -> grad_x``, all ``(batch seq d_model)``."""
+    for seed, eps in ((2, 1e-6), (3, 0.1)):
+        x, weight, _, grad_out = _inputs(seed)
+        got = call_without_mutation(fn, x, weight, grad_out, eps)
+        want = _rms_norm_grad(x, weight, grad_out, eps)
+        expect_tensor(got, tuple(x.shape), "grad_x")
+        if _close(got, want):
+            continue
+        rms = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        g = grad_out * weight
+        if _close(got, g / rms):
+            raise ExerciseError(
+                "grad_x = g / rms treats the RMS as a constant; it depends on x: "
+                "subtract x * mean(g * x) / rms**3"
+            )
+        x_hat = x / rms
+        layer_norm_like = (
+            g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True)
+        ) / rms
+        if _close(got, layer_norm_like):
+            raise ExerciseError(
+                "that is LayerNorm's gradient: RMSNorm subtracts no mean, so there is no "
+                "- mean(g) term"
+            )
+        expect_close(got, want, "grad_x")
+
+
+# -- Exercise 3 -------------------------------------------------------------------------------
+@checker("Exercise 3: the residual stream's growth")
+def check_stream_rms(fn: Callable[[int, float, float], float]) -> None:
+    """``fn(n_layers, input_rms, weight_std) -> float``: the predicted stream RMS."""
+    for n_layers, input_rms, weight_std in ((0, 1.0, 0.5), (16, 1.0, 0.5), (8, 2.0, 1.5)):
+        call = f"stream_rms({n_layers}, {input_rms}, {weight_std})"
+        got = fn(n_layers, input_rms, weight_std)
+        want = math.sqrt(input_rms**2 + n_layers * weight_std**2)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            raise ExerciseError(f"{call} returned {got!r}; return a number")
+        if math.isclose(got, want, rel_tol=1e-6):
+            continue
+        if math.isclose(got, input_rms + n_layers * weight_std, rel_tol=1e-6):
+            raise ExerciseError(
+                f"{call} = {got:.4g}: RMS values do not add; the branches are independent "
+                "of the stream, so their *variances* (squared RMS) add"
+            )
+        if math.isclose(got, math.sqrt(1 + n_layers * weight_std**2), rel_tol=1e-6):
+            raise ExerciseError(f"{call} = {got:.4g}: the input's own variance is missing")
+        if math.isclose(got, math.sqrt(n_layers) * weight_std, rel_tol=1e-6):
+            raise ExerciseError(f"{call} = {got:.4g}: the input's own variance is missing")
+        if math.isclose(got, input_rms**2 + n_layers * weight_std**2, rel_tol=1e-6):
+            raise ExerciseError(f"{call} = {got:.4g}: that is the variance; take its root")
+        raise ExerciseError(f"{call} = {got:.4g}, expected {want:.4g}")
