@@ -16,6 +16,11 @@ from tools.tangle import is_chapter, write_notebook
 # Tests run the small CPU profile unless the caller asked for another one explicitly.
 os.environ.setdefault("TFS_PROFILE", "smoke")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Parallel test workers (pytest-xdist) each get one thread for torch and its notebook
+# kernels: several workers with several threads each oversubscribe a small machine and
+# slow the tiny models of the tests down many times over.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_collect_file(file_path: Path, parent):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shlex
 import subprocess
 import sys
@@ -40,7 +42,11 @@ def main() -> int:
     print("$", shlex.join(command), flush=True)
     if args.print:
         return 0
-    return subprocess.run(command, cwd=ROOT, check=False).returncode
+    env = dict(os.environ)
+    while command and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", command[0]):
+        name, value = command.pop(0).split("=", 1)  # a leading VAR=value, as a shell reads it
+        env[name] = value
+    return subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ def _script(name: str, *args: str) -> subprocess.CompletedProcess:
 def test_rerun_record_runs_the_recorded_command(tmp_path: Path):
     marker = tmp_path / "ran.txt"
     record = tmp_path / "metrics.json"
-    command = f"{sys.executable} -c \"open({str(marker)!r}, 'w').write('yes')\""
+    code = f"import os; open({str(marker)!r}, 'w').write(os.environ['TFS_MARK'])"
+    command = f'TFS_MARK=yes {sys.executable} -c "{code}"'
     record.write_text(json.dumps({"metrics": {}, "command": command}), encoding="utf-8")
     shown = _script("rerun_record.py", str(record), "--print")
     assert shown.returncode == 0 and "-c" in shown.stdout and not marker.exists()

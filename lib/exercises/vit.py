@@ -1,0 +1,314 @@
+"""Checkers for the exercises of chapter 10 (the Vision Transformer).
+
+Each checker runs the reader's function on random inputs, compares it with a reference, and
+names the typical mistake when it recognises one: a class-token row interpolated with the
+grid or dropped, rows and columns of the grid swapped, a ``reshape`` that mixes features
+into the grid, the wrong interpolation mode; patch sides swapped, patches in column-major
+order, features flattened channel-last; a convolutional stem with the wrong stride, tokens
+left as a feature map or in column-major order, patches that do not overlap, or no
+nonlinearity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from lib.exercises._common import (
+    ExerciseError,
+    call_without_mutation,
+    checker,
+    expect_close,
+    expect_tensor,
+)
+
+__all__ = [
+    "check_interpolate_positions",
+    "check_patchify_rect",
+    "check_conv_stem",
+]
+
+
+def _matches(got: object, want: torch.Tensor, atol: float = 1e-5) -> bool:
+    return (
+        isinstance(got, torch.Tensor)
+        and got.shape == want.shape
+        and bool(torch.allclose(got.double(), want.double(), atol=atol, rtol=1e-4))
+    )
+
+
+# -- Exercise 1: position embeddings for a larger image ----------------------------------------
+def _interpolate_positions(
+    pos: torch.Tensor,
+    old_grid: tuple[int, int],
+    new_grid: tuple[int, int],
+    *,
+    mode: str = "bicubic",
+    align_corners: bool | None = False,
+    read_transposed: bool = False,
+    write_transposed: bool = False,
+    size_swapped: bool = False,
+    plain_reshape: bool = False,
+) -> torch.Tensor:
+    """The right answer, or (with the keyword arguments) a typical wrong one."""
+    (h, w), (new_h, new_w) = old_grid, new_grid
+    cls, grid = pos[:, :1], pos[:, 1:]
+    d = pos.shape[-1]
+    if plain_reshape:
+        grid = grid.reshape(1, d, h, w)
+    elif read_transposed:
+        grid = rearrange(grid, "1 (w h) d -> 1 d h w", h=h, w=w)
+    else:
+        grid = rearrange(grid, "1 (h w) d -> 1 d h w", h=h, w=w)
+    size = (new_w, new_h) if size_swapped else (new_h, new_w)
+    kwargs = {} if align_corners is None else {"align_corners": align_corners}
+    grid = F.interpolate(grid, size=size, mode=mode, **kwargs)
+    if plain_reshape:
+        grid = grid.reshape(1, new_h * new_w, d)
+    elif write_transposed:
+        grid = rearrange(grid, "1 d h w -> 1 (w h) d")
+    else:
+        grid = rearrange(grid, "1 d h w -> 1 (h w) d")
+    return torch.cat([cls, grid], dim=1)
+
+
+@checker("Exercise 1: position embeddings for a larger image")
+def check_interpolate_positions(interpolate: Callable[..., torch.Tensor]) -> None:
+    """``interpolate(pos, old_grid, new_grid)``: ``pos`` ``(1, 1 + h·w, d_model)`` with the
+    class row first -> ``(1, 1 + H·W, d_model)``, patch rows resized bicubically."""
+    gen = torch.Generator().manual_seed(0)
+    d_model = 6
+    for old_grid, new_grid in [((2, 3), (4, 5)), ((4, 4), (6, 6)), ((3, 2), (3, 2))]:
+        (h, w), (new_h, new_w) = old_grid, new_grid
+        pos = torch.randn(1, 1 + h * w, d_model, generator=gen)
+        what = f"interpolate_positions(pos, {old_grid}, {new_grid})"
+        got = call_without_mutation(interpolate, pos, old_grid, new_grid)
+        want = _interpolate_positions(pos, old_grid, new_grid)
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == (1, new_h * new_w, d_model):
+            raise ExerciseError(
+                f"{what} has shape {tuple(got.shape)}: the class token's row is missing. "
+                "Split it off (pos[:, :1]), resize the patch rows, and put it back in front"
+            )
+        expect_tensor(got, tuple(want.shape), what)
+        if not torch.allclose(got[:, 0].double(), pos[:, 0].double(), atol=1e-6):
+            raise ExerciseError(
+                f"{what}: the class token's row changed. It has no place on the grid: keep "
+                "row 0 as it is and interpolate only rows 1..h·w"
+            )
+        if _matches(got, want):
+            continue
+        mistakes = [
+            (
+                dict(read_transposed=True),
+                "the patch rows were read into the grid column by column; they are in "
+                "row-major order: rearrange(grid, '1 (h w) d -> 1 d h w', h=h, w=w)",
+            ),
+            (
+                dict(write_transposed=True),
+                "the resized grid was written out column by column; flatten it row by row: "
+                "'1 d h w -> 1 (h w) d'",
+            ),
+            (
+                dict(size_swapped=True),
+                "height and width of the new grid are swapped: size=(H, W), with new_grid = (H, W)",
+            ),
+            (
+                dict(plain_reshape=True),
+                "a plain reshape turned (h w) d into d h w, which mixes features into the "
+                "grid; move the feature axis with rearrange (or permute), not reshape",
+            ),
+            (
+                dict(mode="bilinear"),
+                "this is bilinear interpolation; use mode='bicubic' (align_corners=False)",
+            ),
+            (
+                dict(mode="nearest", align_corners=None),
+                "this is nearest-neighbour interpolation; use mode='bicubic' (align_corners=False)",
+            ),
+            (
+                dict(align_corners=True),
+                "align_corners=True stretches the grid corner to corner; use "
+                "align_corners=False, which treats each position as a cell centre",
+            ),
+        ]
+        for options, message in mistakes:
+            if _matches(got, _interpolate_positions(pos, old_grid, new_grid, **options)):
+                raise ExerciseError(f"{what}: {message}")
+        if old_grid == new_grid:
+            raise ExerciseError(
+                f"{what}: the grid did not change size, so the table must come back "
+                "unchanged (bicubic interpolation to the same size is the identity)"
+            )
+        expect_close(got, want, what)
+
+
+# -- Exercise 2: non-square images and rectangular patches --------------------------------------
+def _patchify_rect(images: torch.Tensor, patch_size: tuple[int, int], pattern: str = ""):
+    p1, p2 = patch_size
+    pattern = pattern or "b c (h p1) (w p2) -> b (h w) (c p1 p2)"
+    return rearrange(images, pattern, p1=p1, p2=p2)
+
+
+@checker("Exercise 2: non-square images and rectangular patches")
+def check_patchify_rect(patchify_rect: Callable[..., torch.Tensor]) -> None:
+    """``patchify_rect(images, (p1, p2))``: ``(batch c H W)`` ->
+    ``(batch (H/p1)·(W/p2) (c p1 p2))``, patches row by row; ValueError when not tiling."""
+    gen = torch.Generator().manual_seed(0)
+    for shape, patch in [((2, 3, 20, 30), (5, 10)), ((1, 1, 8, 12), (4, 2))]:
+        images = torch.randn(*shape, generator=gen)
+        what = f"patchify_rect(images of shape {shape}, {patch})"
+        got = call_without_mutation(patchify_rect, images, patch)
+        want = _patchify_rect(images, patch)
+        expect_tensor(got, tuple(want.shape), what)
+        if _matches(got, want, atol=0):
+            continue
+        swapped = (patch[1], patch[0])
+        if shape[2] % swapped[0] == 0 and shape[3] % swapped[1] == 0:
+            if _matches(got, _patchify_rect(images, swapped), atol=0):
+                raise ExerciseError(
+                    f"{what}: the patch sides are swapped; patch_size is "
+                    "(patch_height, patch_width): p1 splits the height, p2 the width"
+                )
+        mistakes = [
+            (
+                "b c (h p1) (w p2) -> b (w h) (c p1 p2)",
+                "the patches are in column-major order; read them like text, left to right "
+                "then top to bottom: (h w)",
+            ),
+            (
+                "b c (h p1) (w p2) -> b (h w) (p1 p2 c)",
+                "each patch is flattened channel-last (p1 p2 c); flatten it as (c p1 p2), "
+                "like patchify and a convolution's kernel",
+            ),
+            (
+                "b c (h p1) (w p2) -> b (h w) (c p2 p1)",
+                "each patch is flattened column by column (c p2 p1); use (c p1 p2)",
+            ),
+        ]
+        for pattern, message in mistakes:
+            if _matches(got, _patchify_rect(images, patch, pattern), atol=0):
+                raise ExerciseError(f"{what}: {message}")
+        expect_close(got, want, what, atol=0, rtol=0)
+
+    bad = torch.randn(1, 1, 21, 30, generator=gen)
+    try:
+        patchify_rect(bad, (5, 10))
+    except ValueError as err:
+        if "21" not in str(err):
+            raise ExerciseError(
+                f"the ValueError for a 21×30 image and 5×10 patches should name the sizes "
+                f"(21 is not a multiple of 5); its message was {str(err)!r}"
+            ) from None
+    except NotImplementedError:
+        raise
+    except Exception as err:  # e.g. einops' own error: right idea, wrong type
+        raise ExerciseError(
+            f"a 21×30 image with 5×10 patches raised {type(err).__name__}; check the sizes "
+            "first and raise a ValueError that names them"
+        ) from None
+    else:
+        raise ExerciseError(
+            "a 21×30 image with 5×10 patches was accepted: 21 is not a multiple of 5, so "
+            "raise a ValueError that names the sizes"
+        )
+
+
+# -- Exercise 3: a convolutional stem -------------------------------------------------------
+def _token_changes(stem: nn.Module, base: torch.Tensor, row: int, col: int) -> torch.Tensor:
+    """How much each token moves when one pixel of ``base`` changes: ``(tokens,)``."""
+    bumped = base.clone()
+    bumped[:, :, row, col] += 10.0
+    with torch.no_grad():
+        return (stem(bumped) - stem(base)).abs().amax(dim=(0, 2))
+
+
+@checker("Exercise 3: a convolutional stem")
+def check_conv_stem(make_conv_stem: Callable[..., nn.Module]) -> None:
+    """``make_conv_stem(in_channels, d_model, patch_size)`` returns a module mapping
+    ``(batch in_channels H W)`` to ``(batch (H/p)·(W/p) d_model)``: log2(p) stride-2 3×3
+    convolutions (padding 1) with ReLU, then a 1×1 convolution; tokens row by row."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    for in_channels, d_model, patch, (height, width) in [
+        (3, 32, 4, (16, 24)),
+        (1, 24, 8, (32, 32)),
+        (2, 8, 2, (6, 10)),
+    ]:
+        stem = make_conv_stem(in_channels, d_model, patch)
+        if not isinstance(stem, nn.Module):
+            raise ExerciseError(
+                f"make_conv_stem should return an nn.Module, got {type(stem).__name__}"
+            )
+        stem.eval()
+        images = torch.randn(2, in_channels, height, width, generator=gen)
+        with torch.no_grad():
+            got = call_without_mutation(stem, images)
+        grid = (height // patch, width // patch)
+        what = f"the stem (in_channels={in_channels}, d_model={d_model}, patch_size={patch})"
+        if not isinstance(got, torch.Tensor):
+            raise ExerciseError(f"{what} returned {type(got).__name__}, not a tensor")
+        if got.dim() == 4:
+            raise ExerciseError(
+                f"{what} returns a feature map of shape {tuple(got.shape)}; flatten it into "
+                "tokens: rearrange(x, 'b d h w -> b (h w) d')"
+            )
+        if got.dim() == 3 and got.shape[1] == d_model and got.shape[2] == grid[0] * grid[1]:
+            raise ExerciseError(
+                f"{what} returns {tuple(got.shape)}, features before tokens; the tokens go "
+                "on axis 1: 'b d h w -> b (h w) d'"
+            )
+        if got.dim() == 3 and got.shape[2] == d_model and got.shape[1] != grid[0] * grid[1]:
+            for halvings in range(0, 6):
+                factor = 2**halvings
+                if got.shape[1] == -(-height // factor) * -(-width // factor):
+                    raise ExerciseError(
+                        f"{what} gives {got.shape[1]} tokens for a {height}×{width} image: it "
+                        f"shrinks the image {factor}×, not {patch}× (patch_size); use "
+                        f"log2({patch}) = {patch.bit_length() - 1} stride-2 convolutions"
+                    )
+        expect_tensor(got, (2, grid[0] * grid[1], d_model), f"{what}(images {height}×{width})")
+        if patch != 4:
+            continue
+
+        # Token order and overlap, from which tokens one pixel reaches.
+        base = torch.randn(1, in_channels, height, width, generator=gen)
+        row, col = 1, 4  # the patch at grid row 1, column 4
+        change = _token_changes(stem, base, patch * row, patch * col)
+        change = change > 1e-4 * change.max().clamp_min(1e-12)  # which tokens moved
+        row_major, column_major = row * grid[1] + col, col * grid[0] + row
+        if change[column_major] and not change[row_major]:
+            raise ExerciseError(
+                f"{what}: the tokens are in column-major order; flatten the grid row by row: "
+                "'b d h w -> b (h w) d'"
+            )
+        if not change[row_major]:
+            raise ExerciseError(
+                f"{what}: changing the pixel at the top-left corner of patch (row {row}, "
+                f"column {col}) did not change token {row_major}; are the tokens in "
+                "row-major order, and is every convolution 3×3 with stride 2 and padding 1?"
+            )
+        border = _token_changes(stem, base, patch * row, patch * col + patch // 2)
+        border = border > 1e-4 * border.max().clamp_min(1e-12)
+        if not (border[row_major] and border[row_major + 1]):
+            raise ExerciseError(
+                f"{what}: a pixel on the border between patches {row_major} and "
+                f"{row_major + 1} reaches only one of their tokens, so the patches do not "
+                "overlap; use 3×3 kernels with stride 2 and padding 1, not a p×p kernel"
+            )
+
+        # Not an affine map: stacked convolutions without ReLU collapse into one.
+        a = torch.randn(1, in_channels, height, width, generator=gen)
+        b = torch.randn(1, in_channels, height, width, generator=gen)
+        with torch.no_grad():
+            zero = stem(torch.zeros_like(a))
+            affine_gap = (stem(a + b) - stem(a) - stem(b) + zero).abs().max().item()
+            scale = stem(a).abs().max().item()
+        if affine_gap <= 1e-5 * max(scale, 1.0):
+            raise ExerciseError(
+                f"{what} is affine (f(a+b) = f(a) + f(b) - f(0)): without a ReLU after each "
+                "stride-2 convolution the stack collapses into a single convolution"
+            )
