@@ -25,7 +25,6 @@ from lib.attention import (
     sdpa_attention,
 )
 
-
 # The backends this chapter defines. Others (chapter 9's kernels) register themselves in the
 # same registry when their module is imported, and have tests of their own.
 CORE_BACKENDS = ("math", "sdpa")
