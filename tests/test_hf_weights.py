@@ -182,7 +182,10 @@ def test_t5_logits_equal(batch, overrides):
     with torch.no_grad():
         output = reference(ids, attention_mask=mask.long(), decoder_input_ids=tgt_ids)
         ours = model(ids, tgt_ids, src_mask=mask)
-    assert max_difference(ours, output.logits) <= TOLERANCE
+    # The untied head skips T5's d_model^-0.5 rescaling, so its logits reach ~15 and fp32
+    # rounding grows with them: the bound is relative to the largest logit there.
+    scale = max(1.0, output.logits.abs().max().item()) if overrides else 1.0
+    assert max_difference(ours, output.logits) <= TOLERANCE * scale
 
 
 def test_llama_gqa_logits_equal(batch):
