@@ -33,6 +33,8 @@ def pytest_collect_file(file_path: Path, parent):
         works), executed by nbmake from its converted ``.ipynb``."""
 
         def collect(self):
-            yield NotebookItem.from_parent(self, filename=str(write_notebook(self.path)))
+            yield NotebookItem.from_parent(
+                self, filename=str(write_notebook(self.path))
+            )
 
     return ChapterNotebook.from_parent(parent, path=file_path)

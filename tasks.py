@@ -74,7 +74,9 @@ def reexec_in_venv() -> None:
                 "[tasks] could not create .venv (on Debian/Ubuntu: apt install python3-venv). "
                 "Or create and activate a virtual environment yourself, then run this again."
             )
-    os.execv(str(venv_python()), [str(venv_python()), str(Path(__file__)), *sys.argv[1:]])
+    os.execv(
+        str(venv_python()), [str(venv_python()), str(Path(__file__)), *sys.argv[1:]]
+    )
 
 
 def pip(*args: str, check: bool = True) -> int:
@@ -107,7 +109,10 @@ def ensure_installed(extra: str) -> None:
     """Install torch, then the course package with the given extra; skip if already done."""
     stamp_dir = Path(sys.prefix) / ".tfs-stamps"
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
-    stamp = stamp_dir / f"{extra}-{digest}-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]}"
+    stamp = (
+        stamp_dir
+        / f"{extra}-{digest}-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]}"
+    )
     if stamp.exists() and torch_ok():
         return
     ensure_torch()
@@ -117,7 +122,10 @@ def ensure_installed(extra: str) -> None:
 
 
 def cpu_count() -> int:
-    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 4))
+    return max(
+        1,
+        min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 4),
+    )
 
 
 def cmd_test(extra_args: list[str]) -> None:
@@ -171,7 +179,9 @@ def cmd_book(strict: bool, verbose: bool = False) -> None:
     env.pop("FORCE_COLOR", None)
     flags = ["-W", "-n", "--keep-going"] if strict else []
     if not verbose:
-        flags.append("-q")  # Sphinx's -q: warnings and errors only, no status or config lines
+        flags.append(
+            "-q"
+        )  # Sphinx's -q: warnings and errors only, no status or config lines
     # jupyter-book 1.x has no `python -m` entry point: call its CLI from this interpreter,
     # with Sphinx's colour codes switched off (jupyter-book does not do it for a pipe).
     cli = "from sphinx.util.console import nocolor; nocolor(); from jupyter_book.cli.main import main; main()"
@@ -182,11 +192,15 @@ def cmd_book(strict: bool, verbose: bool = False) -> None:
     start = time.monotonic()
     code = echo_build([sys.executable, "-c", cli, "build", ".", *flags], env)
     if code != 0:
-        sys.exit(f"[tasks] the book build failed (exit {code}); the messages above say why")
+        sys.exit(
+            f"[tasks] the book build failed (exit {code}); the messages above say why"
+        )
     if strict:
         check_figures()
     checked = "no warnings, " if strict else ""
-    say(f"built in {time.monotonic() - start:.0f} s, {checked}at {ROOT / '_build/html/index.html'}")
+    say(
+        f"built in {time.monotonic() - start:.0f} s, {checked}at {ROOT / '_build/html/index.html'}"
+    )
 
 
 def toc_chapters() -> list[Path]:
@@ -206,7 +220,9 @@ def check_figures() -> None:
         if images < shows:
             missing.append(f"{chapter.name}: {shows} plt.show() but {images} images")
     if missing:
-        sys.exit("[tasks] figures missing from the rendered book:\n  " + "\n  ".join(missing))
+        sys.exit(
+            "[tasks] figures missing from the rendered book:\n  " + "\n  ".join(missing)
+        )
     say("every chapter's figures are in the rendered book")
 
 
@@ -225,7 +241,9 @@ def cmd_lab(lab_args: list[str]) -> None:
     overrides.parent.mkdir(parents=True, exist_ok=True)
     viewers = {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}
     overrides.write_text(
-        json.dumps({"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": viewers}}),
+        json.dumps(
+            {"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": viewers}}
+        ),
         encoding="utf-8",
     )
     env = dict(os.environ)
@@ -284,7 +302,14 @@ def cmd_fmt() -> None:
     from tools.tangle import chapter_files
 
     chapters = [str(p) for p in chapter_files()]
-    run(sys.executable, "-m", "jupytext", "--pipe", f"{sys.executable} -m ruff format -", *chapters)
+    run(
+        sys.executable,
+        "-m",
+        "jupytext",
+        "--pipe",
+        f"{sys.executable} -m ruff format -",
+        *chapters,
+    )
     run(sys.executable, "tools/tangle.py")
 
 
@@ -293,10 +318,14 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    test = sub.add_parser("test", help="run the unit and notebook tests (extra args go to pytest)")
+    test = sub.add_parser(
+        "test", help="run the unit and notebook tests (extra args go to pytest)"
+    )
     test.add_argument("pytest_args", nargs=argparse.REMAINDER)
     book = sub.add_parser("book", help="render the book to _build/html")
-    book.add_argument("--strict", action="store_true", help="treat warnings as errors (CI)")
+    book.add_argument(
+        "--strict", action="store_true", help="treat warnings as errors (CI)"
+    )
     book.add_argument(
         "--verbose",
         action="store_true",
@@ -315,7 +344,9 @@ def main() -> None:
     if not in_managed_env():
         reexec_in_venv()
     if args.command == "test":
-        cmd_test(unknown + args.pytest_args)  # options such as -x or -q go to pytest as well
+        cmd_test(
+            unknown + args.pytest_args
+        )  # options such as -x or -q go to pytest as well
     elif args.command == "book":
         cmd_book(args.strict, args.verbose)
     elif args.command == "lab":

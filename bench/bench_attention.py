@@ -51,13 +51,17 @@ def main(argv: list[str] | None = None) -> None:
     seed_everything(0)
     device = get_device()
     ours = MultiHeadAttention(args.d_model, args.heads, backend="sdpa").to(device)
-    theirs = torch.nn.MultiheadAttention(args.d_model, args.heads, batch_first=True).to(device)
+    theirs = torch.nn.MultiheadAttention(args.d_model, args.heads, batch_first=True).to(
+        device
+    )
     with torch.no_grad():  # the same weights, so both compute the same function
         ours.qkv_proj.weight.copy_(theirs.in_proj_weight)
         ours.qkv_proj.bias.copy_(theirs.in_proj_bias)
         ours.out_proj.weight.copy_(theirs.out_proj.weight)
         ours.out_proj.bias.copy_(theirs.out_proj.bias)
-    x = torch.randn(args.batch, args.seq, args.d_model, device=device, requires_grad=True)
+    x = torch.randn(
+        args.batch, args.seq, args.d_model, device=device, requires_grad=True
+    )
 
     run_ours = lambda module, x: module(x)
     run_theirs = lambda module, x: module(x, x, x, need_weights=False)[0]
@@ -86,7 +90,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"max |lib - torch| on the outputs: {gap:.1e}")
     for name, seconds in results.items():
         print(f"  {name:<32} {1e3 * seconds:8.2f} ms  (median of {len(samples[name])})")
-    ratio = results["lib MultiHeadAttention (sdpa)"] / results["torch.nn.MultiheadAttention"]
+    ratio = (
+        results["lib MultiHeadAttention (sdpa)"]
+        / results["torch.nn.MultiheadAttention"]
+    )
     print(f"  ratio lib / torch: {ratio:.3f}  (target: <= 1.1)")
 
 

@@ -67,8 +67,12 @@ def main() -> None:
         lambda: BPETokenizer().train(text, args.vocab_size), args.repeats
     )
     lines = text.splitlines(keepends=True)
-    hf_train, hf_tok = best_time(lambda: train_hf([text], args.vocab_size), args.repeats)
-    hf_train_lines, _ = best_time(lambda: train_hf(lines, args.vocab_size), args.repeats)
+    hf_train, hf_tok = best_time(
+        lambda: train_hf([text], args.vocab_size), args.repeats
+    )
+    hf_train_lines, _ = best_time(
+        lambda: train_hf(lines, args.vocab_size), args.repeats
+    )
     hf_best = min(hf_train, hf_train_lines)
     print("\ntraining")
     print(f"  lib.tokenizer.BPETokenizer          : {lib_train:6.2f} s")

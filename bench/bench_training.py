@@ -37,7 +37,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(cfg, sizes, device, *, checkpointing: bool, compiled: bool, steps: int, warmup: int):
+def measure(
+    cfg, sizes, device, *, checkpointing: bool, compiled: bool, steps: int, warmup: int
+):
     seed_everything(0)
     model = GPT(cfg).to(device)
     if checkpointing:
@@ -91,7 +93,9 @@ def main() -> None:
     parser.add_argument("--profile", choices=("smoke", "full"), default=None)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--compile", action="store_true", help="also time torch.compile")
+    parser.add_argument(
+        "--compile", action="store_true", help="also time torch.compile"
+    )
     parser.add_argument("--threads", type=int, default=None, help="CPU threads")
     args = parser.parse_args()
     if args.threads:
@@ -127,9 +131,7 @@ def main() -> None:
             )
             baseline = baseline or result
             label = f"{'compiled' if compiled else 'eager':>8}, checkpointing {checkpointing!s:>5}"
-            line = (
-                f"{label}: {result['ms']:8.1f} ms/step  {result['tokens_per_second']:>10,.0f} tok/s"
-            )
+            line = f"{label}: {result['ms']:8.1f} ms/step  {result['tokens_per_second']:>10,.0f} tok/s"
             line += f"  x{baseline['ms'] / result['ms']:.2f} speed"
             if "mfu" in result:
                 line += f"  MFU {100 * result['mfu']:.1f}%"

@@ -91,14 +91,20 @@ def _names(names: Iterable[str]) -> str:
 
 
 # -- scalars ------------------------------------------------------------------------------------
-def integer(name: str, value: Any, *, owner: str | None = None, hint: str | None = None) -> int:
+def integer(
+    name: str, value: Any, *, owner: str | None = None, hint: str | None = None
+) -> int:
     """``value`` as a Python int: an int, a NumPy integer or a 0-d integer tensor, never a bool.
 
     (A 0-d tensor is read, which syncs with a GPU and which ``torch.compile`` cannot trace;
     pass Python ints where speed matters.)
     """
-    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
-        raise TypeError(_message(f"{name} must be an int, got {_describe(value)}", owner, hint))
+    if isinstance(value, bool) or (
+        isinstance(value, torch.Tensor) and value.dtype == torch.bool
+    ):
+        raise TypeError(
+            _message(f"{name} must be an int, got {_describe(value)}", owner, hint)
+        )
     try:
         return operator.index(value)
     except TypeError:
@@ -108,12 +114,19 @@ def integer(name: str, value: Any, *, owner: str | None = None, hint: str | None
 
 
 def int_at_least(
-    name: str, value: Any, minimum: int, *, owner: str | None = None, hint: str | None = None
+    name: str,
+    value: Any,
+    minimum: int,
+    *,
+    owner: str | None = None,
+    hint: str | None = None,
 ) -> int:
     """``value`` as an int ``>= minimum``."""
     value = integer(name, value, owner=owner, hint=hint)
     if value < minimum:
-        raise ValueError(_message(f"{name} must be an int >= {minimum}, got {value}", owner, hint))
+        raise ValueError(
+            _message(f"{name} must be an int >= {minimum}, got {value}", owner, hint)
+        )
     return value
 
 
@@ -137,12 +150,16 @@ def int_in_range(
     value = integer(name, value, owner=owner, hint=hint)
     if not low <= value <= high:
         raise ValueError(
-            _message(f"{name} must be an int in {low}..{high}, got {value}", owner, hint)
+            _message(
+                f"{name} must be an int in {low}..{high}, got {value}", owner, hint
+            )
         )
     return value
 
 
-def even(name: str, value: Any, *, owner: str | None = None, hint: str | None = None) -> int:
+def even(
+    name: str, value: Any, *, owner: str | None = None, hint: str | None = None
+) -> int:
     """``value`` as an even int."""
     value = integer(name, value, owner=owner, hint=hint)
     if value % 2:
@@ -150,7 +167,9 @@ def even(name: str, value: Any, *, owner: str | None = None, hint: str | None = 
     return value
 
 
-def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+def _interval(
+    low: float | None, high: float | None, low_open: bool, high_open: bool
+) -> str:
     if low is not None and high is not None:
         return f" in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
     if low is not None:
@@ -177,34 +196,48 @@ def finite_float(
     tensor, NaN and ±inf are not.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(_message(f"{name} must be a number, got {_describe(value)}", owner, hint))
+        raise TypeError(
+            _message(f"{name} must be a number, got {_describe(value)}", owner, hint)
+        )
     value = float(value)
     too_low = low is not None and (value <= low if low_open else value < low)
     too_high = high is not None and (value >= high if high_open else value > high)
     if not math.isfinite(value) or too_low or too_high:
         interval = _interval(low, high, low_open, high_open)
         raise ValueError(
-            _message(f"{name} must be a finite number{interval}, got {value!r}", owner, hint)
+            _message(
+                f"{name} must be a finite number{interval}, got {value!r}", owner, hint
+            )
         )
     return value
 
 
-def probability(name: str, p: Any, *, owner: str | None = None, hint: str | None = None) -> float:
+def probability(
+    name: str, p: Any, *, owner: str | None = None, hint: str | None = None
+) -> float:
     """``p`` as a float in ``[0, 1)``: a dropout probability (1 would drop everything)."""
     if isinstance(p, bool) or not isinstance(p, numbers.Real):
-        raise TypeError(_message(f"{name} must be a number, got {_describe(p)}", owner, hint))
+        raise TypeError(
+            _message(f"{name} must be a number, got {_describe(p)}", owner, hint)
+        )
     if not 0.0 <= p < 1.0:  # False for NaN too
         raise ValueError(
-            _message(f"{name} must be a probability in [0, 1), got {float(p)!r}", owner, hint)
+            _message(
+                f"{name} must be a probability in [0, 1), got {float(p)!r}", owner, hint
+            )
         )
     return float(p)
 
 
-def boolean(name: str, value: Any, *, owner: str | None = None, hint: str | None = None) -> bool:
+def boolean(
+    name: str, value: Any, *, owner: str | None = None, hint: str | None = None
+) -> bool:
     """``value`` itself, which must be ``True`` or ``False`` (``1`` or ``"no"`` are refused)."""
     if not isinstance(value, bool):
         raise TypeError(
-            _message(f"{name} must be True or False, got {_describe(value)}", owner, hint)
+            _message(
+                f"{name} must be True or False, got {_describe(value)}", owner, hint
+            )
         )
     return value
 
@@ -219,9 +252,13 @@ def string(
 ) -> str:
     """``value``, which must be a ``str`` (and not empty, with ``nonempty=True``)."""
     if not isinstance(value, str):
-        raise TypeError(_message(f"{name} must be a str, got {_describe(value)}", owner, hint))
+        raise TypeError(
+            _message(f"{name} must be a str, got {_describe(value)}", owner, hint)
+        )
     if nonempty and not value:
-        raise ValueError(_message(f"{name} must be a non-empty str, got ''", owner, hint))
+        raise ValueError(
+            _message(f"{name} must be a non-empty str, got ''", owner, hint)
+        )
     return value
 
 
@@ -266,14 +303,18 @@ def tensor(
     ``torch.bool`` (a mask).
     """
     if not isinstance(x, torch.Tensor):
-        raise TypeError(_message(f"{name} must be a torch.Tensor, got {_describe(x)}", owner, hint))
+        raise TypeError(
+            _message(f"{name} must be a torch.Tensor, got {_describe(x)}", owner, hint)
+        )
     if axes is not None:
         names = axes.split()
         leading = bool(names) and names[0] == "..."
         named = names[1:] if leading else names
         unknown = set(sizes) - set(named)
         if "..." in named or unknown:
-            raise TypeError(f"tensor(): bad axes {axes!r} for the sizes {sorted(sizes)}")
+            raise TypeError(
+                f"tensor(): bad axes {axes!r} for the sizes {sorted(sizes)}"
+            )
         shape = tuple(x.shape)
         fits = x.dim() >= len(named) if leading else x.dim() == len(named)
         if fits:
@@ -287,25 +328,39 @@ def tensor(
             with_sizes = f" with {given}" if given else ""
             raise ValueError(
                 _message(
-                    f"{name} must have shape ({axes}){with_sizes}, got shape {shape}", owner, hint
+                    f"{name} must have shape ({axes}){with_sizes}, got shape {shape}",
+                    owner,
+                    hint,
                 )
             )
     elif sizes:
-        raise TypeError(f"tensor(): the sizes {sorted(sizes)} need the axes they belong to")
+        raise TypeError(
+            f"tensor(): the sizes {sorted(sizes)} need the axes they belong to"
+        )
     if floating and not x.is_floating_point():
-        ids = "" if x.dtype == torch.bool or x.is_complex() else " (ids? embed them first)"
+        ids = (
+            ""
+            if x.dtype == torch.bool or x.is_complex()
+            else " (ids? embed them first)"
+        )
         raise TypeError(
             _message(
-                f"{name} must be a floating-point tensor, got dtype {x.dtype}{ids}", owner, hint
+                f"{name} must be a floating-point tensor, got dtype {x.dtype}{ids}",
+                owner,
+                hint,
             )
         )
     if integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
         raise TypeError(
-            _message(f"{name} must be an integer tensor, got dtype {x.dtype}", owner, hint)
+            _message(
+                f"{name} must be an integer tensor, got dtype {x.dtype}", owner, hint
+            )
         )
     if boolean and x.dtype != torch.bool:
         raise TypeError(
-            _message(f"{name} must be a boolean tensor, got dtype {x.dtype}", owner, hint)
+            _message(
+                f"{name} must be a boolean tensor, got dtype {x.dtype}", owner, hint
+            )
         )
     return x
 
@@ -340,7 +395,9 @@ def broadcastable(
     if not fits:
         raise ValueError(
             _message(
-                f"{name} must broadcast to ({axes}) = {target}, got shape {shape}", owner, hint
+                f"{name} must broadcast to ({axes}) = {target}, got shape {shape}",
+                owner,
+                hint,
             )
         )
     return x
@@ -358,7 +415,9 @@ def same_device(
     if any(device != devices[0] for device in devices):
         listed = ", ".join(f"{name} on {x.device}" for name, x in tensors.items())
         raise ValueError(
-            _message(f"{_names(tensors)} must be on one device, got {listed}", owner, hint)
+            _message(
+                f"{_names(tensors)} must be on one device, got {listed}", owner, hint
+            )
         )
 
 

@@ -205,21 +205,13 @@ def _check_attention_args(owner, q, k, v, mask, bias, dropout_p, scale, causal):
         hint = "True = may attend; pass an additive float tensor as bias= instead"
         check.tensor("mask", mask, boolean=True, owner=owner, hint=hint)
         check.broadcastable(
-            "mask",
-            mask,
-            "batch heads q_pos k_pos",
-            owner=owner,
-            **scores,
+            "mask", mask, "batch heads q_pos k_pos", owner=owner, **scores
         )
         check.same_device(q=q, mask=mask, owner=owner)
     if bias is not None:
         check.tensor("bias", bias, floating=True, owner=owner)
         check.broadcastable(
-            "bias",
-            bias,
-            "batch heads q_pos k_pos",
-            owner=owner,
-            **scores,
+            "bias", bias, "batch heads q_pos k_pos", owner=owner, **scores
         )
         check.same_device(q=q, bias=bias, owner=owner)
     dropout_p = check.probability("dropout_p", dropout_p, owner=owner)
@@ -290,15 +282,7 @@ def scaled_dot_product_attention(
     """
     owner = "scaled_dot_product_attention()"
     dropout_p, scale = _check_attention_args(
-        owner,
-        q,
-        k,
-        v,
-        mask,
-        bias,
-        dropout_p,
-        scale,
-        causal,
+        owner, q, k, v, mask, bias, dropout_p, scale, causal
     )
     check.boolean("return_weights", return_weights, owner=owner)
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal)
@@ -351,27 +335,14 @@ def sdpa_attention(
     """
     owner = "sdpa_attention()"
     dropout_p, scale = _check_attention_args(
-        owner,
-        q,
-        k,
-        v,
-        mask,
-        bias,
-        dropout_p,
-        scale,
-        causal,
+        owner, q, k, v, mask, bias, dropout_p, scale, causal
     )
     no_mask = mask is None and bias is None
     square_causal = causal and no_mask and q.shape[2] == k.shape[2]
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal and not square_causal)
     if mask is None and bias is None:  # the fast path: no mask tensor at all
         return F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            dropout_p=dropout_p,
-            is_causal=square_causal,
-            scale=scale,
+            q, k, v, dropout_p=dropout_p, is_causal=square_causal, scale=scale
         )
     if bias is None:
         dead = ~mask.any(dim=-1, keepdim=True)
@@ -385,12 +356,7 @@ def sdpa_attention(
     if attn_mask.dim() < 2:  # PyTorch's kernel wants (q_pos k_pos) at least
         attn_mask = attn_mask.reshape(1, -1)
     out = F.scaled_dot_product_attention(
-        q,
-        k,
-        v,
-        attn_mask=attn_mask,
-        dropout_p=dropout_p,
-        scale=scale,
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
     )
     return out.masked_fill(dead, 0.0)  # no data-dependent branch: no device sync
 
@@ -480,11 +446,7 @@ class KVCache:
     def __post_init__(self) -> None:
         keys, values = self.keys, self.values
         check.tensor(
-            "keys",
-            keys,
-            "batch kv_heads seq d_head",
-            floating=True,
-            owner="KVCache",
+            "keys", keys, "batch kv_heads seq d_head", floating=True, owner="KVCache"
         )
         batch, kv_heads, seq, _ = keys.shape
         same = f"batch, kv_heads and seq as in keys {tuple(keys.shape)}"
@@ -657,11 +619,7 @@ class MultiHeadAttention(nn.Module):
         _check_backend(backend, owner)
         if scale is not None:
             scale = check.finite_float(
-                "scale",
-                scale,
-                low=0,
-                low_open=True,
-                owner=owner,
+                "scale", scale, low=0, low_open=True, owner=owner
             )
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads if d_head is None else d_head
@@ -778,14 +736,7 @@ class MultiHeadAttention(nn.Module):
         else:
             attend = ATTENTION_BACKENDS[self.backend]
             out = attend(
-                q,
-                k,
-                v,
-                mask,
-                bias,
-                dropout_p,
-                scale=self.scale,
-                causal=causal,
+                q, k, v, mask, bias, dropout_p, scale=self.scale, causal=causal
             )
         out = self.out_proj(
             rearrange(out, "batch heads seq d_head -> batch seq (heads d_head)"),
@@ -801,27 +752,13 @@ _ROPE_NOT_CROSS += "cross-attention"
 
 
 def _check_mha_args(
-    mha,
-    x,
-    context,
-    position_bias,
-    causal,
-    rope,
-    past,
-    use_cache,
-    need_weights,
-    cross,
+    mha, x, context, position_bias, causal, rope, past, use_cache, need_weights, cross
 ):
     """The checks of :meth:`MultiHeadAttention.forward`'s arguments (never their
     data)."""
     owner, weight = "MultiHeadAttention", mha.qkv_proj.weight
     check.tensor(
-        "x",
-        x,
-        "batch q_pos d_model",
-        d_model=mha.d_model,
-        floating=True,
-        owner=owner,
+        "x", x, "batch q_pos d_model", d_model=mha.d_model, floating=True, owner=owner
     )
     check.same_dtype_and_device(x=x, weight=weight, autocast=True, owner=owner)
     check.boolean("causal", causal, owner=owner)

@@ -213,9 +213,13 @@ def load_gutenberg(names: list[str] | tuple[str, ...] | None = None) -> dict[str
     chosen = list(GUTENBERG_BOOKS) if names is None else list(names)
     unknown = [n for n in chosen if n not in GUTENBERG_BOOKS]
     if unknown:
-        raise ValueError(f"unknown book(s) {unknown}; known: {', '.join(GUTENBERG_BOOKS)}")
+        raise ValueError(
+            f"unknown book(s) {unknown}; known: {', '.join(GUTENBERG_BOOKS)}"
+        )
     return {
-        name: data_path(GUTENBERG_BOOKS[name]).read_text(encoding="utf-8").replace("\r\n", "\n")
+        name: data_path(GUTENBERG_BOOKS[name])
+        .read_text(encoding="utf-8")
+        .replace("\r\n", "\n")
         for name in chosen
     }
 
@@ -233,7 +237,9 @@ def load_tatoeba_pairs() -> list[tuple[str, str]]:
     for number, line in enumerate(text.splitlines(), start=1):
         fields = line.split("\t")
         if len(fields) < 2:
-            raise ValueError(f"{TATOEBA_ENG_FRA.relpath}, line {number}: expected tab-separated")
+            raise ValueError(
+                f"{TATOEBA_ENG_FRA.relpath}, line {number}: expected tab-separated"
+            )
         pairs.append((fields[0], fields[1]))
     return pairs
 
@@ -294,12 +300,18 @@ def _read_idx(path: Path, magic: int, shape_tail: tuple[int, ...]):
         raise ValueError(f"{path.name}: IDX magic number {found}, expected {magic}")
     if len(raw) < header:
         raise ValueError(f"{path.name}: truncated IDX header ({len(raw)} bytes)")
-    dims = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(n_dims))
+    dims = tuple(
+        int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(n_dims)
+    )
     if dims[1:] != shape_tail:
-        raise ValueError(f"{path.name}: IDX dimensions {dims}, expected (n, *{shape_tail})")
+        raise ValueError(
+            f"{path.name}: IDX dimensions {dims}, expected (n, *{shape_tail})"
+        )
     expected = header + int(np.prod(dims))
     if len(raw) != expected:
-        raise ValueError(f"{path.name}: {len(raw)} bytes after gunzip, expected {expected}")
+        raise ValueError(
+            f"{path.name}: {len(raw)} bytes after gunzip, expected {expected}"
+        )
     array = np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
     return torch.from_numpy(array.copy())
 
@@ -318,7 +330,9 @@ def load_mnist():
     images = _read_idx(data_path(MNIST_TEST_IMAGES), 2051, (28, 28))
     labels = _read_idx(data_path(MNIST_TEST_LABELS), 2049, ()).long()
     if images.shape[0] != labels.shape[0]:
-        raise ValueError(f"MNIST: {images.shape[0]} images but {labels.shape[0]} labels")
+        raise ValueError(
+            f"MNIST: {images.shape[0]} images but {labels.shape[0]} labels"
+        )
     return images, labels
 
 
@@ -439,7 +453,9 @@ def _cifar_batch(batch: dict, name: str):
             f"{name}: data {data.shape} and {0 if labels is None else len(labels)} labels "
             "do not make n images of 3x32x32 with one label each"
         )
-    images = torch.from_numpy(data.reshape(-1, 3, 32, 32).copy())  # rows are R, G, B planes
+    images = torch.from_numpy(
+        data.reshape(-1, 3, 32, 32).copy()
+    )  # rows are R, G, B planes
     return images, torch.as_tensor(np.asarray(labels), dtype=torch.int64)
 
 
@@ -474,10 +490,14 @@ def load_cifar10(root: str | os.PathLike, *, sha256: str = CIFAR10.sha256):
         for member in tar:
             if member.name in wanted and member.isfile():
                 raw = tar.extractfile(member).read()
-                batches[member.name] = _cifar_batch(_unpickle_arrays(raw, member.name), member.name)
+                batches[member.name] = _cifar_batch(
+                    _unpickle_arrays(raw, member.name), member.name
+                )
     missing = [name for name in wanted if name not in batches]
     if missing:
-        raise ValueError(f"{path.name} lacks {', '.join(missing)}: not CIFAR-10's python archive")
+        raise ValueError(
+            f"{path.name} lacks {', '.join(missing)}: not CIFAR-10's python archive"
+        )
 
     def joined(names: list[str]):
         images, labels = zip(*(batches[name] for name in names))

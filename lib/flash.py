@@ -69,12 +69,7 @@ def _positive_int(name: str, value: object) -> int:
 
 
 def attention_core_flops(
-    q_len: int,
-    k_len: int,
-    d_head: int,
-    *,
-    causal: bool = False,
-    backward: bool = False,
+    q_len: int, k_len: int, d_head: int, *, causal: bool = False, backward: bool = False
 ) -> int:
     """FLOPs of one head's attention core: ``q kᵀ`` and ``p v``, ``2 · 2 · pairs · d``.
 
@@ -160,11 +155,7 @@ def online_softmax(scores: torch.Tensor, block_size: int = 128) -> torch.Tensor:
 
 
 def causal_block_kind(
-    q_start: int,
-    q_stop: int,
-    k_start: int,
-    k_stop: int,
-    offset: int,
+    q_start: int, q_stop: int, k_start: int, k_stop: int, offset: int
 ) -> str:
     """How a causal mask covers the tile of query rows ``[q_start, q_stop)`` and key
     columns ``[k_start, k_stop)``, where query ``i`` sees key ``j`` iff
@@ -561,7 +552,7 @@ def _flash_backward_dq_kernel(
     stride_dqb, stride_dqh, stride_dqm,
     n_heads, group, q_len, k_len, scale, scale_log2, length_bucket,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr
 ):  # fmt: skip
     start_m = tl.program_id(0) * BLOCK_M  # this program's block of queries
     batch_head = tl.program_id(1)

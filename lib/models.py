@@ -152,19 +152,11 @@ class TransformerConfig:
         )
         check.probability("dropout", self.dropout, owner=owner)
         check.finite_float(
-            "rope_base",
-            self.rope_base,
-            low=0.0,
-            low_open=True,
-            owner=owner,
+            "rope_base", self.rope_base, low=0.0, low_open=True, owner=owner
         )
         if self.norm_eps is not None:
             check.finite_float(
-                "norm_eps",
-                self.norm_eps,
-                low=0.0,
-                low_open=True,
-                owner=owner,
+                "norm_eps", self.norm_eps, low=0.0, low_open=True, owner=owner
             )
         if self.attn_scale is not None:
             check.finite_float("attn_scale", self.attn_scale, owner=owner)
@@ -427,12 +419,7 @@ class _Stack(nn.Module):
     norm."""
 
     def __init__(
-        self,
-        cfg: TransformerConfig,
-        n_layers: int,
-        *,
-        causal: bool,
-        cross: bool,
+        self, cfg: TransformerConfig, n_layers: int, *, causal: bool, cross: bool
     ):
         super().__init__()
         self.cfg, self.causal = cfg, causal
@@ -645,11 +632,7 @@ class BERT(nn.Module):
         self.mlm_norm = make_norm(cfg.norm, cfg.d_model, cfg.norm_eps)
         tie = self.embed.tokens if cfg.tie_embeddings else None
         self.head = Unembedding(
-            cfg.d_model,
-            cfg.vocab_size,
-            tie_to=tie,
-            bias=True,
-            init_std=0.02,
+            cfg.d_model, cfg.vocab_size, tie_to=tie, bias=True, init_std=0.02
         )
         init_weights(self)
 
@@ -718,11 +701,7 @@ class T5(nn.Module):
         return (logits, cache) if use_cache else logits
 
     def forward(
-        self,
-        src_ids,
-        tgt_ids=None,
-        src_mask=None,
-        tgt_mask=None,
+        self, src_ids, tgt_ids=None, src_mask=None, tgt_mask=None
     ) -> torch.Tensor:
         if tgt_ids is None:
             raise ValueError(
@@ -764,11 +743,7 @@ class _BoundT5:
         else:
             context, context_mask = cache.context, cache.context_mask
         return self.model.decode(
-            ids,
-            context,
-            context_mask,
-            cache=cache,
-            use_cache=True,
+            ids, context, context_mask, cache=cache, use_cache=True
         )
 
 
@@ -822,10 +797,5 @@ def parameter_breakdown(model: nn.Module) -> dict[str, int]:
 def kv_cache_bytes_per_token(cfg: TransformerConfig, bytes_per_value: int = 2) -> int:
     """Bytes the self-attention caches of a decoder add per generated token."""
     return kv_cache_bytes(
-        cfg.decoder_layers,
-        cfg.kv_heads,
-        cfg.head_size,
-        1,
-        1,
-        bytes_per_value,
+        cfg.decoder_layers, cfg.kv_heads, cfg.head_size, 1, 1, bytes_per_value
     )

@@ -77,12 +77,7 @@ class LayerNorm(nn.Module):
         owner = "LayerNorm"
         self.d_model = check.positive_int("d_model", d_model, owner=owner)
         self.eps = check.finite_float(
-            "eps",
-            eps,
-            low=0,
-            low_open=True,
-            owner=owner,
-            hint=_EPS_HINT,
+            "eps", eps, low=0, low_open=True, owner=owner, hint=_EPS_HINT
         )
         self.elementwise_affine = check.boolean(
             "elementwise_affine",
@@ -167,12 +162,7 @@ class RMSNorm(nn.Module):
         owner = "RMSNorm"
         self.d_model = check.positive_int("d_model", d_model, owner=owner)
         self.eps = check.finite_float(
-            "eps",
-            eps,
-            low=0,
-            low_open=True,
-            owner=owner,
-            hint=_EPS_HINT,
+            "eps", eps, low=0, low_open=True, owner=owner, hint=_EPS_HINT
         )
         self.elementwise_affine = check.boolean(
             "elementwise_affine",
@@ -189,12 +179,7 @@ class RMSNorm(nn.Module):
         d_model)``, in ``x``'s dtype.
         """
         check.tensor(
-            "x",
-            x,
-            "... d_model",
-            d_model=self.d_model,
-            floating=True,
-            owner="RMSNorm",
+            "x", x, "... d_model", d_model=self.d_model, floating=True, owner="RMSNorm"
         )
         if self.weight is not None:
             check.same_device(x=x, weight=self.weight, owner="RMSNorm")

@@ -84,9 +84,13 @@ def get_device(prefer: str | None = None) -> torch.device:
     if wanted:
         kind = wanted.split(":")[0]
         if kind == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(f"device {wanted!r} was asked for, but CUDA is not available here")
+            raise RuntimeError(
+                f"device {wanted!r} was asked for, but CUDA is not available here"
+            )
         if kind == "mps" and not _mps_available():
-            raise RuntimeError(f"device {wanted!r} was asked for, but MPS is not available here")
+            raise RuntimeError(
+                f"device {wanted!r} was asked for, but MPS is not available here"
+            )
         if kind not in ("cuda", "mps", "cpu"):
             raise ValueError(f"unknown device {wanted!r}; use 'cuda', 'mps' or 'cpu'")
         return torch.device(wanted)
@@ -116,7 +120,9 @@ class Precision:
 
     @property
     def name(self) -> str:
-        return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[self.dtype]
+        return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[
+            self.dtype
+        ]
 
 
 def get_precision(device: torch.device | str | None = None) -> Precision:

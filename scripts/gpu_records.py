@@ -43,7 +43,11 @@ def environment() -> dict[str, str | None]:
     except ImportError:
         triton_version = None
     commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+        ["git", "rev-parse", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout.strip()
     return {
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
@@ -69,12 +73,18 @@ def write_record(name: str, metrics: dict, command: list[str], wall_s: float) ->
     return path
 
 
-def run(command: list[str], env: dict[str, str] | None = None) -> tuple[int, float, str]:
+def run(
+    command: list[str], env: dict[str, str] | None = None
+) -> tuple[int, float, str]:
     """Run a command from the repository root; return its exit code, seconds and output."""
     print("$", shlex.join(command), flush=True)
     start = time.perf_counter()
     done = subprocess.run(
-        command, cwd=ROOT, env={**os.environ, **(env or {})}, capture_output=True, text=True
+        command,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
     )
     output = done.stdout + done.stderr
     print(output[-3000:], flush=True)
@@ -91,11 +101,17 @@ def step_notebooks() -> None:
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                    f"chapters/{chapter.name}"]  # fmt: skip
         code, seconds, _ = run(command, env={"TFS_PROFILE": "full"})
-        per_chapter[chapter.stem] = {"passed": code == 0, "wall_time_s": round(seconds, 1)}
+        per_chapter[chapter.stem] = {
+            "passed": code == 0,
+            "wall_time_s": round(seconds, 1),
+        }
     total = sum(c["wall_time_s"] for c in per_chapter.values())
     write_record(
         "full-profile-notebooks",
-        {"chapters": per_chapter, "all_passed": all(c["passed"] for c in per_chapter.values())},
+        {
+            "chapters": per_chapter,
+            "all_passed": all(c["passed"] for c in per_chapter.values()),
+        },
         [sys.executable, "scripts/gpu_records.py", "notebooks"],
         total,
     )
@@ -111,14 +127,28 @@ def step_flash() -> None:
     """Chapter 9's benchmark; bench_flash.py writes its record itself."""
     import torch
 
-    gpu = torch.cuda.get_device_name().split()[-1].lower() if torch.cuda.is_available() else "cpu"
-    run([sys.executable, "bench/bench_flash.py", "--out", f"book/results/09-flash-attention-{gpu}"])
+    gpu = (
+        torch.cuda.get_device_name().split()[-1].lower()
+        if torch.cuda.is_available()
+        else "cpu"
+    )
+    run(
+        [
+            sys.executable,
+            "bench/bench_flash.py",
+            "--out",
+            f"book/results/09-flash-attention-{gpu}",
+        ]
+    )
 
 
 def step_vit() -> None:
     """Chapter 10's ViT on the shipped MNIST split: the chapter, run in the full profile,
     writes book/results/10-vit-mnist/metrics.json itself."""
-    run([sys.executable, "-m", "pytest", "-q", "chapters/10-vit.md"], env={"TFS_PROFILE": "full"})
+    run(
+        [sys.executable, "-m", "pytest", "-q", "chapters/10-vit.md"],
+        env={"TFS_PROFILE": "full"},
+    )
 
 
 def step_throughput() -> None:
@@ -156,7 +186,9 @@ def main() -> None:
     import torch
 
     if not torch.cuda.is_available():
-        sys.exit("no CUDA GPU here: the recorded runs are GPU runs (see the chapters for CPU ones)")
+        sys.exit(
+            "no CUDA GPU here: the recorded runs are GPU runs (see the chapters for CPU ones)"
+        )
     for name, step in STEPS.items():
         if args.step in (name, "all"):
             step()

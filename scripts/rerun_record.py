@@ -36,7 +36,9 @@ def recorded_command(path: Path) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("record", type=Path, help="a metrics.json under book/results/")
-    parser.add_argument("--print", action="store_true", help="show the command, run nothing")
+    parser.add_argument(
+        "--print", action="store_true", help="show the command, run nothing"
+    )
     args = parser.parse_args()
     command = recorded_command(args.record)
     print("$", shlex.join(command), flush=True)
@@ -44,7 +46,9 @@ def main() -> int:
         return 0
     env = dict(os.environ)
     while command and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", command[0]):
-        name, value = command.pop(0).split("=", 1)  # a leading VAR=value, as a shell reads it
+        name, value = command.pop(0).split(
+            "=", 1
+        )  # a leading VAR=value, as a shell reads it
         env[name] = value
     return subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
 

@@ -48,7 +48,9 @@ def _decode(mha, x, prefill=1, **kwargs):
     out, cache = mha(x[:, :prefill], causal=True, use_cache=True, **kwargs)
     outputs = [out]
     for t in range(prefill, x.shape[1]):
-        out, cache = mha(x[:, t : t + 1], causal=True, past=cache, use_cache=True, **kwargs)
+        out, cache = mha(
+            x[:, t : t + 1], causal=True, past=cache, use_cache=True, **kwargs
+        )
         outputs.append(out)
     return torch.cat(outputs, dim=1), cache
 
@@ -131,7 +133,10 @@ def test_combine_masks_is_a_broadcast_and():
 
 def test_additive_mask_is_zero_or_minus_infinity():
     bias = additive_mask(causal_mask(3))
-    assert torch.equal(bias.isneginf(), ~causal_mask(3)) and bias[causal_mask(3)].eq(0).all()
+    assert (
+        torch.equal(bias.isneginf(), ~causal_mask(3))
+        and bias[causal_mask(3)].eq(0).all()
+    )
     with pytest.raises(TypeError, match="boolean"):
         additive_mask(torch.zeros(2, 2))
 
@@ -160,10 +165,14 @@ MASKS = {
     "none": lambda: None,
     "padding": lambda: padding_mask([7, 4]),
     "causal": lambda: causal_mask(5, 7),
-    "causal and padding": lambda: combine_masks(causal_mask(5, 7), padding_mask([7, 2])),
+    "causal and padding": lambda: combine_masks(
+        causal_mask(5, 7), padding_mask([7, 2])
+    ),
     "per head": lambda: torch.rand(1, 4, 5, 7) > 0.3,
     "all masked": lambda: torch.zeros(5, 7, dtype=torch.bool),
-    "some rows dead": lambda: combine_masks(causal_mask(5, 7, offset=-2), padding_mask([7, 3])),
+    "some rows dead": lambda: combine_masks(
+        causal_mask(5, 7, offset=-2), padding_mask([7, 3])
+    ),
 }
 
 
@@ -210,7 +219,9 @@ def test_minus_infinity_bias_rows_give_zeros(backend):
     bias = torch.zeros(5, 7)
     bias[0] = float("-inf")  # the additive form of a dead row
     out = ATTENTION_BACKENDS[backend](q, k, v, bias=bias)
-    assert torch.equal(out[:, :, 0], torch.zeros(2, 4, 8)) and not torch.isnan(out).any()
+    assert (
+        torch.equal(out[:, :, 0], torch.zeros(2, 4, 8)) and not torch.isnan(out).any()
+    )
 
 
 def test_repeat_kv_heads_gives_consecutive_groups():
@@ -233,7 +244,9 @@ def test_gqa_matches_explicit_per_head_attention():
 
 def test_dropout_on_the_weights():
     q, k, v = _qkv()
-    _, weights = scaled_dot_product_attention(q, k, v, dropout_p=0.5, return_weights=True)
+    _, weights = scaled_dot_product_attention(
+        q, k, v, dropout_p=0.5, return_weights=True
+    )
     assert (weights == 0).float().mean() > 0.3  # about half the weights are dropped
     kept = weights[weights > 0]
     assert kept.max() <= 2.0 + 1e-6  # survivors are scaled by 1 / (1 - p)
@@ -254,13 +267,22 @@ def test_dropout_on_the_weights():
             ((2, 5, 8), (2, 4, 7, 8), (2, 4, 7, 8)),
             r"q must have shape \(batch heads q_pos d_head\), got shape \(2, 5, 8\)",
         ),
-        (((2, 4, 5, 8), (2, 3, 7, 8), (2, 3, 7, 8)), "4 heads, not a multiple of the 3"),
+        (
+            ((2, 4, 5, 8), (2, 3, 7, 8), (2, 3, 7, 8)),
+            "4 heads, not a multiple of the 3",
+        ),
         (
             ((2, 4, 5, 8), (2, 4, 7, 8), (2, 4, 6, 8)),
             r"v must have shape .* with batch=2, kv_heads=4, k_pos=7, got shape \(2, 4, 6, 8\)",
         ),
-        (((2, 4, 5, 8), (3, 4, 7, 8), (3, 4, 7, 8)), r"k must have shape .* with batch=2"),
-        (((2, 4, 5, 8), (2, 0, 7, 8), (2, 0, 7, 8)), "4 heads, not a multiple of the 0"),
+        (
+            ((2, 4, 5, 8), (3, 4, 7, 8), (3, 4, 7, 8)),
+            r"k must have shape .* with batch=2",
+        ),
+        (
+            ((2, 4, 5, 8), (2, 0, 7, 8), (2, 0, 7, 8)),
+            "4 heads, not a multiple of the 0",
+        ),
     ],
 )
 @pytest.mark.parametrize("backend", CORE_BACKENDS)
@@ -285,12 +307,19 @@ def test_mask_that_does_not_broadcast_is_named(backend):
         match=r"mask must broadcast to \(batch heads q_pos k_pos\) = \(2, 4, 5, 7\), got shape \(5, 6\)",
     ):
         ATTENTION_BACKENDS[backend](q, k, v, torch.ones(5, 6, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"bias must broadcast to .* got shape \(3, 5, 7\)"):
-        ATTENTION_BACKENDS[backend](q, k, v, bias=torch.zeros(3, 5, 7))
-    with pytest.raises(ValueError, match=r"mask must broadcast to .* got shape \(1, 1, 1, 5, 7\)"):
-        ATTENTION_BACKENDS[backend](q, k, v, torch.ones(1, 1, 1, 5, 7, dtype=torch.bool))
     with pytest.raises(
-        TypeError, match="mask must be a boolean tensor, got dtype torch.float32; .* as bias="
+        ValueError, match=r"bias must broadcast to .* got shape \(3, 5, 7\)"
+    ):
+        ATTENTION_BACKENDS[backend](q, k, v, bias=torch.zeros(3, 5, 7))
+    with pytest.raises(
+        ValueError, match=r"mask must broadcast to .* got shape \(1, 1, 1, 5, 7\)"
+    ):
+        ATTENTION_BACKENDS[backend](
+            q, k, v, torch.ones(1, 1, 1, 5, 7, dtype=torch.bool)
+        )
+    with pytest.raises(
+        TypeError,
+        match="mask must be a boolean tensor, got dtype torch.float32; .* as bias=",
     ):
         ATTENTION_BACKENDS[backend](q, k, v, torch.ones(5, 7))
 
@@ -320,11 +349,15 @@ def test_self_attention_equals_torch_multihead_attention(backend):
     theirs, ours = _torch_mha_and_ours(backend=backend)
     x = torch.randn(3, 9, 32)
     lengths = torch.tensor([9, 5, 1])
-    want, want_weights = theirs(x, x, x, key_padding_mask=~padding_mask(lengths)[:, 0, 0])
+    want, want_weights = theirs(
+        x, x, x, key_padding_mask=~padding_mask(lengths)[:, 0, 0]
+    )
     got = ours(x, mask=padding_mask(lengths))
     assert torch.allclose(got, want, atol=1e-5)
     _, weights = ours(x, mask=padding_mask(lengths), need_weights=True)
-    assert torch.allclose(weights.mean(1), want_weights, atol=1e-5)  # torch averages heads
+    assert torch.allclose(
+        weights.mean(1), want_weights, atol=1e-5
+    )  # torch averages heads
 
 
 @pytest.mark.parametrize("backend", CORE_BACKENDS)
@@ -365,9 +398,13 @@ def test_cross_attention_cache_is_reused_not_recomputed():
 
 def test_need_weights_and_use_cache_together():
     mha = MultiHeadAttention(32, 4, n_kv_heads=2)
-    out, cache, weights = mha(torch.randn(2, 5, 32), causal=True, use_cache=True, need_weights=True)
+    out, cache, weights = mha(
+        torch.randn(2, 5, 32), causal=True, use_cache=True, need_weights=True
+    )
     assert out.shape == (2, 5, 32) and cache.keys.shape == (2, 2, 5, 8)
-    assert weights.shape == (2, 4, 5, 5) and torch.equal(weights[0, 0].triu(1), torch.zeros(5, 5))
+    assert weights.shape == (2, 4, 5, 5) and torch.equal(
+        weights[0, 0].triu(1), torch.zeros(5, 5)
+    )
     assert torch.allclose(weights.sum(-1), torch.ones(2, 4, 5))
 
 
@@ -408,7 +445,9 @@ def _position_hooks(n_heads, d_head):
     return {
         "rope": dict(rope=positions.RotaryEmbedding(d_head)),
         "alibi": dict(position_bias=positions.ALiBi(n_heads)),
-        "t5": dict(position_bias=positions.T5RelativePositionBias(n_heads, bidirectional=False)),
+        "t5": dict(
+            position_bias=positions.T5RelativePositionBias(n_heads, bidirectional=False)
+        ),
     }
 
 
@@ -420,7 +459,9 @@ def test_positions_backends_agree_and_cache_equals_full(scheme):
     sdpa_mha.load_state_dict(math_mha.state_dict())
     x = torch.randn(2, 8, 32)
     full = math_mha(x, causal=True, **hooks)
-    assert not torch.allclose(full, math_mha(x, causal=True), atol=1e-3)  # the scheme acts
+    assert not torch.allclose(
+        full, math_mha(x, causal=True), atol=1e-3
+    )  # the scheme acts
     assert torch.allclose(sdpa_mha(x, causal=True, **hooks), full, atol=1e-5)
     stepped, _ = _decode(sdpa_mha, x, prefill=3, **hooks)
     assert torch.allclose(stepped, full, atol=1e-5)
@@ -454,7 +495,10 @@ def test_position_bias_module_equals_its_tensor():
     ("kwargs", "match"),
     [
         (dict(d_model=30, n_heads=4), "d_model=30 is not divisible by n_heads=4"),
-        (dict(d_model=32, n_heads=4, n_kv_heads=3), "n_heads=4 is not divisible by n_kv_heads=3"),
+        (
+            dict(d_model=32, n_heads=4, n_kv_heads=3),
+            "n_heads=4 is not divisible by n_kv_heads=3",
+        ),
         (dict(d_model=32, n_heads=0), "n_heads must be an int >= 1, got 0"),
         (
             dict(d_model=32, n_heads=4, backend="flash"),
@@ -478,7 +522,9 @@ def test_bad_module_inputs_are_named():
         mha(torch.randn(6, 32))
     with pytest.raises(ValueError, match=r"got shape \(2, 6, 16\)"):
         mha(torch.randn(2, 6, 16))
-    with pytest.raises(ValueError, match=r"context must have shape .* got shape \(2, 4, 8\)"):
+    with pytest.raises(
+        ValueError, match=r"context must have shape .* got shape \(2, 4, 8\)"
+    ):
         mha(torch.randn(2, 6, 32), torch.randn(2, 4, 8))
     with pytest.raises(
         ValueError,
@@ -486,7 +532,9 @@ def test_bad_module_inputs_are_named():
         r"shape \(3, 4, 32\); x is \(2, 6, 32\)",
     ):
         mha(torch.randn(2, 6, 32), torch.randn(3, 4, 32))
-    with pytest.raises(ValueError, match=r"mask must broadcast to .* got shape \(2, 1, 1, 5\)"):
+    with pytest.raises(
+        ValueError, match=r"mask must broadcast to .* got shape \(2, 1, 1, 5\)"
+    ):
         mha(torch.randn(2, 6, 32), mask=padding_mask([5, 3]))
     with pytest.raises(TypeError, match="past must be a KVCache, got tuple"):
         mha(torch.randn(2, 1, 32), past=(torch.zeros(1), torch.zeros(1)))
@@ -511,10 +559,13 @@ def test_kv_cache_validates_its_tensors():
     cache = KVCache(torch.zeros(2, 2, 3, 8), torch.zeros(2, 2, 3, 8))
     assert cache.extend(torch.ones(2, 2, 1, 8), torch.ones(2, 2, 1, 8)).seq_len == 4
     with pytest.raises(
-        ValueError, match=r"keys must have shape .* kv_heads=2.*; cannot append to a cache of keys"
+        ValueError,
+        match=r"keys must have shape .* kv_heads=2.*; cannot append to a cache of keys",
     ):
         cache.extend(torch.ones(2, 4, 1, 8), torch.ones(2, 4, 1, 8))
-    with pytest.raises(ValueError, match=r"values must have shape .* new=1, d_v=8, got shape"):
+    with pytest.raises(
+        ValueError, match=r"values must have shape .* new=1, d_v=8, got shape"
+    ):
         cache.extend(torch.ones(2, 2, 1, 8), torch.ones(2, 2, 2, 8))
 
 
@@ -548,7 +599,9 @@ def test_flop_formulas_and_crossover():
     for d in (16, 64, 768):
         n_star = attention_crossover_length(d)
         assert n_star == 6 * d
-        below, at, above = (attention_layer_flops(n, d) for n in (n_star - 1, n_star, n_star + 1))
+        below, at, above = (
+            attention_layer_flops(n, d) for n in (n_star - 1, n_star, n_star + 1)
+        )
         assert below["scores"] < below["projections"] + below["ffn"]
         assert at["scores"] == at["projections"] + at["ffn"]
         assert above["scores"] > above["projections"] + above["ffn"]
@@ -573,13 +626,18 @@ def test_scale_reaches_every_backend_and_the_weights(backend):
     out, weights = mha(x, need_weights=True)
     qh = mha.qkv_proj(x)[..., :32].reshape(2, 6, 4, 8).transpose(1, 2)
     kh = mha.qkv_proj(x)[..., 32:64].reshape(2, 6, 4, 8).transpose(1, 2)
-    assert torch.allclose(weights, torch.softmax(qh @ kh.transpose(-1, -2), -1), atol=1e-5)
+    assert torch.allclose(
+        weights, torch.softmax(qh @ kh.transpose(-1, -2), -1), atol=1e-5
+    )
     assert torch.allclose(mha(x), out, atol=1e-5)
 
 
 def test_d_head_lets_heads_differ_from_d_model():
     mha = MultiHeadAttention(20, 3, d_head=16, backend="math").eval()
-    assert mha.qkv_proj.weight.shape == (3 * 48, 20) and mha.out_proj.weight.shape == (20, 48)
+    assert mha.qkv_proj.weight.shape == (3 * 48, 20) and mha.out_proj.weight.shape == (
+        20,
+        48,
+    )
     x = torch.randn(2, 5, 20)
     out, weights = mha(x, causal=True, need_weights=True)
     assert out.shape == (2, 5, 20) and weights.shape == (2, 3, 5, 5)
@@ -600,8 +658,16 @@ def test_options_after_the_sizes_are_keyword_only():
     [
         (float("nan"), ValueError, "scale must be a finite number > 0, got nan"),
         (float("inf"), ValueError, "scale must be a finite number > 0, got inf"),
-        (0.0, ValueError, "scale must be a finite number > 0, got 0.0"),  # was: uniform weights
-        (-1.0, ValueError, "scale must be a finite number > 0, got -1.0"),  # was: inverted
+        (
+            0.0,
+            ValueError,
+            "scale must be a finite number > 0, got 0.0",
+        ),  # was: uniform weights
+        (
+            -1.0,
+            ValueError,
+            "scale must be a finite number > 0, got -1.0",
+        ),  # was: inverted
         ("1.0", TypeError, "scale must be a number, got str '1.0'"),
         (True, TypeError, "scale must be a number, got bool True"),
         (torch.tensor(1.0), TypeError, "scale must be a number, got a tensor"),
@@ -620,9 +686,13 @@ def test_non_finite_non_positive_or_non_numeric_scale_is_rejected(bad, error, ma
 def test_dropout_outside_zero_one_is_rejected(bad):
     q, k, v = _qkv()
     for backend in ("math", "sdpa"):
-        with pytest.raises(ValueError, match=r"dropout_p must be a probability in \[0, 1\)"):
+        with pytest.raises(
+            ValueError, match=r"dropout_p must be a probability in \[0, 1\)"
+        ):
             ATTENTION_BACKENDS[backend](q, k, v, dropout_p=bad)
-        with pytest.raises(TypeError, match="dropout_p must be a number, got bool True"):
+        with pytest.raises(
+            TypeError, match="dropout_p must be a number, got bool True"
+        ):
             ATTENTION_BACKENDS[backend](q, k, v, dropout_p=True)
 
 
@@ -645,7 +715,9 @@ def test_fp32_bias_works_with_every_query_dtype(backend, kind, dtype):
     assert bias.dtype == torch.float32
     with torch.no_grad():
         out = ATTENTION_BACKENDS[backend](q, k, v, bias=bias)
-        reference = scaled_dot_product_attention(q.float(), k.float(), v.float(), bias=bias)
+        reference = scaled_dot_product_attention(
+            q.float(), k.float(), v.float(), bias=bias
+        )
     assert out.dtype == dtype
     tolerance = 1e-5 if dtype == torch.float32 else 5e-2
     assert (out.float() - reference).abs().max() < tolerance
@@ -658,7 +730,9 @@ def test_mismatched_dtypes_or_devices_are_a_clear_error():
         match="q, k and v must share a dtype, got q torch.float64, k torch.float32, v torch.float32",
     ):
         scaled_dot_product_attention(q.double(), k, v)
-    with pytest.raises(TypeError, match="q must be a floating-point tensor, got dtype torch.int64"):
+    with pytest.raises(
+        TypeError, match="q must be a floating-point tensor, got dtype torch.int64"
+    ):
         sdpa_attention(q.long(), k.long(), v.long())
     with pytest.raises(
         ValueError, match="q, k and v must be on one device, got q on cpu, k on meta"
@@ -673,11 +747,15 @@ def test_registry_and_set_attention_backend():
 
     def spy(q, k, v, mask=None, bias=None, dropout_p=0.0, *, scale=None, causal=False):
         calls.append((q.shape, scale, causal))
-        return sdpa_attention(q, k, v, mask, bias, dropout_p, scale=scale, causal=causal)
+        return sdpa_attention(
+            q, k, v, mask, bias, dropout_p, scale=scale, causal=causal
+        )
 
     register_attention_backend("spy_test", spy)
     try:
-        model = torch.nn.Sequential(MultiHeadAttention(32, 4), MultiHeadAttention(32, 4))
+        model = torch.nn.Sequential(
+            MultiHeadAttention(32, 4), MultiHeadAttention(32, 4)
+        )
         x = torch.randn(2, 3, 32)
         before = model(x)
         assert set_attention_backend(model, "spy_test") is model
@@ -685,7 +763,8 @@ def test_registry_and_set_attention_backend():
         assert torch.allclose(model(x), before, atol=1e-6)
         assert len(calls) == 2
         with pytest.raises(
-            ValueError, match=r"backend must be one of .*'sdpa', 'spy_test'.*, got str 'nope'"
+            ValueError,
+            match=r"backend must be one of .*'sdpa', 'spy_test'.*, got str 'nope'",
         ):
             set_attention_backend(model, "nope")
         with pytest.raises(ValueError, match="exists; pass replace=True"):
@@ -750,18 +829,26 @@ def test_padding_mask_bad_max_len_and_lengths():
         padding_mask([2, 3], max_len=4.5)
     with pytest.raises(TypeError, match="max_len must be an int, got bool True"):
         padding_mask([1, 1], max_len=True)
-    with pytest.raises(TypeError, match="lengths must be a tensor or a list of ints, got NoneType"):
+    with pytest.raises(
+        TypeError, match="lengths must be a tensor or a list of ints, got NoneType"
+    ):
         padding_mask(None)  # was: "Could not infer dtype of NoneType"
-    with pytest.raises(TypeError, match="lengths must be a tensor or a list of ints, got str"):
+    with pytest.raises(
+        TypeError, match="lengths must be a tensor or a list of ints, got str"
+    ):
         padding_mask("abc")
-    with pytest.raises(TypeError, match="lengths must be an integer tensor, got dtype torch.bool"):
+    with pytest.raises(
+        TypeError, match="lengths must be an integer tensor, got dtype torch.bool"
+    ):
         padding_mask([True, False])
     assert padding_mask([2, 3], max_len=np.int64(4)).shape == (2, 1, 1, 4)
 
 
 def test_causal_mask_accepts_any_integer_and_refuses_the_rest():
     want = causal_mask(2, 6, 3)
-    assert torch.equal(causal_mask(np.int64(2), np.int64(6), np.int64(3)), want)  # was refused
+    assert torch.equal(
+        causal_mask(np.int64(2), np.int64(6), np.int64(3)), want
+    )  # was refused
     assert torch.equal(causal_mask(2, 6, offset=torch.tensor(3)), want)
     with pytest.raises(TypeError, match="q_len must be an int, got bool True"):
         causal_mask(True)  # was accepted as 1
@@ -774,7 +861,8 @@ def test_causal_mask_accepts_any_integer_and_refuses_the_rest():
 def test_combine_masks_on_two_devices_says_so():
     # was: "masks of shapes (3, 3) and (3, 3) do not broadcast"
     with pytest.raises(
-        ValueError, match=r"masks\[0\] and masks\[2\] must be on one device, got masks\[0\] on cpu"
+        ValueError,
+        match=r"masks\[0\] and masks\[2\] must be on one device, got masks\[0\] on cpu",
     ):
         combine_masks(causal_mask(3), None, causal_mask(3, device="meta"))
 
@@ -792,7 +880,9 @@ def test_repeat_kv_heads_bad_arguments():
     with pytest.raises(TypeError, match="n_rep must be an int, got bool True"):
         repeat_kv_heads(x, True)  # was accepted as 1
     with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
-        repeat_kv_heads(x.tolist(), 2)  # was: AttributeError 'list' object has no attribute 'dim'
+        repeat_kv_heads(
+            x.tolist(), 2
+        )  # was: AttributeError 'list' object has no attribute 'dim'
     assert repeat_kv_heads(x, np.int64(2)).shape == (1, 4, 3, 4)
 
 
@@ -814,7 +904,9 @@ def test_bias_of_another_float_dtype_is_cast(backend):
     bias = torch.randn(4, 5, 7, dtype=torch.float64)
     out = ATTENTION_BACKENDS[backend](q, k, v, bias=bias)
     assert out.dtype == torch.float32
-    assert torch.allclose(out, ATTENTION_BACKENDS[backend](q, k, v, bias=bias.float()), atol=1e-6)
+    assert torch.allclose(
+        out, ATTENTION_BACKENDS[backend](q, k, v, bias=bias.float()), atol=1e-6
+    )
     with pytest.raises(
         TypeError, match="bias must be a floating-point tensor, got dtype torch.int64"
     ):
@@ -827,7 +919,9 @@ def test_flags_must_be_bools(backend):
     # causal="no" is truthy: it applied a causal mask without a word
     with pytest.raises(TypeError, match="causal must be True or False, got str 'no'"):
         ATTENTION_BACKENDS[backend](q, k, v, causal="no")
-    with pytest.raises(TypeError, match="return_weights must be True or False, got int 1"):
+    with pytest.raises(
+        TypeError, match="return_weights must be True or False, got int 1"
+    ):
         scaled_dot_product_attention(q, k, v, return_weights=1)
 
 
@@ -846,13 +940,19 @@ def test_registry_refuses_bad_names_and_functions():
     # was: AttributeError 'str' object has no attribute 'modules'
     with pytest.raises(TypeError, match="model must be an nn.Module, got str"):
         set_attention_backend("model", "math")
-    with pytest.raises(ValueError, match=r"backend must be one of .*, got list \['math'\]"):
-        MultiHeadAttention(32, 4, backend=["math"])  # unhashable: not a TypeError from the dict
+    with pytest.raises(
+        ValueError, match=r"backend must be one of .*, got list \['math'\]"
+    ):
+        MultiHeadAttention(
+            32, 4, backend=["math"]
+        )  # unhashable: not a TypeError from the dict
 
 
 def test_kv_cache_refuses_mismatched_or_non_tensors():
     keys = torch.zeros(2, 2, 3, 8)
-    with pytest.raises(TypeError, match="KVCache: keys must be a torch.Tensor, got list"):
+    with pytest.raises(
+        TypeError, match="KVCache: keys must be a torch.Tensor, got list"
+    ):
         KVCache([1.0], keys)  # was: AttributeError
     with pytest.raises(TypeError, match="keys and values must share a dtype"):
         KVCache(keys, keys.double())
@@ -864,12 +964,14 @@ def test_kv_cache_refuses_mismatched_or_non_tensors():
 
 def test_kv_cache_extend_keeps_its_dtype():
     cache = KVCache(
-        torch.zeros(2, 2, 3, 8, dtype=torch.bfloat16), torch.zeros(2, 2, 3, 8).bfloat16()
+        torch.zeros(2, 2, 3, 8, dtype=torch.bfloat16),
+        torch.zeros(2, 2, 3, 8).bfloat16(),
     )
     new = torch.ones(2, 2, 1, 8)
     # torch.cat promoted the whole cache to fp32 without a word
     with pytest.raises(
-        TypeError, match="cache, keys and values must share a dtype, got cache torch.bfloat16"
+        TypeError,
+        match="cache, keys and values must share a dtype, got cache torch.bfloat16",
     ):
         cache.extend(new, new)
     assert cache.extend(new.bfloat16(), new.bfloat16()).keys.dtype == torch.bfloat16
@@ -880,12 +982,17 @@ def test_kv_cache_select_and_crop_bad_arguments():
     cache = KVCache(keys, keys.clone())
     # a negative index passed the old range check, then failed inside index_select
     with pytest.raises(
-        IndexError, match=r"indices \[-1\] out of range for a batch of 3 \(rows 0\.\.2\)"
+        IndexError,
+        match=r"indices \[-1\] out of range for a batch of 3 \(rows 0\.\.2\)",
     ):
         cache.select(torch.tensor([-1]))
-    with pytest.raises(TypeError, match="indices must be an integer tensor, got dtype torch.bool"):
+    with pytest.raises(
+        TypeError, match="indices must be an integer tensor, got dtype torch.bool"
+    ):
         cache.select(torch.tensor([True, False, True]))
-    with pytest.raises(TypeError, match="indices must be a tensor or a list of ints, got str"):
+    with pytest.raises(
+        TypeError, match="indices must be a tensor or a list of ints, got str"
+    ):
         cache.select("012")
     assert torch.equal(cache.select([2, 0]).keys, keys[[2, 0]])
     assert cache.crop(np.int64(2)).seq_len == 2  # was refused
@@ -903,7 +1010,11 @@ def test_kv_cache_select_and_crop_bad_arguments():
         (dict(d_head=8.0), TypeError, "d_head must be an int, got float 8.0"),
         (dict(bias=1), TypeError, "bias must be True or False, got int 1"),
         (dict(dropout=True), TypeError, "dropout must be a number, got bool True"),
-        (dict(dropout=-0.1), ValueError, r"dropout must be a probability in \[0, 1\), got -0.1"),
+        (
+            dict(dropout=-0.1),
+            ValueError,
+            r"dropout must be a probability in \[0, 1\), got -0.1",
+        ),
     ],
 )
 def test_bad_configuration_types(kwargs, error, match):
@@ -925,16 +1036,24 @@ def test_bad_forward_arguments_are_named():
         match="x and weight must share a dtype, got x torch.float64, weight torch.float32",
     ):
         mha(x.double())  # was: "mat1 and mat2 must have the same dtype"
-    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
+    with pytest.raises(
+        TypeError, match="x must be a floating-point tensor, got dtype torch.int64"
+    ):
         mha(torch.ones(2, 6, 32, dtype=torch.long))
     # a truthy string returned a tuple (use_cache) or a causal result (causal) without a word
-    with pytest.raises(TypeError, match="use_cache must be True or False, got str 'no'"):
+    with pytest.raises(
+        TypeError, match="use_cache must be True or False, got str 'no'"
+    ):
         mha(x, use_cache="no")
     with pytest.raises(TypeError, match="causal must be True or False, got str 'yes'"):
         mha(x, causal="yes")
-    with pytest.raises(TypeError, match="need_weights must be True or False, got int 1"):
+    with pytest.raises(
+        TypeError, match="need_weights must be True or False, got int 1"
+    ):
         mha(x, need_weights=1)
-    with pytest.raises(TypeError, match="position_bias must be a tensor or a module .* got list"):
+    with pytest.raises(
+        TypeError, match="position_bias must be a tensor or a module .* got list"
+    ):
         mha(x, position_bias=[0.0])  # was: "'list' object is not callable"
     with pytest.raises(TypeError, match="rope must be callable, got int"):
         mha(x, rope=3)
@@ -954,14 +1073,20 @@ def test_module_runs_under_autocast():
 
 
 def test_cost_functions_refuse_floats_and_bools():
-    with pytest.raises(TypeError, match=r"kv_cache_bytes\(\): seq_len must be an int, got float"):
+    with pytest.raises(
+        TypeError, match=r"kv_cache_bytes\(\): seq_len must be an int, got float"
+    ):
         kv_cache_bytes(1, 1, 64, 1024.0)
-    with pytest.raises(TypeError, match="bytes_per_value must be an int, got bool True"):
+    with pytest.raises(
+        TypeError, match="bytes_per_value must be an int, got bool True"
+    ):
         kv_cache_bytes(1, 1, 64, 1024, bytes_per_value=True)
     assert type(kv_cache_bytes(np.int64(2), 1, 1, 1)) is int
     with pytest.raises(ValueError, match="d_ff must be an int >= 1, got 0"):
         attention_layer_flops(16, 64, d_ff=0)
-    with pytest.raises(TypeError, match=r"attention_crossover_length\(\): d_model must be an int"):
+    with pytest.raises(
+        TypeError, match=r"attention_crossover_length\(\): d_model must be an int"
+    ):
         attention_crossover_length(64.0)
 
 
@@ -970,7 +1095,9 @@ def test_a_one_dimensional_key_mask_works_on_both_backends():
     mask = torch.tensor([True] * 4 + [False] * 3)  # (k_pos,): broadcasts to every query
     reference = scaled_dot_product_attention(q, k[:, :, :4], v[:, :, :4])
     for backend in ("math", "sdpa"):
-        assert torch.allclose(ATTENTION_BACKENDS[backend](q, k, v, mask), reference, atol=1e-5)
+        assert torch.allclose(
+            ATTENTION_BACKENDS[backend](q, k, v, mask), reference, atol=1e-5
+        )
 
 
 def test_cross_attention_from_the_cache_alone_needs_no_context():
@@ -980,7 +1107,9 @@ def test_cross_attention_from_the_cache_alone_needs_no_context():
     full = mha(x, context)
     _, cache = mha(x[:, :1], context, use_cache=True)
     for t in range(5):
-        step, same = mha(x[:, t : t + 1], past=cache, use_cache=True, cross_attention=True)
+        step, same = mha(
+            x[:, t : t + 1], past=cache, use_cache=True, cross_attention=True
+        )
         assert same is cache  # the encoder's keys and values are reused, not extended
         assert torch.allclose(step, full[:, t : t + 1], atol=1e-5)
     # the old spelling (context together with past) still works and agrees

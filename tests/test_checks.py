@@ -50,16 +50,22 @@ def test_int_ranges():
         check.positive_int("d_model", 0)
     with pytest.raises(TypeError, match="d_model must be an int, got float 64.0"):
         check.positive_int("d_model", 64.0)
-    with pytest.raises(ValueError, match=r"padding_idx must be an int in 0\.\.9, got 10"):
+    with pytest.raises(
+        ValueError, match=r"padding_idx must be an int in 0\.\.9, got 10"
+    ):
         check.int_in_range("padding_idx", 10, 0, 9)
-    with pytest.raises(ValueError, match=r"padding_idx must be an int in 0\.\.9, got -1"):
+    with pytest.raises(
+        ValueError, match=r"padding_idx must be an int in 0\.\.9, got -1"
+    ):
         check.int_in_range("padding_idx", -1, 0, 9)
 
 
 def test_even():
     assert check.even("d_head", 8) == 8
     assert check.even("k", -2) == -2
-    with pytest.raises(ValueError, match="d_head must be even, got 7; RoPE rotates pairs"):
+    with pytest.raises(
+        ValueError, match="d_head must be even, got 7; RoPE rotates pairs"
+    ):
         check.even("d_head", 7, hint="RoPE rotates pairs")
     with pytest.raises(TypeError, match="d_head must be an int, got float 8.0"):
         check.even("d_head", 8.0)
@@ -69,7 +75,9 @@ def test_even():
 
 
 def test_finite_float_accepts_real_numbers_and_returns_a_float():
-    assert check.finite_float("x", 3) == 3.0 and type(check.finite_float("x", 3)) is float
+    assert (
+        check.finite_float("x", 3) == 3.0 and type(check.finite_float("x", 3)) is float
+    )
     assert check.finite_float("x", np.float32(0.5)) == 0.5
     assert check.finite_float("base", 10000, low=1, low_open=True) == 10000.0
     assert check.finite_float("eps", 0.0, low=0) == 0.0
@@ -81,13 +89,38 @@ def test_finite_float_accepts_real_numbers_and_returns_a_float():
     [
         (float("nan"), {}, ValueError, "x must be a finite number, got nan"),
         (float("inf"), {}, ValueError, "x must be a finite number, got inf"),
-        (-float("inf"), {"low": 0}, ValueError, "x must be a finite number >= 0, got -inf"),
-        (1.0, {"low": 1, "low_open": True}, ValueError, "x must be a finite number > 1, got 1.0"),
+        (
+            -float("inf"),
+            {"low": 0},
+            ValueError,
+            "x must be a finite number >= 0, got -inf",
+        ),
+        (
+            1.0,
+            {"low": 1, "low_open": True},
+            ValueError,
+            "x must be a finite number > 1, got 1.0",
+        ),
         (-0.5, {"low": 0}, ValueError, "x must be a finite number >= 0, got -0.5"),
         (2.0, {"high": 1}, ValueError, "x must be a finite number <= 1, got 2.0"),
-        (1.0, {"high": 1, "high_open": True}, ValueError, "x must be a finite number < 1"),
-        (1.0, {"low": 0, "high": 1, "high_open": True}, ValueError, r"in \[0, 1\), got 1.0"),
-        (0.0, {"low": 0, "high": 1, "low_open": True}, ValueError, r"in \(0, 1\], got 0.0"),
+        (
+            1.0,
+            {"high": 1, "high_open": True},
+            ValueError,
+            "x must be a finite number < 1",
+        ),
+        (
+            1.0,
+            {"low": 0, "high": 1, "high_open": True},
+            ValueError,
+            r"in \[0, 1\), got 1.0",
+        ),
+        (
+            0.0,
+            {"low": 0, "high": 1, "low_open": True},
+            ValueError,
+            r"in \(0, 1\], got 0.0",
+        ),
         (True, {}, TypeError, "x must be a number, got bool True"),
         ("1.0", {}, TypeError, "x must be a number, got str '1.0'"),
         (torch.tensor(1.0), {}, TypeError, "x must be a number, got a tensor"),
@@ -103,7 +136,9 @@ def test_probability():
     assert check.probability("dropout", 0) == 0.0
     assert check.probability("dropout", 0.999) == 0.999
     for bad in (1.0, -0.1, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got"):
+        with pytest.raises(
+            ValueError, match=r"dropout must be a probability in \[0, 1\), got"
+        ):
             check.probability("dropout", bad)
     with pytest.raises(TypeError, match="dropout must be a number, got bool False"):
         check.probability("dropout", False)
@@ -129,16 +164,22 @@ def test_string():
 def test_one_of():
     assert check.one_of("kind", "pre", ("pre", "post")) == "pre"
     assert check.one_of("activation", "relu", {"relu": None, "gelu": None}) == "relu"
-    with pytest.raises(ValueError, match="kind must be one of 'pre', 'post', got str 'mid'"):
+    with pytest.raises(
+        ValueError, match="kind must be one of 'pre', 'post', got str 'mid'"
+    ):
         check.one_of("kind", "mid", ("pre", "post"))
-    with pytest.raises(ValueError, match=r"got list \['pre'\]"):  # unhashable: no TypeError
+    with pytest.raises(
+        ValueError, match=r"got list \['pre'\]"
+    ):  # unhashable: no TypeError
         check.one_of("kind", ["pre"], ("pre", "post"))
     with pytest.raises(ValueError, match="got bool True"):  # True == 1, but it is not 1
         check.one_of("n", True, (1, 2))
 
 
 def test_owner_and_hint_frame_the_message():
-    with pytest.raises(ValueError, match=r"^FeedForward: d_ff must be an int >= 1, got 0; try 4$"):
+    with pytest.raises(
+        ValueError, match=r"^FeedForward: d_ff must be an int >= 1, got 0; try 4$"
+    ):
         check.positive_int("d_ff", 0, owner="FeedForward", hint="try 4")
 
 
@@ -156,8 +197,13 @@ def test_tensor_passes_good_input_through():
     assert check.tensor("x", x) is x
     assert check.tensor("x", x, "batch seq d_model", d_model=8, floating=True) is x
     assert check.tensor("x", x, "... d_model", d_model=8) is x
-    assert check.tensor("x", x, "... batch seq d_model", batch=2) is x  # "..." may be empty
-    assert check.tensor("ids", torch.zeros(4, dtype=torch.uint8), "seq", integer=True) is not None
+    assert (
+        check.tensor("x", x, "... batch seq d_model", batch=2) is x
+    )  # "..." may be empty
+    assert (
+        check.tensor("ids", torch.zeros(4, dtype=torch.uint8), "seq", integer=True)
+        is not None
+    )
 
 
 @pytest.mark.parametrize(
@@ -199,7 +245,16 @@ def test_tensor_boolean_accepts_a_mask():
 
 def test_broadcastable_accepts_every_shape_that_broadcasts():
     sizes = dict(batch=2, heads=4, q_pos=5, k_pos=7)
-    for shape in [(), (7,), (5, 7), (1, 7), (2, 1, 1, 7), (4, 5, 7), (2, 4, 5, 7), (1, 1, 1, 1)]:
+    for shape in [
+        (),
+        (7,),
+        (5, 7),
+        (1, 7),
+        (2, 1, 1, 7),
+        (4, 5, 7),
+        (2, 4, 5, 7),
+        (1, 1, 1, 1),
+    ]:
         x = torch.zeros(shape)
         assert check.broadcastable("mask", x, "batch heads q_pos k_pos", **sizes) is x
 
@@ -216,12 +271,16 @@ def test_broadcastable_accepts_every_shape_that_broadcasts():
 def test_broadcastable_rejects(shape, match):
     sizes = dict(batch=2, heads=4, q_pos=5, k_pos=7)
     with pytest.raises(ValueError, match=match):
-        check.broadcastable("mask", torch.zeros(shape), "batch heads q_pos k_pos", **sizes)
+        check.broadcastable(
+            "mask", torch.zeros(shape), "batch heads q_pos k_pos", **sizes
+        )
 
 
 def test_broadcastable_needs_a_tensor_and_every_size():
     with pytest.raises(TypeError, match="^sdpa: mask must be a torch.Tensor, got list"):
-        check.broadcastable("mask", [[True]], "q_pos k_pos", q_pos=1, k_pos=1, owner="sdpa")
+        check.broadcastable(
+            "mask", [[True]], "q_pos k_pos", q_pos=1, k_pos=1, owner="sdpa"
+        )
     with pytest.raises(TypeError, match="every axis of 'q_pos k_pos' needs a size"):
         check.broadcastable("mask", torch.ones(1), "q_pos k_pos", q_pos=1)
     with pytest.raises(TypeError, match="needs a size"):
@@ -246,7 +305,8 @@ def test_same_dtype_and_device():
     ):
         check.same_dtype_and_device(q=q.double(), k=k, v=k)
     with pytest.raises(
-        ValueError, match="x and weight must be on one device, got x on meta, weight on cpu"
+        ValueError,
+        match="x and weight must be on one device, got x on meta, weight on cpu",
     ):
         check.same_dtype_and_device(x=q.to("meta"), weight=k)
     with pytest.raises(TypeError, match="k must be a torch.Tensor, got list"):
@@ -264,7 +324,9 @@ def test_same_dtype_and_device():
 def test_same_device():
     check.same_device(ids=torch.zeros(2, dtype=torch.long), weight=torch.randn(3, 2))
     with pytest.raises(ValueError, match="ids and weight must be on one device"):
-        check.same_device(ids=torch.zeros(2, dtype=torch.long, device="meta"), weight=torch.ones(1))
+        check.same_device(
+            ids=torch.zeros(2, dtype=torch.long, device="meta"), weight=torch.ones(1)
+        )
 
 
 def test_docstring_lists_every_check():
@@ -298,7 +360,11 @@ def test_forward_checks_cause_no_graph_break():
         (Unembedding(8, 10), (x,), {}),
         (attention, (x,), {}),
         (attention, (x,), {"mask": padding_mask([3, 2]), "causal": True}),
-        (MultiHeadAttention(8, 2, 1, backend="math", scale=0.5), (x,), {"causal": True}),
+        (
+            MultiHeadAttention(8, 2, 1, backend="math", scale=0.5),
+            (x,),
+            {"causal": True},
+        ),
         (LayerNorm(8), (x,), {}),
         (RMSNorm(8), (x,), {}),
         (LayerNorm(8, fused=False), (x,), {}),
@@ -308,7 +374,10 @@ def test_forward_checks_cause_no_graph_break():
     for module, args, kwargs in cases:
         torch._dynamo.reset()
         explained = torch._dynamo.explain(module)(*args, **kwargs)
-        assert explained.graph_break_count == 0, (type(module).__name__, explained.break_reasons)
+        assert explained.graph_break_count == 0, (
+            type(module).__name__,
+            explained.break_reasons,
+        )
     torch._dynamo.reset()
 
 
@@ -323,7 +392,9 @@ def test_import_lib_is_lazy_and_submodules_load_on_first_use():
         "assert 'lib.tokenizer' in sys.modules and lib.positions.RotaryEmbedding; "
         "print('ok')"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
@@ -351,7 +422,9 @@ def test_a_module_not_written_yet_is_a_clear_attribute_error(tmp_path, monkeypat
 
 
 def test_an_unknown_name_is_an_attribute_error_listing_the_modules():
-    with pytest.raises(AttributeError, match="no attribute 'tokeniser'; its modules are tokenizer"):
+    with pytest.raises(
+        AttributeError, match="no attribute 'tokeniser'; its modules are tokenizer"
+    ):
         lib.tokeniser  # noqa: B018
     with pytest.raises(ImportError):
         from lib import tokeniser  # noqa: F401
@@ -367,4 +440,6 @@ def test_forward_methods_state_their_shapes():
             obj = getattr(module, name)
             if inspect.isclass(obj) and issubclass(obj, nn.Module):
                 doc = obj.forward.__doc__ or ""
-                assert "Shapes:" in doc, f"{module.__name__}.{name}.forward has no shapes"
+                assert "Shapes:" in doc, (
+                    f"{module.__name__}.{name}.forward has no shapes"
+                )

@@ -39,7 +39,13 @@ def test_load_mnist_returns_the_shipped_test_set():
     assert labels.shape == (10_000,) and labels.dtype == torch.int64
     counts = torch.bincount(labels, minlength=10).tolist()
     assert counts == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
-    assert labels[:5].tolist() == [7, 2, 1, 0, 4]  # MNIST's test set starts 7, 2, 1, 0, 4
+    assert labels[:5].tolist() == [
+        7,
+        2,
+        1,
+        0,
+        4,
+    ]  # MNIST's test set starts 7, 2, 1, 0, 4
     assert images.max() == 255 and images[:, 0, 0].max() == 0  # corners are background
 
 
@@ -69,13 +75,21 @@ def _idx_file(path: Path, magic: int, dims: tuple[int, ...], payload: bytes) -> 
 
 
 def test_idx_reader_checks_magic_dimensions_and_length(tmp_path):
-    good = _idx_file(tmp_path / "good.gz", 2051, (2, 28, 28), bytes(range(256)) * 6 + bytes(32))
+    good = _idx_file(
+        tmp_path / "good.gz", 2051, (2, 28, 28), bytes(range(256)) * 6 + bytes(32)
+    )
     images = datasets._read_idx(good, 2051, (28, 28))
     assert images.shape == (2, 28, 28) and images[0, 0, 5] == 5
-    with pytest.raises(ValueError, match="bad.gz: IDX magic number 2049, expected 2051"):
-        datasets._read_idx(_idx_file(tmp_path / "bad.gz", 2049, (2,), b"\0\0"), 2051, (28, 28))
+    with pytest.raises(
+        ValueError, match="bad.gz: IDX magic number 2049, expected 2051"
+    ):
+        datasets._read_idx(
+            _idx_file(tmp_path / "bad.gz", 2049, (2,), b"\0\0"), 2051, (28, 28)
+        )
     short = _idx_file(tmp_path / "short.gz", 2051, (2, 28, 28), bytes(100))
-    with pytest.raises(ValueError, match="short.gz: 116 bytes after gunzip, expected 1584"):
+    with pytest.raises(
+        ValueError, match="short.gz: 116 bytes after gunzip, expected 1584"
+    ):
         datasets._read_idx(short, 2051, (28, 28))
     wrong = _idx_file(tmp_path / "wrong.gz", 2051, (1, 32, 32), bytes(1024))
     with pytest.raises(ValueError, match="wrong.gz: IDX dimensions"):
@@ -96,7 +110,11 @@ def _batch(n: int, seed: int) -> dict:
 def _archive(path: Path, batches: dict[str, object]) -> Path:
     with tarfile.open(path, "w:gz") as tar:
         for name, content in batches.items():
-            raw = content if isinstance(content, bytes) else pickle.dumps(content, protocol=2)
+            raw = (
+                content
+                if isinstance(content, bytes)
+                else pickle.dumps(content, protocol=2)
+            )
             info = tarfile.TarInfo(f"cifar-10-batches-py/{name}")
             info.size = len(raw)
             tar.addfile(info, io.BytesIO(raw))
@@ -108,7 +126,9 @@ def tiny_cifar(tmp_path):
     """A tiny CIFAR-10 archive (2 images per training batch, 3 test images) to download."""
     batches = {f"data_batch_{i}": _batch(2, i) for i in range(1, 6)}
     batches["test_batch"] = _batch(3, 0)
-    batches["batches.meta"] = {b"label_names": [c.encode() for c in datasets.CIFAR10_CLASSES]}
+    batches["batches.meta"] = {
+        b"label_names": [c.encode() for c in datasets.CIFAR10_CLASSES]
+    }
     (tmp_path / "source").mkdir()
     source = _archive(tmp_path / "source" / CIFAR10.filename, batches)
     return source, sha256_file(source), batches
@@ -126,7 +146,9 @@ def test_download_and_load_a_cifar_archive(tmp_path, tiny_cifar):
     for channel in range(3):  # each row is the red plane, then green, then blue
         plane = first[channel * 1024 : (channel + 1) * 1024].reshape(32, 32)
         assert torch.equal(train_x[0, channel], torch.from_numpy(plane))
-    want_labels = [y for i in range(1, 6) for y in batches[f"data_batch_{i}"][b"labels"]]
+    want_labels = [
+        y for i in range(1, 6) for y in batches[f"data_batch_{i}"][b"labels"]
+    ]
     assert train_y.tolist() == want_labels
     assert test_y.tolist() == batches["test_batch"][b"labels"]
     # a second call reuses the checked file and does not read the URL again
@@ -159,7 +181,9 @@ def test_offline_is_a_clear_error(tmp_path, monkeypatch):
         raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
 
     monkeypatch.setattr(datasets.urllib.request, "urlopen", no_network)
-    with pytest.raises(DownloadError, match=r"could not download .*offline.*load_mnist"):
+    with pytest.raises(
+        DownloadError, match=r"could not download .*offline.*load_mnist"
+    ):
         download_cifar10(tmp_path)
     assert list(tmp_path.iterdir()) == []
 
@@ -177,7 +201,9 @@ def test_load_cifar10_needs_the_archive_and_checks_it(tmp_path, tiny_cifar):
     source, digest, _ = tiny_cifar
     root = tmp_path / "data"
     download_cifar10(root, url=source.as_uri(), sha256=digest)
-    with pytest.raises(ChecksumError, match=r"cifar-10-python.tar.gz has sha256 .* corrupt"):
+    with pytest.raises(
+        ChecksumError, match=r"cifar-10-python.tar.gz has sha256 .* corrupt"
+    ):
         load_cifar10(root)  # the real archive's digest: this tiny one does not match
 
 
@@ -191,7 +217,9 @@ def test_load_cifar10_refuses_a_pickle_that_is_not_just_arrays(tmp_path):
     root = tmp_path / "data"
     root.mkdir()
     archive = _archive(root / CIFAR10.filename, batches)
-    with pytest.raises(pickle.UnpicklingError, match="test_batch: refusing to unpickle"):
+    with pytest.raises(
+        pickle.UnpicklingError, match="test_batch: refusing to unpickle"
+    ):
         load_cifar10(root, sha256=sha256_file(archive))
 
 

@@ -21,7 +21,9 @@ from lib.embeddings import (
 
 def test_init_embedding_has_the_requested_std_and_zero_padding_row():
     weight = torch.empty(2_000, 64)
-    out = init_embedding_(weight, 0.02, padding_idx=7, generator=torch.Generator().manual_seed(0))
+    out = init_embedding_(
+        weight, 0.02, padding_idx=7, generator=torch.Generator().manual_seed(0)
+    )
     assert out is weight  # in place
     assert torch.equal(weight[7], torch.zeros(64))
     others = torch.cat([weight[:7], weight[8:]])
@@ -30,8 +32,12 @@ def test_init_embedding_has_the_requested_std_and_zero_padding_row():
 
 
 def test_init_embedding_is_reproducible_with_a_generator():
-    a = init_embedding_(torch.empty(5, 3), 1.0, generator=torch.Generator().manual_seed(1))
-    b = init_embedding_(torch.empty(5, 3), 1.0, generator=torch.Generator().manual_seed(1))
+    a = init_embedding_(
+        torch.empty(5, 3), 1.0, generator=torch.Generator().manual_seed(1)
+    )
+    b = init_embedding_(
+        torch.empty(5, 3), 1.0, generator=torch.Generator().manual_seed(1)
+    )
     assert torch.equal(a, b)
 
 
@@ -52,8 +58,20 @@ def test_init_embedding_is_reproducible_with_a_generator():
             TypeError,
             "weight must be a floating-point",
         ),
-        (torch.empty(3, 2), -1.0, {}, ValueError, "std must be a finite number >= 0, got -1.0"),
-        (torch.empty(3, 2), float("nan"), {}, ValueError, "std must be a finite number"),
+        (
+            torch.empty(3, 2),
+            -1.0,
+            {},
+            ValueError,
+            "std must be a finite number >= 0, got -1.0",
+        ),
+        (
+            torch.empty(3, 2),
+            float("nan"),
+            {},
+            ValueError,
+            "std must be a finite number",
+        ),
         (
             torch.empty(3, 2),
             float("inf"),
@@ -69,7 +87,13 @@ def test_init_embedding_is_reproducible_with_a_generator():
             ValueError,
             r"padding_idx must be an int in 0\.\.2, got 3",
         ),
-        (torch.empty(3, 2), 1.0, {"padding_idx": 1.0}, TypeError, "padding_idx must be an int"),
+        (
+            torch.empty(3, 2),
+            1.0,
+            {"padding_idx": 1.0},
+            TypeError,
+            "padding_idx must be an int",
+        ),
     ],
 )
 def test_init_embedding_rejects_bad_input(weight, std, kwargs, error, match):
@@ -159,7 +183,11 @@ def test_empty_input_gives_empty_output():
             ValueError,
             r"token id 12 is out of range for vocab_size=10 .*largest valid id is 9",
         ),
-        (torch.tensor([3, -1]), ValueError, r"token id -1 is negative; ids must be in 0\.\.9"),
+        (
+            torch.tensor([3, -1]),
+            ValueError,
+            r"token id -1 is negative; ids must be in 0\.\.9",
+        ),
         (
             torch.tensor([1.0, 2.0]),
             TypeError,
@@ -197,7 +225,8 @@ def test_small_integer_dtypes_are_accepted():
 def test_ids_on_another_device_are_a_clear_error():
     embed = TokenEmbedding(10, 4)
     with pytest.raises(
-        ValueError, match=r"token_ids and weight must be on one device, got token_ids on meta"
+        ValueError,
+        match=r"token_ids and weight must be on one device, got token_ids on meta",
     ):
         embed(torch.zeros(2, dtype=torch.long, device="meta"))
 
@@ -208,11 +237,31 @@ def test_ids_on_another_device_are_a_clear_error():
         ((0, 4), {}, ValueError, "vocab_size must be an int >= 1, got 0"),
         ((10, 2.5), {}, TypeError, "d_model must be an int, got float 2.5"),
         ((True, 4), {}, TypeError, "vocab_size must be an int, got bool True"),
-        ((10, 4), {"padding_idx": 10}, ValueError, r"padding_idx must be an int in 0\.\.9, got 10"),
-        ((10, 4), {"padding_idx": -1}, ValueError, r"padding_idx must be an int in 0\.\.9, got -1"),
+        (
+            (10, 4),
+            {"padding_idx": 10},
+            ValueError,
+            r"padding_idx must be an int in 0\.\.9, got 10",
+        ),
+        (
+            (10, 4),
+            {"padding_idx": -1},
+            ValueError,
+            r"padding_idx must be an int in 0\.\.9, got -1",
+        ),
         # before: bool("no") is True, so the vectors were silently scaled
-        ((10, 4), {"scale": "no"}, TypeError, "scale must be True or False, got str 'no'"),
-        ((10, 4), {"check_ids": 0}, TypeError, "check_ids must be True or False, got int 0"),
+        (
+            (10, 4),
+            {"scale": "no"},
+            TypeError,
+            "scale must be True or False, got str 'no'",
+        ),
+        (
+            (10, 4),
+            {"check_ids": 0},
+            TypeError,
+            "check_ids must be True or False, got int 0",
+        ),
         # before: NaN reached init_embedding_ and was reported as a bad "std"
         (
             (10, 4),
@@ -220,7 +269,12 @@ def test_ids_on_another_device_are_a_clear_error():
             ValueError,
             "init_std must be a finite number >= 0, got nan",
         ),
-        ((10, 4), {"init_std": -0.1}, ValueError, "init_std must be a finite number >= 0"),
+        (
+            (10, 4),
+            {"init_std": -0.1},
+            ValueError,
+            "init_std must be a finite number >= 0",
+        ),
     ],
 )
 def test_token_embedding_rejects_bad_construction(args, kwargs, error, match):
@@ -301,8 +355,16 @@ def test_tiny_init_gives_initial_loss_ln_vocab():
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"tie_to": TokenEmbedding(10, 3)}, ValueError, r"weight has shape \(10, 3\).*\(10, 4\)"),
-        ({"tie_to": nn.ReLU()}, TypeError, "tie_to must be an embedding module .* got ReLU"),
+        (
+            {"tie_to": TokenEmbedding(10, 3)},
+            ValueError,
+            r"weight has shape \(10, 3\).*\(10, 4\)",
+        ),
+        (
+            {"tie_to": nn.ReLU()},
+            TypeError,
+            "tie_to must be an embedding module .* got ReLU",
+        ),
     ],
 )
 def test_unembedding_rejects_a_bad_tie(kwargs, error, match):
@@ -315,7 +377,11 @@ def test_unembedding_rejects_a_bad_tie(kwargs, error, match):
     [
         # before: bool("yes") made a bias silently
         ({"bias": "yes"}, TypeError, "bias must be True or False, got str 'yes'"),
-        ({"init_std": float("inf")}, ValueError, "init_std must be a finite number >= 0, got inf"),
+        (
+            {"init_std": float("inf")},
+            ValueError,
+            "init_std must be a finite number >= 0, got inf",
+        ),
         # before: ignored without a word when tied
         (
             {"init_std": -1.0, "tie_to": TokenEmbedding(10, 4)},
@@ -344,8 +410,13 @@ def test_unembedding_dtype_and_device_must_match_the_weight():
     with pytest.raises(ValueError, match="hidden and weight must be on one device"):
         head(torch.randn(2, 4, device="meta"))
     assert head.double()(torch.randn(2, 4, dtype=torch.float64)).dtype == torch.float64
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts the weight itself
-        assert Unembedding(4, 10)(torch.randn(2, 4, dtype=torch.bfloat16)).shape == (2, 10)
+    with torch.autocast(
+        "cpu", dtype=torch.bfloat16
+    ):  # autocast casts the weight itself
+        assert Unembedding(4, 10)(torch.randn(2, 4, dtype=torch.bfloat16)).shape == (
+            2,
+            10,
+        )
 
 
 def test_unembedding_accepts_a_plain_nn_embedding():
@@ -383,7 +454,10 @@ def test_param_count_of_real_models():
     # GPT-3 175B: token table and 2048 learned positions, tied output.
     assert embedding_param_count(50_257, 12_288, n_positions=2_048) == 642_723_840
     # BERT-base: tokens, 512 positions, 2 segment types.
-    assert embedding_param_count(30_522, 768, n_positions=512, n_segment_types=2) == 23_835_648
+    assert (
+        embedding_param_count(30_522, 768, n_positions=512, n_segment_types=2)
+        == 23_835_648
+    )
     # The base transformer: one shared matrix.
     assert embedding_param_count(37_000, 512) == 18_944_000
 
@@ -398,7 +472,9 @@ def test_param_count_matches_real_modules():
 
 
 def test_untied_counts_the_matrix_twice():
-    assert embedding_param_count(100, 10, tied=False) == 2 * embedding_param_count(100, 10)
+    assert embedding_param_count(100, 10, tied=False) == 2 * embedding_param_count(
+        100, 10
+    )
 
 
 @pytest.mark.parametrize(
@@ -406,7 +482,12 @@ def test_untied_counts_the_matrix_twice():
     [
         ((0, 10), {}, ValueError, "vocab_size must be an int >= 1, got 0"),
         ((10, -1), {}, ValueError, "d_model must be an int >= 1, got -1"),
-        ((10, 10), {"n_positions": -5}, ValueError, "n_positions must be an int >= 0, got -5"),
+        (
+            (10, 10),
+            {"n_positions": -5},
+            ValueError,
+            "n_positions must be an int >= 0, got -5",
+        ),
         (
             (10, 10),
             {"n_segment_types": 1.5},
@@ -414,8 +495,18 @@ def test_untied_counts_the_matrix_twice():
             "n_segment_types must be an int, got float 1.5",
         ),
         # before: bool("no") is True, so the count was silently that of a tied model
-        ((10, 10), {"tied": "no"}, TypeError, "tied must be True or False, got str 'no'"),
-        ((10, 10), {"output_bias": 1}, TypeError, "output_bias must be True or False, got int 1"),
+        (
+            (10, 10),
+            {"tied": "no"},
+            TypeError,
+            "tied must be True or False, got str 'no'",
+        ),
+        (
+            (10, 10),
+            {"output_bias": 1},
+            TypeError,
+            "output_bias must be True or False, got int 1",
+        ),
     ],
 )
 def test_param_count_rejects_bad_input(args, kwargs, error, match):

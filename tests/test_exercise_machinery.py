@@ -49,7 +49,9 @@ def test_the_not_attempted_result_displays_nothing_in_ipython():
     shell = InteractiveShell.instance()
     shell.user_ns["check_double"] = check_double
     with capture_output() as captured:
-        shell.run_cell("def stub(x):\n    raise NotImplementedError\n\ncheck_double(stub)")
+        shell.run_cell(
+            "def stub(x):\n    raise NotImplementedError\n\ncheck_double(stub)"
+        )
     assert captured.stdout.splitlines() == [
         "Exercise 0 not attempted yet: replace `raise NotImplementedError` with your code "
         "and run the cell."
@@ -62,7 +64,9 @@ def test_right_answer_returns_true(capsys):
 
 
 def test_wrong_values_are_explained():
-    with pytest.raises(ExerciseError, match=r"Exercise 0: double: double\(x\) differs .* at index"):
+    with pytest.raises(
+        ExerciseError, match=r"Exercise 0: double: double\(x\) differs .* at index"
+    ):
         check_double(lambda x: 3 * x)
 
 
@@ -83,7 +87,9 @@ def test_in_place_modification_is_caught():
 def test_nan_is_explained_with_the_hint():
     with pytest.raises(ExerciseError, match="contains NaN.*masked"):
         expect_close(
-            torch.tensor([float("nan"), 1.0]), torch.tensor([0.0, 1.0]), hint="a masked row?"
+            torch.tensor([float("nan"), 1.0]),
+            torch.tensor([0.0, 1.0]),
+            hint="a masked row?",
         )
 
 

@@ -31,7 +31,9 @@ def backward_reference(token_ids, grad_output, vocab_size, padding_idx):
 def backward_assigned(token_ids, grad_output, vocab_size, padding_idx):
     d_model = grad_output.shape[-1]
     grad = torch.zeros(vocab_size, d_model, dtype=grad_output.dtype)
-    grad[token_ids.flatten()] += grad_output.reshape(-1, d_model)  # repeated ids: one wins
+    grad[token_ids.flatten()] += grad_output.reshape(
+        -1, d_model
+    )  # repeated ids: one wins
     if padding_idx is not None:
         grad[padding_idx] = 0
     return grad
@@ -43,7 +45,10 @@ def backward_with_padding(token_ids, grad_output, vocab_size, padding_idx):
 
 def backward_averaged(token_ids, grad_output, vocab_size, padding_idx):
     counts = torch.bincount(token_ids.flatten(), minlength=vocab_size).clamp(min=1)
-    return backward_reference(token_ids, grad_output, vocab_size, padding_idx) / counts[:, None]
+    return (
+        backward_reference(token_ids, grad_output, vocab_size, padding_idx)
+        / counts[:, None]
+    )
 
 
 def backward_in_place(token_ids, grad_output, vocab_size, padding_idx):
@@ -189,7 +194,9 @@ def test_expected_initial_loss_leaves_the_global_rng_alone():
     # because the checker draws its reference samples inside torch.random.fork_rng().
     def own_generator(vocab_size, logit_std, n_samples=4096):
         gen = torch.Generator().manual_seed(9)
-        logits = logit_std * torch.randn(n_samples, vocab_size, dtype=torch.float64, generator=gen)
+        logits = logit_std * torch.randn(
+            n_samples, vocab_size, dtype=torch.float64, generator=gen
+        )
         return F.cross_entropy(logits, torch.zeros(n_samples, dtype=torch.long)).item()
 
     torch.manual_seed(123)

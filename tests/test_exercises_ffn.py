@@ -41,7 +41,9 @@ def test_jacobian_accepts_the_reference(capsys):
 
 def test_jacobian_accepts_autograd_too():
     def by_autograd(x, w_in, b_in, w_out):
-        return torch.autograd.functional.jacobian(lambda v: w_out @ F.gelu(w_in @ v + b_in), x)
+        return torch.autograd.functional.jacobian(
+            lambda v: w_out @ F.gelu(w_in @ v + b_in), x
+        )
 
     assert check_ffn_jacobian(by_autograd) is True
 
@@ -58,7 +60,10 @@ def test_jacobian_reports_not_attempted(capsys):
     ("wrong", "match"),
     [
         (jacobian_with(torch.special.ndtr), r"Phi\(h\) \+ h phi\(h\)"),
-        (lambda x, w_in, b_in, w_out: jacobian_right(x, w_in, b_in, w_out).T, "transposed"),
+        (
+            lambda x, w_in, b_in, w_out: jacobian_right(x, w_in, b_in, w_out).T,
+            "transposed",
+        ),
         (jacobian_with(lambda h: (h > 0).double()), "ReLU's derivative"),
         (jacobian_with(F.gelu), "not GELU\\(h\\) itself"),
         (lambda x, w_in, b_in, w_out: w_out @ w_in, "differs from the reference"),
@@ -98,7 +103,9 @@ def beta_by_ternary_search(x):
 
 
 def beta_least_squares(x):
-    return grid_search(lambda b: ((F.gelu(x) - x * torch.sigmoid(b * x)) ** 2).sum().item())
+    return grid_search(
+        lambda b: ((F.gelu(x) - x * torch.sigmoid(b * x)) ** 2).sum().item()
+    )
 
 
 def test_sigmoid_beta_accepts_a_ternary_search():
@@ -157,7 +164,10 @@ def test_matched_accepts_a_search_over_sizes():
         (matched_ignoring_biases, "balances the weights only"),
         (matched_from_d_model, "8/3 d_model holds only when"),
         (lambda d, f, bias, m: matched_right(d, f, bias, m) - m, "take the largest"),
-        (lambda d, f, bias, m: float(matched_right(d, f, bias, m)), "should return an int"),
+        (
+            lambda d, f, bias, m: float(matched_right(d, f, bias, m)),
+            "should return an int",
+        ),
     ],
 )
 def test_matched_diagnoses_typical_mistakes(wrong, match):

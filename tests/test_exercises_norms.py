@@ -25,7 +25,9 @@ def statistics(x, eps):
 def layer_norm_backward_right(x, weight, grad_out, eps):
     x_hat, sigma = statistics(x, eps)
     g = grad_out * weight
-    grad_x = (g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True)) / sigma
+    grad_x = (
+        g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True)
+    ) / sigma
     return grad_x, (grad_out * x_hat).sum((0, 1)), grad_out.sum((0, 1))
 
 

@@ -43,7 +43,9 @@ def test_interpolation_accepts_the_reference_in_float32_too(capsys):
 
 def test_interpolation_without_scaling_equals_the_module():
     cos, sin = interpolated_right(16, 8, 16, 16)
-    module_cos, module_sin = RotaryEmbedding(8, max_len=16).cos_sin(0, 16, torch.float64)
+    module_cos, module_sin = RotaryEmbedding(8, max_len=16).cos_sin(
+        0, 16, torch.float64
+    )
     assert torch.allclose(cos, module_cos) and torch.allclose(sin, module_sin)
 
 
@@ -58,9 +60,15 @@ def test_interpolation_reports_not_attempted(capsys):
 @pytest.mark.parametrize(
     ("wrong", "match"),
     [
-        (lambda s, d, t, g: cos_sin(s, d, g / t), "stretched by target_len / trained_len"),
+        (
+            lambda s, d, t, g: cos_sin(s, d, g / t),
+            "stretched by target_len / trained_len",
+        ),
         (lambda s, d, t, g: cos_sin(s, d, 1.0), "not scaled at all"),
-        (lambda s, d, t, g: cos_sin(s, d, t / g, interleaved=True), "interleaved pairs"),
+        (
+            lambda s, d, t, g: cos_sin(s, d, t / g, interleaved=True),
+            "interleaved pairs",
+        ),
         (lambda s, d, t, g: cos_sin(s, d, t / g)[::-1], "swapped"),
         (lambda s, d, t, g: cos_sin(s, d, t / g)[0], "pair \\(cos, sin\\)"),
     ],
@@ -79,7 +87,10 @@ def ntk_right(base, d_head, scale):
 
 def test_ntk_accepts_the_reference_and_keeps_its_promise():
     assert check_ntk_scaled_base(ntk_right) is True
-    theta, scaled = rope_frequencies(128), rope_frequencies(128, ntk_right(10000.0, 128, 4.0))
+    theta, scaled = (
+        rope_frequencies(128),
+        rope_frequencies(128, ntk_right(10000.0, 128, 4.0)),
+    )
     assert torch.isclose(scaled[0], theta[0])  # the fastest pair is untouched
     assert torch.isclose(scaled[-1], theta[-1] / 4)  # the slowest is 4 times slower
 

@@ -142,7 +142,9 @@ def wordpiece_shortest(word, vocab):
 def wordpiece_without_prefix(word, vocab):
     pieces, start = [], 0
     while start < len(word):
-        end = next((e for e in range(len(word), start, -1) if word[start:e] in vocab), None)
+        end = next(
+            (e for e in range(len(word), start, -1) if word[start:e] in vocab), None
+        )
         if end is None:
             return ["[UNK]"]
         pieces.append(word[start:end])
@@ -175,7 +177,10 @@ def test_wordpiece_accepts_the_reference():
         (wordpiece_shortest, "shortest piece"),
         (wordpiece_without_prefix, "with the '##' prefix"),
         (wordpiece_partial_unk, "the whole word becomes"),
-        (lambda word, vocab: " ".join(wordpiece_right(word, vocab)), "list of str pieces"),
+        (
+            lambda word, vocab: " ".join(wordpiece_right(word, vocab)),
+            "list of str pieces",
+        ),
     ],
 )
 def test_wordpiece_diagnoses(wrong, message):

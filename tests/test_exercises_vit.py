@@ -9,11 +9,17 @@ from einops import rearrange
 from torch import nn
 
 from lib.exercises._common import ExerciseError
-from lib.exercises.vit import check_conv_stem, check_interpolate_positions, check_patchify_rect
+from lib.exercises.vit import (
+    check_conv_stem,
+    check_interpolate_positions,
+    check_patchify_rect,
+)
 
 
 # -- Exercise 1 ---------------------------------------------------------------------------------
-def _interpolate(pos, old_grid, new_grid, *, mode="bicubic", align=False, cls="keep", **bugs):
+def _interpolate(
+    pos, old_grid, new_grid, *, mode="bicubic", align=False, cls="keep", **bugs
+):
     (h, w), (new_h, new_w) = old_grid, new_grid
     head, grid = pos[:, :1], pos[:, 1:]
     if bugs.get("reshape"):
@@ -64,7 +70,9 @@ def test_interpolate_positions_reports_not_attempted():
     ],
 )
 def test_interpolate_positions_diagnoses_mistakes(options, match):
-    wrong = lambda pos, old_grid, new_grid: _interpolate(pos, old_grid, new_grid, **options)
+    wrong = lambda pos, old_grid, new_grid: _interpolate(
+        pos, old_grid, new_grid, **options
+    )
     with pytest.raises(ExerciseError, match=match):
         check_interpolate_positions(wrong)
 
@@ -78,18 +86,23 @@ def test_interpolate_positions_catches_in_place_edits_and_other_errors():
         check_interpolate_positions(edits)
 
     noisy = lambda pos, o, n: (
-        _interpolate(pos, o, n) + 0.1 * (torch.arange(1 + n[0] * n[1]) > 0)[None, :, None]
+        _interpolate(pos, o, n)
+        + 0.1 * (torch.arange(1 + n[0] * n[1]) > 0)[None, :, None]
     )
     with pytest.raises(ExerciseError, match="differs from the reference"):
         check_interpolate_positions(noisy)
 
 
 # -- Exercise 2 ---------------------------------------------------------------------------------
-def _patchify_rect(images, patch_size, pattern="b c (h p1) (w p2) -> b (h w) (c p1 p2)"):
+def _patchify_rect(
+    images, patch_size, pattern="b c (h p1) (w p2) -> b (h w) (c p1 p2)"
+):
     p1, p2 = patch_size
     height, width = images.shape[-2:]
     if height % p1 or width % p2:
-        raise ValueError(f"image {height}×{width} is not divisible by patches {p1}×{p2}")
+        raise ValueError(
+            f"image {height}×{width} is not divisible by patches {p1}×{p2}"
+        )
     return rearrange(images, pattern, p1=p1, p2=p2)
 
 
@@ -149,7 +162,9 @@ def test_patchify_rect_wants_a_value_error_naming_the_sizes():
 
 # -- Exercise 3 ---------------------------------------------------------------------------------
 class _Stem(nn.Module):
-    def __init__(self, in_channels, d_model, patch_size, *, relu=True, order="(h w)", extra=0):
+    def __init__(
+        self, in_channels, d_model, patch_size, *, relu=True, order="(h w)", extra=0
+    ):
         super().__init__()
         layers, channels = [], in_channels
         for _ in range(patch_size.bit_length() - 1 + extra):
@@ -178,7 +193,9 @@ class _PatchConv(nn.Module):
         self.out = nn.Conv2d(d_model, d_model, 1)
 
     def forward(self, images):
-        return rearrange(self.out(torch.relu(self.conv(images))), "b d h w -> b (h w) d")
+        return rearrange(
+            self.out(torch.relu(self.conv(images))), "b d h w -> b (h w) d"
+        )
 
 
 def test_conv_stem_accepts_the_reference():
@@ -189,7 +206,10 @@ def test_conv_stem_accepts_the_reference():
     ("make", "match"),
     [
         (lambda c, d, p: _Stem(c, d, p, order="map"), "feature map"),
-        (lambda c, d, p: _Stem(c, d, p, order="features first"), "features before tokens"),
+        (
+            lambda c, d, p: _Stem(c, d, p, order="features first"),
+            "features before tokens",
+        ),
         (lambda c, d, p: _Stem(c, d, p, order="(w h)"), "column-major"),
         (lambda c, d, p: _Stem(c, d, p, extra=1), r"shrinks the image 8×, not 4×"),
         (lambda c, d, p: _Stem(c, d, p, relu=False), "is affine"),

@@ -84,7 +84,10 @@ def test_swish_dip_and_gap_to_relu_are_c_over_beta():
     x = torch.linspace(-40, 40, 800_001, dtype=torch.float64)
     for beta in (0.5, 1.0, 3.0):
         assert abs(swish(x, beta).min().item() + (u - 1) / beta) < 1e-6
-        assert abs((swish(x, beta) - torch.relu(x)).abs().max().item() - (u - 1) / beta) < 1e-6
+        assert (
+            abs((swish(x, beta) - torch.relu(x)).abs().max().item() - (u - 1) / beta)
+            < 1e-6
+        )
 
 
 # --- FeedForward -------------------------------------------------------------------------
@@ -104,7 +107,10 @@ def test_feedforward_shape_and_param_count(activation, bias):
 def test_feedforward_matches_the_equation():
     ffn = FeedForward(6, d_ff=10, activation="relu")
     x = torch.randn(4, 6)
-    want = torch.relu(x @ ffn.w_in.weight.T + ffn.w_in.bias) @ ffn.w_out.weight.T + ffn.w_out.bias
+    want = (
+        torch.relu(x @ ffn.w_in.weight.T + ffn.w_in.bias) @ ffn.w_out.weight.T
+        + ffn.w_out.bias
+    )
     assert torch.allclose(ffn(x), want, atol=1e-6)
     ffn_gelu = FeedForward(6, d_ff=10, activation="gelu_tanh")
     want = gelu_tanh(ffn_gelu.w_in(x)) @ ffn_gelu.w_out.weight.T + ffn_gelu.w_out.bias
@@ -147,13 +153,17 @@ def test_feedforward_errors_name_the_problem():
         FeedForward(8, activation="tanh")
     with pytest.raises(ValueError, match="GatedFeedForward"):
         FeedForward(8, activation="swiglu")
-    with pytest.raises(ValueError, match="FeedForward: d_ff must be an int >= 1, got 0"):
+    with pytest.raises(
+        ValueError, match="FeedForward: d_ff must be an int >= 1, got 0"
+    ):
         FeedForward(8, d_ff=0)
     with pytest.raises(ValueError, match="d_model must be an int >= 1"):
         FeedForward(0)
     with pytest.raises(TypeError, match="d_model must be an int"):
         FeedForward(8.0)
-    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got 1.0"):
+    with pytest.raises(
+        ValueError, match=r"dropout must be a probability in \[0, 1\), got 1.0"
+    ):
         FeedForward(8, dropout=1.0)
     with pytest.raises(TypeError, match="dropout must be a number, got str"):
         FeedForward(8, dropout="0.1")
@@ -162,7 +172,9 @@ def test_feedforward_errors_name_the_problem():
     # before: -0.1 was refused here, but an unhashable activation raised "unhashable type"
     with pytest.raises(ValueError, match="dropout must be a probability"):
         FeedForward(8, dropout=-0.1)
-    with pytest.raises(ValueError, match=r"activation must be one of .*, got list \['relu'\]"):
+    with pytest.raises(
+        ValueError, match=r"activation must be one of .*, got list \['relu'\]"
+    ):
         FeedForward(8, activation=["relu"])
     with pytest.raises(TypeError, match="dropout must be a number, got bool True"):
         FeedForward(8, dropout=True)
@@ -178,11 +190,15 @@ def test_ffn_input_must_match_the_weights(layer):
         match="x and weight must share a dtype, got x torch.float64, weight torch.float32",
     ):
         layer(torch.randn(2, 8, dtype=torch.float64))
-    with pytest.raises(ValueError, match="x and weight must be on one device, got x on meta"):
+    with pytest.raises(
+        ValueError, match="x and weight must be on one device, got x on meta"
+    ):
         layer(torch.randn(2, 8, device="meta"))
     assert layer.double()(torch.randn(2, 8, dtype=torch.float64)).dtype == torch.float64
     layer.float()
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts the weights itself
+    with torch.autocast(
+        "cpu", dtype=torch.bfloat16
+    ):  # autocast casts the weights itself
         assert layer(torch.randn(2, 8, dtype=torch.bfloat16)).shape == (2, 8)
 
 
@@ -201,7 +217,9 @@ def test_gated_hidden_size_known_models():
 
 @settings(max_examples=200, deadline=None)
 @given(d_model=st.integers(1, 20_000), multiple_of=st.integers(1, 512))
-def test_gated_hidden_size_is_the_smallest_multiple_above_the_rule(d_model, multiple_of):
+def test_gated_hidden_size_is_the_smallest_multiple_above_the_rule(
+    d_model, multiple_of
+):
     hidden = gated_ffn_hidden_size(d_model, multiple_of)
     assert hidden % multiple_of == 0
     assert hidden >= 8 * d_model // 3 > hidden - multiple_of
@@ -226,9 +244,12 @@ def test_gated_feedforward_matches_the_equation(activation, bias):
     x = torch.randn(2, 3, 10)
     h = layer.w_in(x)
     gate, value = h[..., :6], h[..., 6:]  # gate first, then value
-    act = {"glu": torch.sigmoid, "reglu": torch.relu, "geglu": gelu_erf, "swiglu": swish}[
-        activation
-    ]
+    act = {
+        "glu": torch.sigmoid,
+        "reglu": torch.relu,
+        "geglu": gelu_erf,
+        "swiglu": swish,
+    }[activation]
     want = layer.w_out(act(gate) * value)
     assert torch.allclose(layer(x), want, atol=1e-6)
 
@@ -252,7 +273,9 @@ def test_gated_feedforward_errors():
         GatedFeedForward(8, multiple_of=0)
     with pytest.raises(ValueError, match="d_ff must be an int >= 1"):
         GatedFeedForward(8, d_ff=-3)
-    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got -0.5"):
+    with pytest.raises(
+        ValueError, match=r"dropout must be a probability in \[0, 1\), got -0.5"
+    ):
         GatedFeedForward(8, dropout=-0.5)
     with pytest.raises(TypeError, match="bias must be True or False, got int 1"):
         GatedFeedForward(8, bias=1)
@@ -318,7 +341,9 @@ def test_breakdown_of_an_encoder_decoder_counts_cross_attention():
     dec_only = TransformerParamConfig("t", d_model=8, vocab_size=10, n_decoder_layers=2)
     a, b = transformer_param_breakdown(enc_dec), transformer_param_breakdown(dec_only)
     attention_layer = 4 * 8 * 8 + 4 * 8
-    assert a["attention"] == 3 * attention_layer and b["attention"] == 2 * attention_layer
+    assert (
+        a["attention"] == 3 * attention_layer and b["attention"] == 2 * attention_layer
+    )
     assert a["norms"] == 5 * 16 and b["norms"] == 4 * 16
     assert a["ffn"] == b["ffn"]
 
@@ -327,21 +352,28 @@ def test_breakdown_errors():
     with pytest.raises(ValueError, match="at least one"):
         TransformerParamConfig("empty", d_model=8, vocab_size=10)
     with pytest.raises(
-        ValueError, match=r"TransformerParamConfig\('bad'\): d_model must be an int >= 1"
+        ValueError,
+        match=r"TransformerParamConfig\('bad'\): d_model must be an int >= 1",
     ):
         TransformerParamConfig("bad", d_model=0, vocab_size=10, n_decoder_layers=1)
     with pytest.raises(ValueError, match="n_positions must be an int >= 0"):
-        TransformerParamConfig("bad", d_model=8, vocab_size=10, n_decoder_layers=1, n_positions=-1)
+        TransformerParamConfig(
+            "bad", d_model=8, vocab_size=10, n_decoder_layers=1, n_positions=-1
+        )
     with pytest.raises(TypeError, match="TransformerParamConfig"):
         transformer_param_breakdown({"d_model": 8})
     with pytest.raises(TypeError, match="gated_ffn must be True or False"):
-        TransformerParamConfig("bad", d_model=8, vocab_size=10, n_decoder_layers=1, gated_ffn=1)
+        TransformerParamConfig(
+            "bad", d_model=8, vocab_size=10, n_decoder_layers=1, gated_ffn=1
+        )
     with pytest.raises(TypeError, match="tied_output must be True or False"):
         TransformerParamConfig(
             "bad", d_model=8, vocab_size=10, n_decoder_layers=1, tied_output="no"
         )
     # before: accepted, and compared against as if it were a parameter count
-    with pytest.raises(ValueError, match="published must be a finite number > 0, got nan"):
+    with pytest.raises(
+        ValueError, match="published must be a finite number > 0, got nan"
+    ):
         TransformerParamConfig("bad", 8, 10, n_decoder_layers=1, published=float("nan"))
     with pytest.raises(TypeError, match="name must be a str, got int 3"):
         TransformerParamConfig(3, 8, 10, n_decoder_layers=1)
@@ -349,10 +381,20 @@ def test_breakdown_errors():
 
 def test_module_param_counts_agree_with_breakdown_for_a_block():
     # One plain block's FFN, counted by module and by formula, within the breakdown.
-    cfg = TransformerParamConfig("tiny", d_model=16, vocab_size=50, n_decoder_layers=1, d_ff=40)
-    assert transformer_param_breakdown(cfg)["ffn"] == n_parameters(FeedForward(16, d_ff=40))
+    cfg = TransformerParamConfig(
+        "tiny", d_model=16, vocab_size=50, n_decoder_layers=1, d_ff=40
+    )
+    assert transformer_param_breakdown(cfg)["ffn"] == n_parameters(
+        FeedForward(16, d_ff=40)
+    )
     gated_cfg = TransformerParamConfig(
-        "tiny", d_model=16, vocab_size=50, n_decoder_layers=1, d_ff=40, gated_ffn=True, bias=False
+        "tiny",
+        d_model=16,
+        vocab_size=50,
+        n_decoder_layers=1,
+        d_ff=40,
+        gated_ffn=True,
+        bias=False,
     )
     assert transformer_param_breakdown(gated_cfg)["ffn"] == n_parameters(
         GatedFeedForward(16, d_ff=40)

@@ -35,8 +35,12 @@ CONFIGS = {
         tie_embeddings=False,
     ),
     "alibi": TransformerConfig(**SMALL, positions="alibi"),
-    "sinusoidal_post": TransformerConfig(**SMALL, positions="sinusoidal", norm_position="post"),
-    "t5_positions": TransformerConfig(**SMALL, positions="t5", attn_scale=1.0, d_head=12),
+    "sinusoidal_post": TransformerConfig(
+        **SMALL, positions="sinusoidal", norm_position="post"
+    ),
+    "t5_positions": TransformerConfig(
+        **SMALL, positions="t5", attn_scale=1.0, d_head=12
+    ),
 }
 T5_CFG = TransformerConfig(
     **SMALL, n_decoder_layers=3, positions="t5", norm="rmsnorm", activation="relu",
@@ -81,7 +85,9 @@ def test_gpt_is_causal(name):
 
 
 def test_bert_is_bidirectional_and_ignores_padding():
-    cfg = TransformerConfig(**SMALL, norm_position="post", n_token_types=2, embedding_norm=True)
+    cfg = TransformerConfig(
+        **SMALL, norm_position="post", n_token_types=2, embedding_norm=True
+    )
     model = BERT(cfg).eval()
     ids = _ids()
     changed = ids.clone()
@@ -93,7 +99,9 @@ def test_bert_is_bidirectional_and_ignores_padding():
         padded = model(ids, mask=mask)
         other_pad = ids.clone()
         other_pad[1, 7:] = 3
-        assert torch.allclose(padded[1, :7], model(other_pad, mask=mask)[1, :7], atol=1e-5)
+        assert torch.allclose(
+            padded[1, :7], model(other_pad, mask=mask)[1, :7], atol=1e-5
+        )
         alone = model(ids[1:, :7])
         assert torch.allclose(padded[1, :7], alone[0], atol=1e-5)
 
@@ -152,7 +160,10 @@ def test_init_weights_scales_residual_projections():
 
 
 def test_parameter_counts_and_tying():
-    tied, untied = GPT(CONFIGS["gpt2"]), GPT(replace_cfg(CONFIGS["gpt2"], tie_embeddings=False))
+    tied, untied = (
+        GPT(CONFIGS["gpt2"]),
+        GPT(replace_cfg(CONFIGS["gpt2"], tie_embeddings=False)),
+    )
     assert tied.head.weight is tied.embed.tokens.weight
     assert count_parameters(untied) - count_parameters(tied) == 97 * 32
     parts = parameter_breakdown(untied)
@@ -228,7 +239,9 @@ def test_bad_model_input_is_a_clear_error():
     with pytest.raises(ValueError, match="needs decoder input"):
         t5(_ids())
     bert = BERT(TransformerConfig(**SMALL))
-    with pytest.raises(ValueError, match="token_types given, but the config has n_token_types=0"):
+    with pytest.raises(
+        ValueError, match="token_types given, but the config has n_token_types=0"
+    ):
         bert(_ids(), token_types=torch.zeros(2, 12, dtype=torch.long))
 
 

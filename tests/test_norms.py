@@ -64,7 +64,9 @@ def _assert_same_as_reference(ours: nn.Module, ref: nn.Module, d_model: int) -> 
 def test_layernorm_matches_torch_with_gradients(kwargs):
     d_model = 48
     ours, ref = LayerNorm(d_model, **kwargs), nn.LayerNorm(d_model, **kwargs)
-    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    assert [n for n, _ in ours.named_parameters()] == [
+        n for n, _ in ref.named_parameters()
+    ]
     _assert_same_as_reference(ours, ref, d_model)
 
 
@@ -99,7 +101,9 @@ def test_layernorm_output_has_zero_mean_unit_variance_per_token():
     x = 10 * torch.randn(5, 9, 32) - 4
     y = LayerNorm(32, elementwise_affine=False)(x)
     torch.testing.assert_close(y.mean(-1), torch.zeros(5, 9), atol=1e-5, rtol=0)
-    torch.testing.assert_close(y.var(-1, unbiased=False), torch.ones(5, 9), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        y.var(-1, unbiased=False), torch.ones(5, 9), atol=1e-4, rtol=0
+    )
 
 
 def test_rmsnorm_output_has_unit_root_mean_square_but_keeps_the_mean_direction():
@@ -149,7 +153,9 @@ def test_rmsnorm_invariant_to_scale_but_not_to_shift():
 
 def test_parameters_initialised_to_identity_affine():
     ln = LayerNorm(8)
-    assert torch.equal(ln.weight, torch.ones(8)) and torch.equal(ln.bias, torch.zeros(8))
+    assert torch.equal(ln.weight, torch.ones(8)) and torch.equal(
+        ln.bias, torch.zeros(8)
+    )
     assert LayerNorm(8, bias=False).bias is None
     assert LayerNorm(8, elementwise_affine=False).weight is None
     assert list(RMSNorm(8, elementwise_affine=False).parameters()) == []
@@ -280,25 +286,34 @@ def test_bad_d_model_rejected(d_model, error, match):
 
 
 def test_eps_of_wrong_type_rejected():
-    with pytest.raises(TypeError, match="RMSNorm: eps must be a number, got str 'small'"):
+    with pytest.raises(
+        TypeError, match="RMSNorm: eps must be a number, got str 'small'"
+    ):
         RMSNorm(8, eps="small")
 
 
 def test_unknown_norm_position_lists_the_choices():
     for bad in ["middle", "PRE", None]:
-        with pytest.raises(ValueError, match=r"position must be one of 'pre', 'post', got"):
+        with pytest.raises(
+            ValueError, match=r"position must be one of 'pre', 'post', got"
+        ):
             ResidualSublayer(nn.Identity(), 8, position=bad)
-        with pytest.raises(ValueError, match=r"position must be one of 'pre', 'post', got"):
+        with pytest.raises(
+            ValueError, match=r"position must be one of 'pre', 'post', got"
+        ):
             make_final_norm(bad, 8)
     assert NORM_POSITIONS == ("pre", "post")
 
 
 def test_unknown_norm_kind_lists_the_choices():
     with pytest.raises(
-        ValueError, match=r"norm must be one of 'layernorm', 'rmsnorm', got str 'batchnorm'"
+        ValueError,
+        match=r"norm must be one of 'layernorm', 'rmsnorm', got str 'batchnorm'",
     ):
         ResidualSublayer(nn.Identity(), 8, norm="batchnorm")
-    with pytest.raises(ValueError, match=r"kind must be one of 'layernorm', 'rmsnorm', got str"):
+    with pytest.raises(
+        ValueError, match=r"kind must be one of 'layernorm', 'rmsnorm', got str"
+    ):
         make_norm("LayerNorm", 8)
 
 
@@ -373,7 +388,9 @@ def test_float64_input_is_normalised_in_float64(cls):
 def test_non_bool_flags_are_rejected(cls):
     with pytest.raises(TypeError, match="fused must be True or False, got int 1"):
         cls(8, fused=1)
-    with pytest.raises(TypeError, match="elementwise_affine must be True or False, got str 'yes'"):
+    with pytest.raises(
+        TypeError, match="elementwise_affine must be True or False, got str 'yes'"
+    ):
         cls(8, elementwise_affine="yes")
 
 
@@ -426,7 +443,9 @@ def test_attention_cache_crosses_the_residual():
 
 def test_layernorm_bias_flag_must_be_a_bool():
     # bias="no" is truthy: it built a learned bias without a word
-    with pytest.raises(TypeError, match="LayerNorm: bias must be True or False, got str 'no'"):
+    with pytest.raises(
+        TypeError, match="LayerNorm: bias must be True or False, got str 'no'"
+    ):
         LayerNorm(8, bias="no")
     assert LayerNorm(8, bias=False).bias is None
 
@@ -434,7 +453,8 @@ def test_layernorm_bias_flag_must_be_a_bool():
 @pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
 def test_eps_message_names_the_reason(cls):
     with pytest.raises(
-        ValueError, match="eps must be a finite number > 0, got -1e-05; it keeps the division"
+        ValueError,
+        match="eps must be a finite number > 0, got -1e-05; it keeps the division",
     ):
         cls(8, eps=-1e-5)
 
@@ -442,16 +462,24 @@ def test_eps_message_names_the_reason(cls):
 @pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
 def test_numpy_scalars_are_accepted_as_numbers(cls):
     norm = cls(np.int64(8), eps=np.float32(1e-3))  # both were refused
-    assert type(norm.d_model) is int and type(norm.eps) is float and norm.eps == pytest.approx(1e-3)
+    assert (
+        type(norm.d_model) is int
+        and type(norm.eps) is float
+        and norm.eps == pytest.approx(1e-3)
+    )
     assert norm(torch.randn(2, 8)).shape == (2, 8)
 
 
 @pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
 def test_input_on_another_device_is_named(cls):
     # was: "Tensor on device cpu is not on the expected device meta!" from inside the kernel
-    with pytest.raises(ValueError, match=f"{cls.__name__}: x and weight must be on one device"):
+    with pytest.raises(
+        ValueError, match=f"{cls.__name__}: x and weight must be on one device"
+    ):
         cls(8)(torch.randn(2, 8, device="meta"))
-    out = cls(8, elementwise_affine=False)(torch.randn(2, 8, device="meta"))  # nothing to move
+    out = cls(8, elementwise_affine=False)(
+        torch.randn(2, 8, device="meta")
+    )  # nothing to move
     assert out.device.type == "meta"
 
 

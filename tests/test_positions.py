@@ -34,11 +34,15 @@ def test_sinusoidal_matches_the_formula_entry_by_entry():
         for i in range(d_model // 2):
             angle = pos / 10000 ** (2 * i / d_model)
             assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
-            assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+            assert table[pos, 2 * i + 1].item() == pytest.approx(
+                math.cos(angle), abs=1e-6
+            )
 
 
 def test_sinusoidal_base_changes_the_wavelengths():
-    assert not torch.allclose(sinusoidal_positions(5, 8), sinusoidal_positions(5, 8, base=100.0))
+    assert not torch.allclose(
+        sinusoidal_positions(5, 8), sinusoidal_positions(5, 8, base=100.0)
+    )
     # the first pair has frequency 1 whatever the base
     assert torch.allclose(
         sinusoidal_positions(5, 8)[:, :2], sinusoidal_positions(5, 8, base=100.0)[:, :2]
@@ -121,7 +125,9 @@ def test_sinusoidal_module_validates():
         module(torch.randn(2, 5, 8), offset=-1)
     with pytest.raises(TypeError, match="floating-point"):
         module(torch.ones(2, 5, 8, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\), got 1.5"):
+    with pytest.raises(
+        ValueError, match=r"dropout must be a probability in \[0, 1\), got 1.5"
+    ):
         SinusoidalPositionalEncoding(8, dropout=1.5)
     with pytest.raises(ValueError, match="dropout must be a probability in"):
         SinusoidalPositionalEncoding(8, dropout=-0.1)
@@ -134,7 +140,9 @@ def test_sinusoidal_module_validates():
         SinusoidalPositionalEncoding(8, max_len=16.0)
     with pytest.raises(ValueError, match="base must be a finite number > 1, got inf"):
         SinusoidalPositionalEncoding(8, base=float("inf"))
-    with pytest.raises(ValueError, match="x and pe must be on one device, got x on meta"):
+    with pytest.raises(
+        ValueError, match="x and pe must be on one device, got x on meta"
+    ):
         module(torch.randn(1, 2, 8, device="meta"))
 
 
@@ -145,7 +153,9 @@ def test_sinusoidal_module_computes_float64_in_float64():
     expected = sinusoidal_positions(45, 8, dtype=torch.float64)[5:]
     assert torch.equal(module(x, offset=5)[0], expected)
     assert not torch.equal(expected.float().double(), expected)  # float32 would differ
-    assert torch.equal(module.double()(x, offset=5)[0], expected)  # after module.double() too
+    assert torch.equal(
+        module.double()(x, offset=5)[0], expected
+    )  # after module.double() too
     with pytest.raises(TypeError, match="dtype must be a floating torch.dtype"):
         sinusoidal_positions(4, 8, dtype=torch.long)
 
@@ -165,7 +175,11 @@ def test_learned_adds_its_rows_and_learns():
     assert torch.allclose(out, x + module.embedding.weight[2:8])
     out.sum().backward()
     grad = module.embedding.weight.grad
-    assert grad[2:8].abs().sum() > 0 and grad[:2].abs().sum() == 0 and grad[8:].abs().sum() == 0
+    assert (
+        grad[2:8].abs().sum() > 0
+        and grad[:2].abs().sum() == 0
+        and grad[8:].abs().sum() == 0
+    )
 
 
 def test_learned_refuses_positions_past_max_len():
@@ -185,8 +199,16 @@ def test_learned_refuses_positions_past_max_len():
     ("kwargs", "error", "match"),
     [
         # before: inf filled the table with infinities, NaN was refused deep inside torch
-        ({"init_std": float("inf")}, ValueError, "init_std must be a finite number >= 0, got inf"),
-        ({"init_std": float("nan")}, ValueError, "init_std must be a finite number >= 0, got nan"),
+        (
+            {"init_std": float("inf")},
+            ValueError,
+            "init_std must be a finite number >= 0, got inf",
+        ),
+        (
+            {"init_std": float("nan")},
+            ValueError,
+            "init_std must be a finite number >= 0, got nan",
+        ),
         ({"max_len": 10.0}, TypeError, "max_len must be an int, got float"),
         ({"d_model": 0}, ValueError, "d_model must be an int >= 1, got 0"),
     ],
@@ -255,7 +277,9 @@ def test_rope_scores_depend_only_on_the_relative_position():
 def test_rope_half_split_equals_interleaved_up_to_a_permutation():
     d_head = 8
     x = torch.randn(2, 3, 10, d_head, dtype=torch.float64)
-    half_split_order = torch.cat((torch.arange(0, d_head, 2), torch.arange(1, d_head, 2)))
+    half_split_order = torch.cat(
+        (torch.arange(0, d_head, 2), torch.arange(1, d_head, 2))
+    )
     rope = RotaryEmbedding(d_head)
     ours = rope(x[..., half_split_order].float(), offset=4).double()
     reference = rotary_interleaved(x, offset=4)[..., half_split_order]
@@ -272,7 +296,9 @@ def test_rope_rotates_a_whole_batch_like_row_by_row_and_past_its_cache():
     whole = rope(x, offset=10)  # positions 10..21 cross the cache end at 16
     for t in range(12):
         assert torch.allclose(
-            whole[..., t : t + 1, :], rope(x[..., t : t + 1, :], offset=10 + t), atol=1e-6
+            whole[..., t : t + 1, :],
+            rope(x[..., t : t + 1, :], offset=10 + t),
+            atol=1e-6,
         )
     assert torch.allclose(whole, rotary_interleaved_in_half_layout(x, 10), atol=1e-5)
 
@@ -293,7 +319,9 @@ def test_rope_keeps_dtype_and_has_no_parameters():
 
 
 def test_rope_validates():
-    with pytest.raises(ValueError, match="d_head must be even, got 7; RoPE rotates pairs"):
+    with pytest.raises(
+        ValueError, match="d_head must be even, got 7; RoPE rotates pairs"
+    ):
         RotaryEmbedding(7)
     rope = RotaryEmbedding(8)
     with pytest.raises(ValueError, match=r"with d_head=8, got shape \(2, 3, 6\)"):
@@ -340,14 +368,22 @@ def test_rotate_half_needs_an_even_last_axis():
 
 def test_rotary_interleaved_refuses_integer_input():
     # before: the integer input was rotated in float64 and truncated back to integers
-    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
+    with pytest.raises(
+        TypeError, match="x must be a floating-point tensor, got dtype torch.int64"
+    ):
         rotary_interleaved(torch.ones(3, 4, dtype=torch.long), offset=1)
 
 
 def test_apply_rotary_needs_one_dtype_and_device():
-    x, cos, sin = torch.randn(3, 8, dtype=torch.float16), torch.randn(3, 8), torch.randn(3, 8)
+    x, cos, sin = (
+        torch.randn(3, 8, dtype=torch.float16),
+        torch.randn(3, 8),
+        torch.randn(3, 8),
+    )
     # before: the float16 x came back as float32, silently promoted by the float32 tables
-    with pytest.raises(TypeError, match="x, cos and sin must share a dtype, got x torch.float16"):
+    with pytest.raises(
+        TypeError, match="x, cos and sin must share a dtype, got x torch.float16"
+    ):
         apply_rotary(x, cos, sin)
     with pytest.raises(ValueError, match="x, cos and sin must be on one device"):
         apply_rotary(x.float(), cos.to("meta"), sin.to("meta"))
@@ -360,9 +396,14 @@ def test_rope_rotates_float64_to_float64_accuracy():
     # before: float32 tables gave float64 input float32 accuracy (about 1e-7)
     x = torch.randn(2, 3, 50, 16, dtype=torch.float64)
     reference = rotary_interleaved_in_half_layout(x, 1000)
-    for rope in (RotaryEmbedding(16, max_len=64), RotaryEmbedding(16, max_len=64).double()):
+    for rope in (
+        RotaryEmbedding(16, max_len=64),
+        RotaryEmbedding(16, max_len=64).double(),
+    ):
         assert (rope(x, offset=1000) - reference).abs().max() < 1e-12
-        assert (rope(x, offset=3) - rotary_interleaved_in_half_layout(x, 3)).abs().max() < 1e-12
+        assert (
+            rope(x, offset=3) - rotary_interleaved_in_half_layout(x, 3)
+        ).abs().max() < 1e-12
     cos, _ = RotaryEmbedding(16).cos_sin(0, 4)
     assert cos.dtype == torch.float32
 
@@ -372,11 +413,13 @@ def test_rope_rotates_float64_to_float64_accuracy():
 
 def test_alibi_slopes_powers_of_two():
     assert torch.allclose(alibi_slopes(8), torch.tensor([2.0**-h for h in range(1, 9)]))
-    assert torch.allclose(alibi_slopes(4), torch.tensor([2.0 ** (-2 * h) for h in range(1, 5)]))
-    sixteen = alibi_slopes(16)
-    assert sixteen[0].item() == pytest.approx(2**-0.5) and sixteen[-1].item() == pytest.approx(
-        2**-8
+    assert torch.allclose(
+        alibi_slopes(4), torch.tensor([2.0 ** (-2 * h) for h in range(1, 5)])
     )
+    sixteen = alibi_slopes(16)
+    assert sixteen[0].item() == pytest.approx(2**-0.5) and sixteen[
+        -1
+    ].item() == pytest.approx(2**-8)
     assert alibi_slopes(1).tolist() == [2.0**-8]
 
 
@@ -386,7 +429,9 @@ def test_alibi_slopes_other_counts_follow_the_paper():
     assert torch.allclose(alibi_slopes(6), torch.tensor(expected))
     # 12 heads: all slopes distinct, the 8 first are the 8-head ones
     twelve = alibi_slopes(12)
-    assert torch.allclose(twelve[:8], alibi_slopes(8)) and len(set(twelve.tolist())) == 12
+    assert (
+        torch.allclose(twelve[:8], alibi_slopes(8)) and len(set(twelve.tolist())) == 12
+    )
 
 
 def test_alibi_bias_values():
@@ -397,7 +442,9 @@ def test_alibi_bias_values():
     for h in range(4):
         for row in range(3):
             for j in range(6):
-                assert bias[h, row, j].item() == pytest.approx(-slopes[h].item() * abs(2 + row - j))
+                assert bias[h, row, j].item() == pytest.approx(
+                    -slopes[h].item() * abs(2 + row - j)
+                )
 
 
 def test_alibi_causal_masks_the_future_and_matches_on_the_past():
@@ -448,7 +495,9 @@ def mesh_tf_bucket(
     if n < max_exact:
         return ret + n
     large = max_exact + int(
-        math.log(n / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+        math.log(n / max_exact)
+        / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
     )
     return ret + min(large, num_buckets - 1)
 
@@ -461,7 +510,10 @@ def test_t5_buckets_match_a_scalar_reference(bidirectional, num_buckets, max_dis
     rel = torch.arange(-300, 301)
     got = t5_relative_position_bucket(rel, bidirectional, num_buckets, max_distance)
     want = torch.tensor(
-        [mesh_tf_bucket(r, bidirectional, num_buckets, max_distance) for r in rel.tolist()]
+        [
+            mesh_tf_bucket(r, bidirectional, num_buckets, max_distance)
+            for r in rel.tolist()
+        ]
     )
     assert torch.equal(got, want)
 
@@ -474,20 +526,28 @@ def test_t5_bucket_properties():
         assert torch.equal(bucket[:exact], past[:exact])  # exact region
         assert (bucket[1:] >= bucket[:-1]).all()  # monotone in distance
         assert (bucket[128:] == per_side - 1).all()  # saturated from max_distance on
-        assert bucket.max() == per_side - 1 and set(bucket.tolist()) == set(range(per_side))
+        assert bucket.max() == per_side - 1 and set(bucket.tolist()) == set(
+            range(per_side)
+        )
     future = t5_relative_position_bucket(torch.arange(1, 500), True, 32, 128)
     assert (future >= 16).all() and future[0] == 17
-    assert (t5_relative_position_bucket(torch.arange(1, 500), False, 32, 128) == 0).all()
+    assert (
+        t5_relative_position_bucket(torch.arange(1, 500), False, 32, 128) == 0
+    ).all()
 
 
 def test_t5_bias_module_looks_up_its_table():
-    module = T5RelativePositionBias(n_heads=3, num_buckets=8, max_distance=20, bidirectional=True)
+    module = T5RelativePositionBias(
+        n_heads=3, num_buckets=8, max_distance=20, bidirectional=True
+    )
     bias = module(4, 6, offset=2)
     assert bias.shape == (3, 4, 6)
     for row in range(4):
         for j in range(6):
             b = t5_relative_position_bucket(torch.tensor(j - (2 + row)), True, 8, 20)
-            assert torch.equal(bias[:, row, j], module.relative_attention_bias.weight[b])
+            assert torch.equal(
+                bias[:, row, j], module.relative_attention_bias.weight[b]
+            )
     bias.sum().backward()
     assert module.relative_attention_bias.weight.grad.abs().sum() > 0
     # Toeplitz: the bias depends on j - i only
@@ -504,7 +564,9 @@ def test_t5_validates():
     with pytest.raises(ValueError, match="max_distance=4 must exceed"):
         t5_relative_position_bucket(torch.tensor([1]), True, 32, 4)
     # before: any truthy value was taken for True
-    with pytest.raises(TypeError, match="bidirectional must be True or False, got int 0"):
+    with pytest.raises(
+        TypeError, match="bidirectional must be True or False, got int 0"
+    ):
         t5_relative_position_bucket(torch.tensor([1]), 0)
     with pytest.raises(ValueError, match="n_heads must be an int >= 1"):
         T5RelativePositionBias(0)
@@ -515,13 +577,19 @@ def test_t5_validates():
     with pytest.raises(TypeError, match="bidirectional must be True or False"):
         T5RelativePositionBias(2, bidirectional="no")
     # before: an infinite init_std filled the table with infinities
-    with pytest.raises(ValueError, match="init_std must be a finite number >= 0, got inf"):
+    with pytest.raises(
+        ValueError, match="init_std must be a finite number >= 0, got inf"
+    ):
         T5RelativePositionBias(2, init_std=float("inf"))
 
 
-@pytest.mark.parametrize("module", [ALiBi(3), ALiBi(3, causal=False), T5RelativePositionBias(3)])
+@pytest.mark.parametrize(
+    "module", [ALiBi(3), ALiBi(3, causal=False), T5RelativePositionBias(3)]
+)
 def test_score_bias_modules_share_one_call(module):
-    bias = module(2, 7, 5)  # decoding 2 new tokens with a cache of 7 keys: offset = 7 - 2
+    bias = module(
+        2, 7, 5
+    )  # decoding 2 new tokens with a cache of 7 keys: offset = 7 - 2
     assert bias.shape == (3, 2, 7) and bias.dtype == torch.float32
     # the bias of a query at position p equals that of the full-sequence call's row p
     full = module(7, 7, 0)

@@ -44,7 +44,9 @@ def test_rerun_record_explains_a_bad_record(tmp_path: Path):
     assert no_command.returncode != 0 and "has no 'command'" in no_command.stderr
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a CPU machine gets")
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the message a CPU machine gets"
+)
 def test_gpu_records_refuse_to_run_without_a_gpu():
     done = _script("gpu_records.py", "notebooks")
     assert done.returncode != 0 and "no CUDA GPU here" in done.stderr

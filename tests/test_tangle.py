@@ -22,7 +22,9 @@ def test_there_are_chapters():
 def test_module_matches_its_chapter(chapter: Path):
     for name, text in tangle.render_all(chapter).items():
         module = LIB / f"{name}.py"
-        assert module.exists(), f"{module.name} is missing: run `python tools/tangle.py`"
+        assert module.exists(), (
+            f"{module.name} is missing: run `python tools/tangle.py`"
+        )
         assert module.read_text(encoding="utf-8") == text, (
             f"lib/{module.name} differs from the export cells of chapters/{chapter.name}: "
             "edit the chapter, not the module, then run `python tools/tangle.py`"
@@ -51,8 +53,13 @@ def test_self_import_detector_and_export_targets(tmp_path: Path, monkeypatch):
     )
     modules = tangle.export_cells_by_module(chapter)
     assert set(modules) == {"demo", "other", "third"}
-    assert modules["other"][0].startswith("from lib.demo import f\ndef g():")  # uncommented
-    assert tangle.self_imports(chapter) == ["from lib.demo import f", "from lib.other import g"]
+    assert modules["other"][0].startswith(
+        "from lib.demo import f\ndef g():"
+    )  # uncommented
+    assert tangle.self_imports(chapter) == [
+        "from lib.demo import f",
+        "from lib.other import g",
+    ]
     assert tangle.cell_target(["export:models"], "demo") == "models"
     with pytest.raises(ValueError, match="one module only"):
         tangle.cell_target(["export", "export:models"], "demo")
@@ -78,7 +85,9 @@ def _lib_modules() -> list[Path]:
     return sorted(p for p in LIB.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-@pytest.mark.parametrize("module", _lib_modules(), ids=lambda p: str(p.relative_to(LIB)))
+@pytest.mark.parametrize(
+    "module", _lib_modules(), ids=lambda p: str(p.relative_to(LIB))
+)
 def test_no_name_defined_twice_in_a_module(module: Path):
     seen: dict[str, int] = {}
     twice = []
@@ -86,7 +95,9 @@ def test_no_name_defined_twice_in_a_module(module: Path):
         if name in seen and name != "__all__":
             twice.append(f"{name} (lines {seen[name]} and {line})")
         seen.setdefault(name, line)
-    assert not twice, f"{module.name} defines these names more than once: {', '.join(twice)}"
+    assert not twice, (
+        f"{module.name} defines these names more than once: {', '.join(twice)}"
+    )
 
 
 def test_no_public_function_or_class_defined_in_two_modules():
@@ -94,7 +105,9 @@ def test_no_public_function_or_class_defined_in_two_modules():
     for module in _lib_modules():
         tree = ast.parse(module.read_text(encoding="utf-8"))
         for node in tree.body:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+            if isinstance(
+                node, (ast.FunctionDef, ast.ClassDef)
+            ) and not node.name.startswith("_"):
                 where[node.name].append(str(module.relative_to(LIB)))
     twice = {name: mods for name, mods in where.items() if len(mods) > 1}
     assert not twice, f"public names defined in more than one lib module: {twice}"

@@ -29,7 +29,9 @@ CORPUS = load_tiny_shakespeare()[:30_000]  # enough pairs for 400 tokens
 
 @pytest.fixture(scope="module")
 def trained() -> BPETokenizer:
-    return BPETokenizer().train(CORPUS, vocab_size=400, special_tokens=["<|endoftext|>", "<pad>"])
+    return BPETokenizer().train(
+        CORPUS, vocab_size=400, special_tokens=["<|endoftext|>", "<pad>"]
+    )
 
 
 # -- CharTokenizer ------------------------------------------------------------------------------
@@ -76,14 +78,18 @@ def test_char_tokenizer_bad_types():
         CharTokenizer("abc").encode(b"abc")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="sequence of integer ids"):
         CharTokenizer("abc").decode("abc")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match=r"decode\(\): ids\[1\] must be an int, got float 1.5"):
+    with pytest.raises(
+        TypeError, match=r"decode\(\): ids\[1\] must be an int, got float 1.5"
+    ):
         CharTokenizer("abc").decode([0, 1.5])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="1-D sequence"):
         CharTokenizer("abc").decode(torch.zeros(2, 2, dtype=torch.long))
     with pytest.raises(TypeError, match=r"ids\[0\] must be an int, got bool True"):
         CharTokenizer("abc").decode([True])
     with pytest.raises(TypeError, match="sequence of integer ids, got int"):
-        CharTokenizer("abc").decode(torch.tensor(1))  # a 0-d tensor is one id, not a sequence
+        CharTokenizer("abc").decode(
+            torch.tensor(1)
+        )  # a 0-d tensor is one id, not a sequence
 
 
 def test_char_tokenizer_decodes_numpy_integers():
@@ -144,7 +150,9 @@ def test_merge_adjacent_pair_left_to_right_without_overlap():
         ((1, 2), False, TypeError, "new_id must be an int, got bool False"),
     ],
 )
-def test_merge_adjacent_pair_rejects_bools_floats_and_negative_ids(pair, new_id, error, match):
+def test_merge_adjacent_pair_rejects_bools_floats_and_negative_ids(
+    pair, new_id, error, match
+):
     with pytest.raises(error, match=match):
         merge_adjacent_pair([1, 2], pair, new_id)
 
@@ -182,7 +190,10 @@ def test_ties_go_to_the_smallest_pair_of_ids():
 def test_trainer_weights_pairs_by_word_counts_and_stops_when_out_of_pairs():
     merges = train_bpe_merges({(1, 2, 3): 5, (2, 3): 4}, 10)
     assert merges[0] == ((2, 3), 9)
-    assert merges == [((2, 3), 9), ((1, 256), 5)]  # then every word is one token: stop early
+    assert merges == [
+        ((2, 3), 9),
+        ((1, 256), 5),
+    ]  # then every word is one token: stop early
 
 
 word_counts_strategy = st.dictionaries(
@@ -205,19 +216,27 @@ def test_trainer_bad_input():
         train_bpe_merges({(1, 2): 1}, -1)
     with pytest.raises(TypeError, match="n_merges must be an int, got float 2.0"):
         train_bpe_merges({(1, 2): 1}, 2.0)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"the count of word \(1, 2\) must be an int >= 1, got 0"):
+    with pytest.raises(
+        ValueError, match=r"the count of word \(1, 2\) must be an int >= 1, got 0"
+    ):
         train_bpe_merges({(1, 2): 0}, 1)
-    with pytest.raises(TypeError, match=r"the count of word \(1, 2\) must be an int, got bool"):
+    with pytest.raises(
+        TypeError, match=r"the count of word \(1, 2\) must be an int, got bool"
+    ):
         train_bpe_merges({(1, 2): True}, 1)
     with pytest.raises(TypeError, match="tuples of ids"):
         train_bpe_merges({"ab": 1}, 1)  # type: ignore[dict-item]
-    with pytest.raises(TypeError, match="word_counts must map words to counts, got list"):
+    with pytest.raises(
+        TypeError, match="word_counts must map words to counts, got list"
+    ):
         train_bpe_merges([((1, 2), 1)], 1)  # type: ignore[arg-type]
 
 
 def test_trainer_refuses_ids_that_collide_with_the_new_ones():
     # Before: id 300 in a word and first_id=256 let merge 44 create a second, different id 300.
-    with pytest.raises(ValueError, match=r"word \(1, 300\) holds an id outside 0\.\.255"):
+    with pytest.raises(
+        ValueError, match=r"word \(1, 300\) holds an id outside 0\.\.255"
+    ):
         train_bpe_merges({(1, 300): 2}, 1)
     with pytest.raises(ValueError, match="holds an id outside"):
         train_bpe_merges({(1, -2): 2}, 1)
@@ -248,7 +267,9 @@ def test_training_reaches_the_vocab_size_with_fixed_special_ids(trained):
 def test_training_is_deterministic_and_smaller_vocabularies_are_prefixes(trained):
     again = BPETokenizer().train(CORPUS, 400, special_tokens=["<|endoftext|>", "<pad>"])
     assert again.merges == trained.merges
-    smaller = BPETokenizer().train(CORPUS, 300, special_tokens=["<|endoftext|>", "<pad>"])
+    smaller = BPETokenizer().train(
+        CORPUS, 300, special_tokens=["<|endoftext|>", "<pad>"]
+    )
     assert smaller.merges == trained.merges[: 300 - 258]
 
 
@@ -278,7 +299,15 @@ def test_longest_special_token_wins():
 
 
 def test_encode_equals_applying_every_merge_in_order(trained):
-    for word in ["First", " Citizen", " resolved", " famish", " unseen", "!!", " Marcius"]:
+    for word in [
+        "First",
+        " Citizen",
+        " resolved",
+        " famish",
+        " unseen",
+        "!!",
+        " Marcius",
+    ]:
         ids = list(word.encode())
         for rank, pair in enumerate(trained.merges):
             ids = merge_adjacent_pair(ids, pair, 258 + rank)
@@ -286,7 +315,9 @@ def test_encode_equals_applying_every_merge_in_order(trained):
 
 
 def test_merges_without_overlapping_runs_save_exactly_their_count_of_tokens():
-    word_counts = {tuple(w.encode()): c for w, c in Counter(gpt2_pretokenize(CORPUS)).items()}
+    word_counts = {
+        tuple(w.encode()): c for w, c in Counter(gpt2_pretokenize(CORPUS)).items()
+    }
     merges = train_bpe_merges(word_counts, 150)
     tok = BPETokenizer.from_merges([pair for pair, _ in merges])
     ids = tok.encode(CORPUS)
@@ -328,7 +359,10 @@ def test_save_and_load_round_trip(trained, tmp_path):
     assert data["special_tokens"] == ["<|endoftext|>", "<pad>"]
     assert data["pattern"] == GPT2_SPLIT_PATTERN
     loaded = BPETokenizer.load(path)
-    assert loaded.merges == trained.merges and loaded.special_tokens == trained.special_tokens
+    assert (
+        loaded.merges == trained.merges
+        and loaded.special_tokens == trained.special_tokens
+    )
     assert loaded.vocab == trained.vocab
     assert loaded.encode(CORPUS + "<pad>") == trained.encode(CORPUS + "<pad>")
 
@@ -346,7 +380,9 @@ def test_encode_and_train_reject_non_strings():
 
 
 def test_decode_ids_out_of_range(trained):
-    with pytest.raises(ValueError, match=r"id 400 at position 1 is out of range .* 0\.\.399"):
+    with pytest.raises(
+        ValueError, match=r"id 400 at position 1 is out of range .* 0\.\.399"
+    ):
         trained.decode([1, 400])
     with pytest.raises(ValueError, match=r"id -1 at position 0"):
         trained.decode([-1])
@@ -362,13 +398,17 @@ def test_vocab_size_smaller_than_the_alphabet():
 
 
 def test_bad_special_tokens():
-    with pytest.raises(ValueError, match=r"special_tokens\[0\] must be a non-empty str"):
+    with pytest.raises(
+        ValueError, match=r"special_tokens\[0\] must be a non-empty str"
+    ):
         BPETokenizer().train("abc", 300, special_tokens=[""])
     with pytest.raises(ValueError, match="distinct"):
         BPETokenizer().train("abc", 300, special_tokens=["<a>", "<a>"])
     with pytest.raises(TypeError, match=r"write \['<eos>'\]"):
         BPETokenizer().train("abc", 300, special_tokens="<eos>")
-    with pytest.raises(TypeError, match=r"special_tokens\[1\] must be a str, got int 1"):
+    with pytest.raises(
+        TypeError, match=r"special_tokens\[1\] must be a str, got int 1"
+    ):
         BPETokenizer().train("abc", 300, special_tokens=["<a>", 1])  # type: ignore[list-item]
     # before: an unhelpful UnicodeEncodeError from deep inside the vocabulary's construction
     with pytest.raises(ValueError, match="lone surrogate"):
@@ -439,7 +479,9 @@ def test_docstring_examples():
 
 def test_from_merges_rejects_a_duplicate_merge():
     # Before: accepted; the second (104, 105) got an id that encode could never produce.
-    with pytest.raises(ValueError, match=r"merge 1 \(104, 105\) repeats merge 0; a pair is merged"):
+    with pytest.raises(
+        ValueError, match=r"merge 1 \(104, 105\) repeats merge 0; a pair is merged"
+    ):
         BPETokenizer.from_merges([(104, 105), (104, 105)])
     with pytest.raises(ValueError, match="merge 0 must be a pair of int ids, got"):
         BPETokenizer.from_merges([(104, True)])
@@ -450,10 +492,14 @@ def test_encode_iterable_equals_encode_on_tiny_shakespeare(trained):
     import io
 
     text = load_tiny_shakespeare()
-    streamed = trained.encode_iterable(io.StringIO(text))  # a file object yields its lines
+    streamed = trained.encode_iterable(
+        io.StringIO(text)
+    )  # a file object yields its lines
     assert not isinstance(streamed, list)
     assert list(streamed) == trained.encode(text)
-    assert list(trained.encode_iterable(text.splitlines(keepends=True))) == trained.encode(text)
+    assert list(
+        trained.encode_iterable(text.splitlines(keepends=True))
+    ) == trained.encode(text)
 
 
 # Pieces chosen to exercise every rule of the cut: spaces, other whitespace (including one
@@ -474,11 +520,19 @@ def whitespace_tok() -> BPETokenizer:
     return BPETokenizer().train(corpus, 700, special_tokens=["<|endoftext|>", "<pad>"])
 
 
-@given(st.lists(st.lists(st.sampled_from(STREAM_PIECES), max_size=6).map("".join), max_size=12))
+@given(
+    st.lists(
+        st.lists(st.sampled_from(STREAM_PIECES), max_size=6).map("".join), max_size=12
+    )
+)
 @settings(max_examples=300, deadline=None)
-def test_encode_iterable_equals_encode_however_the_text_is_chunked(whitespace_tok, chunks):
+def test_encode_iterable_equals_encode_however_the_text_is_chunked(
+    whitespace_tok, chunks
+):
     # This test fails for a cut after every newline, or anywhere inside a whitespace run.
-    assert list(whitespace_tok.encode_iterable(chunks)) == whitespace_tok.encode("".join(chunks))
+    assert list(whitespace_tok.encode_iterable(chunks)) == whitespace_tok.encode(
+        "".join(chunks)
+    )
 
 
 def test_encode_iterable_cuts_where_the_pieces_do_not_change(whitespace_tok):
@@ -487,7 +541,9 @@ def test_encode_iterable_cuts_where_the_pieces_do_not_change(whitespace_tok):
     lines = ["a  \n", "b\n", "\n", "c\n", "   indented\n", "\n\n", "<pad>\n", "end"]
     whole = whitespace_tok.encode("".join(lines))
     assert list(whitespace_tok.encode_iterable(lines)) == whole
-    assert [i for line in lines for i in whitespace_tok.encode(line)] != whole  # naive is wrong
+    assert [
+        i for line in lines for i in whitespace_tok.encode(line)
+    ] != whole  # naive is wrong
 
 
 def test_encode_iterable_is_lazy_and_holds_little_memory():
@@ -514,14 +570,18 @@ def test_encode_iterable_is_lazy_and_holds_little_memory():
 
 
 def test_encode_iterable_bad_input(trained):
-    with pytest.raises(TypeError, match=r"iterable of str .* got str; encode\(\) takes one str"):
+    with pytest.raises(
+        TypeError, match=r"iterable of str .* got str; encode\(\) takes one str"
+    ):
         trained.encode_iterable("one string")
     with pytest.raises(TypeError, match="got int"):
         trained.encode_iterable(3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="line 1 must be a str, got bytes .*text mode"):
         list(trained.encode_iterable(["ok\n", b"bytes\n"]))  # type: ignore[list-item]
     spaced = BPETokenizer.from_merges([], ["<a b>"])
-    with pytest.raises(ValueError, match="special token '<a b>', which contains whitespace"):
+    with pytest.raises(
+        ValueError, match="special token '<a b>', which contains whitespace"
+    ):
         spaced.encode_iterable(["x"])
 
 

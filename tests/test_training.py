@@ -102,7 +102,9 @@ def test_cross_entropy_equals_pytorch(smoothing):
     targets = torch.randint(0, 13, (3, 5), generator=gen)
     targets[1, 2:] = IGNORE_INDEX
     ours = cross_entropy(logits, targets, label_smoothing=smoothing)
-    theirs = F.cross_entropy(logits.reshape(-1, 13), targets.flatten(), label_smoothing=smoothing)
+    theirs = F.cross_entropy(
+        logits.reshape(-1, 13), targets.flatten(), label_smoothing=smoothing
+    )
     assert torch.allclose(ours, theirs, atol=1e-6)
     # classification shape (batch vocab), half-precision logits are computed in float32
     ours = cross_entropy(logits[:, 0].half(), targets[:, 0].clamp(min=0))
@@ -114,7 +116,9 @@ def test_cross_entropy_equals_pytorch(smoothing):
 def test_cross_entropy_gradient_equals_pytorch():
     logits = torch.randn(4, 9, requires_grad=True)
     targets = torch.tensor([1, IGNORE_INDEX, 3, 8])
-    (ours,) = torch.autograd.grad(cross_entropy(logits, targets, label_smoothing=0.1), logits)
+    (ours,) = torch.autograd.grad(
+        cross_entropy(logits, targets, label_smoothing=0.1), logits
+    )
     loss = F.cross_entropy(logits, targets, label_smoothing=0.1)
     (theirs,) = torch.autograd.grad(loss, logits)
     assert torch.allclose(ours, theirs, atol=1e-7)
@@ -145,7 +149,11 @@ def test_adamw_step_equals_torch(weight_decay):
     weight = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
     settings = dict(lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=weight_decay)
     reference = torch.optim.AdamW([weight], **settings)
-    ours, m, v = weight.detach().clone(), torch.zeros_like(weight), torch.zeros_like(weight)
+    ours, m, v = (
+        weight.detach().clone(),
+        torch.zeros_like(weight),
+        torch.zeros_like(weight),
+    )
     for t in range(1, 6):
         grad = torch.randn_like(weight)
         weight.grad = grad.clone()
@@ -163,7 +171,9 @@ def test_adamw_step_equals_torch(weight_decay):
     "model",
     [
         GPT(tiny_cfg()),
-        GPT(tiny_cfg(positions="rope", norm="rmsnorm", bias=False, tie_embeddings=False)),
+        GPT(
+            tiny_cfg(positions="rope", norm="rmsnorm", bias=False, tie_embeddings=False)
+        ),
         BERT(tiny_cfg(n_token_types=2, embedding_norm=True, norm_position="post")),
         T5(tiny_cfg(positions="t5", norm="rmsnorm", bias=False, attn_scale=1.0)),
     ],
@@ -179,7 +189,9 @@ def test_parameter_groups_decay_linear_matrices_only(model):
     names = {id(p): n for n, p in model.named_parameters()}
     for p in exempt["params"]:
         name = names[id(p)]
-        assert p.dim() == 1 or "embed" in name or "position" in name or "head" in name, name
+        assert (
+            p.dim() == 1 or "embed" in name or "position" in name or "head" in name
+        ), name
     optimizer = make_optimizer(model, 1e-3)
     assert isinstance(optimizer, torch.optim.AdamW) and len(optimizer.param_groups) == 2
 
@@ -244,16 +256,29 @@ def test_checkpoint_round_trip_restores_everything(tmp_path):
         step=2,
         extra={"note": "hello"},
     )
-    draws = (torch.rand(2), __import__("random").random(), __import__("numpy").random.rand())
+    draws = (
+        torch.rand(2),
+        __import__("random").random(),
+        __import__("numpy").random.rand(),
+    )
     other, other_opt, other_sched = fresh(seed=5)
-    state = load_checkpoint(path, model=other, optimizer=other_opt, scheduler=other_sched)
-    again = (torch.rand(2), __import__("random").random(), __import__("numpy").random.rand())
+    state = load_checkpoint(
+        path, model=other, optimizer=other_opt, scheduler=other_sched
+    )
+    again = (
+        torch.rand(2),
+        __import__("random").random(),
+        __import__("numpy").random.rand(),
+    )
     assert torch.equal(draws[0], again[0]) and draws[1:] == again[1:]
     assert state["step"] == 2 and state["extra"] == {"note": "hello"}
     for a, b in zip(model.state_dict().values(), other.state_dict().values()):
         assert torch.equal(a, b)
     assert other_sched.last_epoch == 2
-    assert other_opt.state_dict()["state"][0]["step"] == optimizer.state_dict()["state"][0]["step"]
+    assert (
+        other_opt.state_dict()["state"][0]["step"]
+        == optimizer.state_dict()["state"][0]["step"]
+    )
     assert latest_checkpoint(tmp_path) == path
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
@@ -261,7 +286,8 @@ def test_checkpoint_round_trip_restores_everything(tmp_path):
 def test_checkpoint_of_another_config_names_keys_and_shapes(tmp_path):
     path = save_checkpoint(tmp_path / "c.pt", model=tiny_gpt(), step=0)
     with pytest.raises(
-        CheckpointError, match=r"embed\.tokens\.weight \(20, 16\) in the checkpoint, \(20, 32\)"
+        CheckpointError,
+        match=r"embed\.tokens\.weight \(20, 16\) in the checkpoint, \(20, 32\)",
     ):
         load_checkpoint(path, model=tiny_gpt(d_model=32))
     with pytest.raises(CheckpointError, match=r"missing keys: decoder\.blocks\.2\."):
@@ -271,7 +297,9 @@ def test_checkpoint_of_another_config_names_keys_and_shapes(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
-def test_damaged_checkpoint_is_a_clear_error_and_the_previous_one_survives(tmp_path, damage):
+def test_damaged_checkpoint_is_a_clear_error_and_the_previous_one_survives(
+    tmp_path, damage
+):
     model, optimizer, scheduler = fresh()
     train(
         model,
@@ -289,9 +317,13 @@ def test_damaged_checkpoint_is_a_clear_error_and_the_previous_one_survives(tmp_p
         latest.write_bytes(data[: len(data) // 2])
     else:
         latest.write_bytes(b"\x00garbage" + data[8:])
-    with pytest.raises(CheckpointError, match=r"not a readable checkpoint.*step-00000002\.pt"):
+    with pytest.raises(
+        CheckpointError, match=r"not a readable checkpoint.*step-00000002\.pt"
+    ):
         load_checkpoint(latest, model=fresh()[0])
-    with pytest.raises(CheckpointError, match="not a readable checkpoint"):  # resume says so too
+    with pytest.raises(
+        CheckpointError, match="not a readable checkpoint"
+    ):  # resume says so too
         train(
             fresh()[0],
             BATCHES,
@@ -315,7 +347,9 @@ def test_interrupted_write_leaves_the_last_good_checkpoint(tmp_path, monkeypatch
     monkeypatch.setattr(torch, "save", dies_halfway)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(tmp_path / "last.pt", model=model, step=2)
-    assert good.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+    assert good.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [
+        "last.pt"
+    ]
     monkeypatch.undo()
     assert load_checkpoint(good, model=tiny_gpt())["step"] == 1
 
@@ -324,7 +358,9 @@ def test_load_checkpoint_rejects_other_files(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint at"):
         load_checkpoint(tmp_path / "missing.pt", model=tiny_gpt())
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
-    with pytest.raises(CheckpointError, match="not a checkpoint written by lib.training"):
+    with pytest.raises(
+        CheckpointError, match="not a checkpoint written by lib.training"
+    ):
         load_checkpoint(tmp_path / "other.pt", model=tiny_gpt())
 
 
@@ -333,7 +369,14 @@ def test_load_checkpoint_rejects_other_files(tmp_path):
 
 def test_resumed_run_repeats_the_uninterrupted_run_exactly(tmp_path):
     model, optimizer, scheduler = fresh()
-    whole = train(model, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=6, grad_accum=2)
+    whole = train(
+        model,
+        BATCHES,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        n_steps=6,
+        grad_accum=2,
+    )
     model, optimizer, scheduler = fresh()
     train(
         model,
@@ -360,7 +403,10 @@ def test_resumed_run_repeats_the_uninterrupted_run_exactly(tmp_path):
     assert resumed.losses == whole.losses and resumed.lrs == whole.lrs
     assert resumed.steps == [1, 2, 3, 4, 5, 6]
     state = torch.load(tmp_path / "step-00000003.pt", weights_only=True)
-    assert state["extra"]["config"]["d_model"] == 16 and state["extra"]["data_position"] == 3
+    assert (
+        state["extra"]["config"]["d_model"] == 16
+        and state["extra"]["data_position"] == 3
+    )
 
 
 def test_gradient_accumulation_equals_one_big_batch():
@@ -368,8 +414,12 @@ def test_gradient_accumulation_equals_one_big_batch():
     for accumulate in (1, 4):
         model = tiny_gpt()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        history = train(model, BATCHES, optimizer=optimizer, n_steps=2, grad_accum=accumulate)
-        results.append((history.losses, [p.detach().clone() for p in model.parameters()]))
+        history = train(
+            model, BATCHES, optimizer=optimizer, n_steps=2, grad_accum=accumulate
+        )
+        results.append(
+            (history.losses, [p.detach().clone() for p in model.parameters()])
+        )
     (losses_1, params_1), (losses_4, params_4) = results
     assert losses_1 == pytest.approx(losses_4, rel=1e-5)
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(params_1, params_4))
@@ -401,7 +451,9 @@ def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_checkpoint(tmp_p
             checkpoint_dir=tmp_path,
             checkpoint_every=2,
         )
-    assert info.value.step == 5 and info.value.checkpoint == tmp_path / "step-00000004.pt"
+    assert (
+        info.value.step == 5 and info.value.checkpoint == tmp_path / "step-00000004.pt"
+    )
     for key, value in model.state_dict().items():  # the bad step was not applied
         assert torch.equal(value, snapshot[key]), key
     assert load_checkpoint(info.value.checkpoint, model=fresh()[0])["step"] == 4
@@ -410,11 +462,19 @@ def test_non_finite_loss_stops_with_the_step_and_keeps_the_last_checkpoint(tmp_p
 def test_non_finite_gradient_norm_stops_too():
     model, optimizer, _ = fresh()
 
-    def finite_loss_nan_gradient(net, batch):  # sqrt at 0: value 0, gradient inf · 0 = nan
+    def finite_loss_nan_gradient(
+        net, batch
+    ):  # sqrt at 0: value 0, gradient inf · 0 = nan
         return model_loss(net, batch) + torch.sqrt(net.embed.tokens.weight[0, 0] * 0.0)
 
     with pytest.raises(NonFiniteLossError, match="gradient norm is nan at step 1"):
-        train(model, BATCHES, optimizer=optimizer, n_steps=2, loss_fn=finite_loss_nan_gradient)
+        train(
+            model,
+            BATCHES,
+            optimizer=optimizer,
+            n_steps=2,
+            loss_fn=finite_loss_nan_gradient,
+        )
 
 
 def test_bad_data_is_a_clear_error():
@@ -452,7 +512,10 @@ def test_batches_depend_on_the_step_only_and_eval_covers_the_stream():
 def test_as_batch_and_train_on_every_family():
     from lib.objectives import causal_lm_batch
 
-    assert set(as_batch(causal_lm_batch(STREAM[:34].view(2, 17)))) == {"inputs", "targets"}
+    assert set(as_batch(causal_lm_batch(STREAM[:34].view(2, 17)))) == {
+        "inputs",
+        "targets",
+    }
     src = torch.randint(1, 20, (4, 7))
     seq2seq = {
         "inputs": src,
@@ -461,12 +524,17 @@ def test_as_batch_and_train_on_every_family():
         "targets": torch.randint(0, 20, (4, 5)),
     }
     t5 = T5(tiny_cfg(positions="t5", norm="rmsnorm", bias=False, attn_scale=1.0))
-    history = train(t5, lambda step: seq2seq, optimizer=make_optimizer(t5, 1e-2), n_steps=5)
+    history = train(
+        t5, lambda step: seq2seq, optimizer=make_optimizer(t5, 1e-2), n_steps=5
+    )
     assert history.losses[-1] < history.losses[0]
     classifier = SequenceClassifier(BERT(tiny_cfg()), n_classes=3)
     labelled = {"inputs": src, "mask": src > 3, "targets": torch.tensor([0, 1, 2, 1])}
     history = train(
-        classifier, lambda step: labelled, optimizer=make_optimizer(classifier, 1e-2), n_steps=5
+        classifier,
+        lambda step: labelled,
+        optimizer=make_optimizer(classifier, 1e-2),
+        n_steps=5,
     )
     assert history.losses[-1] < history.losses[0] and history.tokens == 5 * src.numel()
 
@@ -477,7 +545,11 @@ def test_as_batch_and_train_on_every_family():
 def test_activation_checkpointing_keeps_gradients_and_generation():
     for model in (
         tiny_gpt(dropout=0.1),
-        T5(tiny_cfg(positions="t5", norm="rmsnorm", bias=False, attn_scale=1.0, dropout=0.1)),
+        T5(
+            tiny_cfg(
+                positions="t5", norm="rmsnorm", bias=False, attn_scale=1.0, dropout=0.1
+            )
+        ),
     ):
         model.train()
         ids = STREAM[:32].view(2, 16)
@@ -509,7 +581,9 @@ def test_activation_checkpointing_keeps_gradients_and_generation():
 
 def test_flops_and_peak():
     model = tiny_gpt()
-    n = sum(p.numel() for p in model.parameters()) - 16 * 16  # without the position table
+    n = (
+        sum(p.numel() for p in model.parameters()) - 16 * 16
+    )  # without the position table
     assert training_flops_per_token(model, 16) == 6 * n + 12 * 2 * 16 * 16
     assert peak_flops("cpu") is None
 
@@ -535,10 +609,19 @@ def test_main_writes_the_record(tmp_path, monkeypatch):
     monkeypatch.setenv("TFS_PROFILE", "smoke")
     record = main(["--run", "gpt", "--steps", "2", "--out", str(tmp_path), "--quiet"])
     saved = json.loads((tmp_path / "metrics.json").read_text())
-    for key in ("metrics", "wall_seconds", "gpu", "torch", "commit", "command", "curves"):
+    for key in (
+        "metrics",
+        "wall_seconds",
+        "gpu",
+        "torch",
+        "commit",
+        "command",
+        "curves",
+    ):
         assert key in saved
     assert (
-        saved["command"] == f"python -m lib.training --run gpt --steps 2 --out {tmp_path} --quiet"
+        saved["command"]
+        == f"python -m lib.training --run gpt --steps 2 --out {tmp_path} --quiet"
     )
     assert saved["torch"] == torch.__version__ and record["metrics"] == saved["metrics"]
     assert (tmp_path / "loss.png").is_file() and (tmp_path / "gpt_train.csv").is_file()
@@ -566,7 +649,10 @@ def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
     grads = [p.grad.clone() for p in model.parameters()]
     trained = tiny_gpt(dropout=0.0)
     history = train(
-        trained, BATCHES, optimizer=torch.optim.SGD(trained.parameters(), lr=0.5), n_steps=3
+        trained,
+        BATCHES,
+        optimizer=torch.optim.SGD(trained.parameters(), lr=0.5),
+        n_steps=3,
     )
     if rank == 0:
         torch.save(
@@ -592,7 +678,10 @@ def test_two_process_ddp_equals_one_process_on_the_combined_batch(tmp_path):
         assert torch.allclose(got, want, atol=1e-6)
     single = tiny_gpt(dropout=0.0)
     history = train(
-        single, BATCHES, optimizer=torch.optim.SGD(single.parameters(), lr=0.5), n_steps=3
+        single,
+        BATCHES,
+        optimizer=torch.optim.SGD(single.parameters(), lr=0.5),
+        n_steps=3,
     )
     assert parallel["losses"] == pytest.approx(history.losses, rel=1e-5)
     for got, want in zip(parallel["params"], single.state_dict().values()):

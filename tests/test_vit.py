@@ -26,7 +26,9 @@ from lib.vit import (
     vit_state_dict,
 )
 
-SMALL = ViTConfig(image_size=12, patch_size=4, n_classes=5, d_model=16, n_heads=2, n_layers=2)
+SMALL = ViTConfig(
+    image_size=12, patch_size=4, n_classes=5, d_model=16, n_heads=2, n_layers=2
+)
 
 
 # -- patches -----------------------------------------------------------------------------------
@@ -46,7 +48,9 @@ def test_patch_embedding_equals_a_strided_convolution():
     embed = PatchEmbedding(in_channels=3, patch_size=4, d_model=8)
     conv = nn.Conv2d(3, 8, kernel_size=4, stride=4)
     with torch.no_grad():
-        conv.weight.copy_(rearrange(embed.proj.weight, "d (c p1 p2) -> d c p1 p2", c=3, p1=4))
+        conv.weight.copy_(
+            rearrange(embed.proj.weight, "d (c p1 p2) -> d c p1 p2", c=3, p1=4)
+        )
         conv.bias.copy_(embed.proj.bias)
     images = torch.randn(2, 3, 8, 12)
     want = rearrange(conv(images), "b d h w -> b (h w) d")
@@ -56,10 +60,18 @@ def test_patch_embedding_equals_a_strided_convolution():
 @pytest.mark.parametrize(
     ("images", "error", "match"),
     [
-        (torch.rand(2, 1, 10, 12), ValueError, r"image size 10×12 is not divisible by the patch"),
+        (
+            torch.rand(2, 1, 10, 12),
+            ValueError,
+            r"image size 10×12 is not divisible by the patch",
+        ),
         (torch.rand(2, 1, 12, 13), ValueError, "not divisible by the patch size 4"),
         (torch.rand(2, 12, 12), ValueError, r"4-D .*add the channel axis"),
-        (torch.zeros(2, 1, 12, 12, dtype=torch.uint8), TypeError, "floating point.*255"),
+        (
+            torch.zeros(2, 1, 12, 12, dtype=torch.uint8),
+            TypeError,
+            "floating point.*255",
+        ),
         ([[0.0]], TypeError, "must be a torch.Tensor"),
     ],
 )
@@ -77,7 +89,9 @@ def test_patch_embedding_checks_its_sizes_and_channels():
 
 # -- configuration and model --------------------------------------------------------------------
 def test_config_builds_the_encoder_config():
-    cfg = ViTConfig(image_size=(8, 12), patch_size=4, n_classes=3, d_model=16, n_heads=2)
+    cfg = ViTConfig(
+        image_size=(8, 12), patch_size=4, n_classes=3, d_model=16, n_heads=2
+    )
     assert cfg.image_hw == (8, 12) and cfg.grid == (2, 3) and cfg.n_patches == 6
     enc = cfg.encoder
     assert isinstance(enc, TransformerConfig)
@@ -88,11 +102,17 @@ def test_config_builds_the_encoder_config():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        (dict(image_size=30, patch_size=7), r"image size 30×30 is not divisible by the patch"),
+        (
+            dict(image_size=30, patch_size=7),
+            r"image size 30×30 is not divisible by the patch",
+        ),
         (dict(image_size=(28, 30), patch_size=7), r"28×30 is not divisible"),
         (dict(image_size=28, patch_size=0), "patch_size must be a positive int"),
         (dict(image_size=(28,), patch_size=7), r"int or \(height, width\)"),
-        (dict(image_size=28, patch_size=7, in_channels=0), "in_channels must be a positive"),
+        (
+            dict(image_size=28, patch_size=7, in_channels=0),
+            "in_channels must be a positive",
+        ),
         (dict(image_size=28, patch_size=7, d_model=30, n_heads=4), "does not divide"),
     ],
 )
@@ -121,7 +141,9 @@ def test_vit_rejects_wrong_channels_and_sizes():
     model = ViT(SMALL)
     with pytest.raises(ValueError, match=r"expected 1 channel\(s\), got 3"):
         model(torch.rand(2, 3, 12, 12))
-    with pytest.raises(ValueError, match=r"built for 12×12 images .* got 16×16.*interpolate"):
+    with pytest.raises(
+        ValueError, match=r"built for 12×12 images .* got 16×16.*interpolate"
+    ):
         model(torch.rand(2, 1, 16, 16))
     with pytest.raises(ValueError, match="not divisible by the patch size 4"):
         model(torch.rand(2, 1, 14, 14))
@@ -242,7 +264,9 @@ def test_equals_transformers_vit_model():
     ours = ViT(cfg).eval()
     head_before = ours.head.weight.detach().clone()
     assert load_hf_vit_state_dict(ours, reference.state_dict()) is ours
-    assert torch.equal(ours.head.weight, head_before)  # a bare ViTModel has no classifier
+    assert torch.equal(
+        ours.head.weight, head_before
+    )  # a bare ViTModel has no classifier
     images = torch.randn(2, 3, 8, 12)
     with torch.no_grad():
         want = reference(pixel_values=images).last_hidden_state
@@ -256,7 +280,9 @@ def test_equals_transformers_vit_classifier():
     hf_config = _hf_config(transformers, image_size=8)
     torch.manual_seed(1)
     reference = transformers.ViTForImageClassification(hf_config).eval()
-    ours = load_hf_vit_state_dict(ViT(config_from_vit(hf_config)).eval(), reference.state_dict())
+    ours = load_hf_vit_state_dict(
+        ViT(config_from_vit(hf_config)).eval(), reference.state_dict()
+    )
     assert ours.cfg.n_classes == 7
     images = torch.randn(3, 3, 8, 8)
     with torch.no_grad():
@@ -276,7 +302,9 @@ def test_vit_state_dict_stacks_qkv_and_unflattens_nothing_else():
         assert torch.equal(rows, theirs[attention + name + ".weight"])
     kernel = theirs["embeddings.patch_embeddings.projection.weight"]  # (24 3 4 4)
     assert torch.equal(ours["patch_embed.proj.weight"], conv_kernels_as_rows(kernel))
-    assert torch.equal(ours["patch_embed.proj.weight"][5, 16:32], kernel[5, 1].flatten())
+    assert torch.equal(
+        ours["patch_embed.proj.weight"][5, 16:32], kernel[5, 1].flatten()
+    )
 
 
 def test_loader_rejects_poolers_and_unused_missing_or_misshapen_keys():
@@ -290,12 +318,15 @@ def test_loader_rejects_poolers_and_unused_missing_or_misshapen_keys():
     renamed = dict(state)
     renamed["layernorm.scale"] = renamed.pop("layernorm.weight")  # a renamed key
     with pytest.raises(
-        StateDictMismatchError, match=r"(?s)missing.*layernorm.weight.*unexpected.*layernorm.scale"
+        StateDictMismatchError,
+        match=r"(?s)missing.*layernorm.weight.*unexpected.*layernorm.scale",
     ):
         load_hf_vit_state_dict(ViT(cfg), renamed)
     with pytest.raises(StateDictMismatchError, match=r"(?s)missing .*encoder.layer.2"):
         load_hf_vit_state_dict(ViT(dataclasses.replace(cfg, n_layers=3)), state)
-    with pytest.raises(StateDictMismatchError, match=r"(?s)unexpected .*encoder.layer.1"):
+    with pytest.raises(
+        StateDictMismatchError, match=r"(?s)unexpected .*encoder.layer.1"
+    ):
         load_hf_vit_state_dict(ViT(dataclasses.replace(cfg, n_layers=1)), state)
     with pytest.raises(StateDictMismatchError, match=r"(?s)mis-shaped.*pos_embedding"):
         load_hf_vit_state_dict(ViT(dataclasses.replace(cfg, image_size=(8, 16))), state)
@@ -303,7 +334,11 @@ def test_loader_rejects_poolers_and_unused_missing_or_misshapen_keys():
 
 def test_rows_cover_every_parameter_once():
     model = ViT(SMALL)
-    rows = list(expand_rows(vit_rows("vit.", head=True), {"i": range(2), "w": ("weight", "bias")}))
+    rows = list(
+        expand_rows(
+            vit_rows("vit.", head=True), {"i": range(2), "w": ("weight", "bias")}
+        )
+    )
     ours = [key for keys, _, _ in rows for key in keys]
     assert sorted(ours) == sorted(model.state_dict()) and len(set(ours)) == len(ours)
     theirs = [key for _, keys, _ in rows for key in keys]

@@ -35,7 +35,9 @@ LIB = ROOT / "lib"
 NOTEBOOK_DIR = ROOT / "_build" / "notebooks"  # converted chapters, for nbmake and ruff
 EXPORT_TAG = "export"
 CHAPTER_NAME = re.compile(r"^(\d\d)-([a-z0-9-]+)\.md$")
-LIB_ONLY = re.compile(r"^(\s*)# lib: (.+)$", re.MULTILINE)  # a line only the module runs
+LIB_ONLY = re.compile(
+    r"^(\s*)# lib: (.+)$", re.MULTILINE
+)  # a line only the module runs
 
 HEADER = """\
 # This file is generated from {source} by tools/tangle.py. Do not edit it by hand:
@@ -50,7 +52,9 @@ def chapter_files() -> list[Path]:
 
 def is_chapter(path: Path) -> bool:
     """True for a chapter source ``chapters/NN-name.md``."""
-    return path.parent.resolve() == CHAPTERS and CHAPTER_NAME.match(path.name) is not None
+    return (
+        path.parent.resolve() == CHAPTERS and CHAPTER_NAME.match(path.name) is not None
+    )
 
 
 def write_notebook(chapter: Path) -> Path:
@@ -64,7 +68,9 @@ def write_notebook(chapter: Path) -> Path:
     NOTEBOOK_DIR.mkdir(parents=True, exist_ok=True)
     target = NOTEBOOK_DIR / (chapter.stem + ".ipynb")
     partial = target.with_name(f"{target.stem}.{os.getpid()}.part")
-    partial.write_text(jupytext.writes(jupytext.read(chapter), fmt="ipynb"), encoding="utf-8")
+    partial.write_text(
+        jupytext.writes(jupytext.read(chapter), fmt="ipynb"), encoding="utf-8"
+    )
     os.replace(partial, target)
     return target
 
@@ -86,7 +92,9 @@ def cell_target(tags: list[str], default: str) -> str | None:
         elif tag.startswith(EXPORT_TAG + ":"):
             name = tag.split(":", 1)[1]
             if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-                raise ValueError(f"export tag {tag!r} must name a module: export:some_name")
+                raise ValueError(
+                    f"export tag {tag!r} must name a module: export:some_name"
+                )
             targets.append(name)
     if len(targets) > 1:
         raise ValueError(f"a cell may export to one module only, got tags {tags}")
@@ -151,8 +159,12 @@ def ruff_format(source: str, filename: str) -> str:
     )
     if done.returncode != 0:
         if "No module named ruff" in done.stderr:
-            raise RuntimeError("tangling needs ruff: pip install -e '.[test]'") from None
-        raise RuntimeError(f"ruff could not format the code of {filename}:\n{done.stderr}")
+            raise RuntimeError(
+                "tangling needs ruff: pip install -e '.[test]'"
+            ) from None
+        raise RuntimeError(
+            f"ruff could not format the code of {filename}:\n{done.stderr}"
+        )
     return done.stdout
 
 
@@ -176,7 +188,9 @@ def render(chapter: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="report drift, write nothing")
+    parser.add_argument(
+        "--check", action="store_true", help="report drift, write nothing"
+    )
     parser.add_argument("chapters", nargs="*", type=Path, help="only these chapters")
     args = parser.parse_args(argv)
     chapters = [p.resolve() for p in args.chapters] or chapter_files()

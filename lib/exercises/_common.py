@@ -23,9 +23,7 @@ class ExerciseError(AssertionError):
 
 
 #: What a checker prints, after "Exercise N", for a stub not yet filled in (one short line).
-NOT_ATTEMPTED = (
-    "not attempted yet: replace `raise NotImplementedError` with your code and run the cell."
-)
+NOT_ATTEMPTED = "not attempted yet: replace `raise NotImplementedError` with your code and run the cell."
 
 
 def checker(title: str) -> Callable[[Callable[..., None]], Callable[..., bool | None]]:
@@ -42,7 +40,9 @@ def checker(title: str) -> Callable[[Callable[..., None]], Callable[..., bool | 
 
     def decorate(check: Callable[..., None]) -> Callable[..., bool | None]:
         @functools.wraps(check)
-        def run(candidate: Callable[..., Any], *args: Any, **kwargs: Any) -> bool | None:
+        def run(
+            candidate: Callable[..., Any], *args: Any, **kwargs: Any
+        ) -> bool | None:
             if not callable(candidate):
                 raise TypeError(
                     f"{title}: pass your function itself (e.g. check(my_fn)), "
@@ -76,12 +76,18 @@ def call_without_mutation(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> 
     return result
 
 
-def expect_tensor(got: Any, shape: tuple[int, ...], what: str = "the result") -> torch.Tensor:
+def expect_tensor(
+    got: Any, shape: tuple[int, ...], what: str = "the result"
+) -> torch.Tensor:
     """Fail unless ``got`` is a tensor of the given shape."""
     if not isinstance(got, torch.Tensor):
-        raise ExerciseError(f"{what} should be a torch.Tensor, got {type(got).__name__}")
+        raise ExerciseError(
+            f"{what} should be a torch.Tensor, got {type(got).__name__}"
+        )
     if tuple(got.shape) != tuple(shape):
-        raise ExerciseError(f"{what} has shape {tuple(got.shape)}, expected {tuple(shape)}")
+        raise ExerciseError(
+            f"{what} has shape {tuple(got.shape)}, expected {tuple(shape)}"
+        )
     return got
 
 
@@ -96,17 +102,26 @@ def expect_close(
 ) -> None:
     """Fail unless ``got`` matches ``want`` in shape and values; explain NaNs and the worst entry."""
     expect_tensor(got, tuple(want.shape), what)
-    if got.is_floating_point() and torch.isnan(got).any() and not torch.isnan(want).any():
+    if (
+        got.is_floating_point()
+        and torch.isnan(got).any()
+        and not torch.isnan(want).any()
+    ):
         raise ExerciseError(
             f"{what} contains NaN ({int(torch.isnan(got).sum())} entries)"
             + (f"; {hint}" if hint else "")
         )
-    if not torch.allclose(got.double(), want.double(), atol=atol, rtol=rtol, equal_nan=True):
+    if not torch.allclose(
+        got.double(), want.double(), atol=atol, rtol=rtol, equal_nan=True
+    ):
         diff = (got.double() - want.double()).abs()
         worst = int(diff.flatten().nan_to_num(float("inf")).argmax())
-        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), diff.shape))
+        index = tuple(
+            int(i) for i in torch.unravel_index(torch.tensor(worst), diff.shape)
+        )
         raise ExerciseError(
             f"{what} differs from the reference: at index {index} you have "
             f"{got[index].item():.6g}, expected {want[index].item():.6g} "
-            f"(max abs difference {diff.max().item():.3g})" + (f"; {hint}" if hint else "")
+            f"(max abs difference {diff.max().item():.3g})"
+            + (f"; {hint}" if hint else "")
         )

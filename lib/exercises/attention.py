@@ -51,7 +51,10 @@ def check_left_padded_cache_mask(
         call = f"left_padded_cache_mask({n_pads.tolist()}, {q_len}, {k_len})"
         got = call_without_mutation(fn, n_pads, q_len, k_len)
         want = _left_padded_mask(n_pads, q_len, k_len)
-        if isinstance(got, torch.Tensor) and got.shape == want.shape[:1] + want.shape[2:]:
+        if (
+            isinstance(got, torch.Tensor)
+            and got.shape == want.shape[:1] + want.shape[2:]
+        ):
             raise ExerciseError(
                 f"{call} has shape {tuple(got.shape)}: keep a head axis of size 1, "
                 "(batch 1 q_pos k_pos), so the mask broadcasts over the heads"
@@ -74,12 +77,16 @@ def check_left_padded_cache_mask(
                 "q_len positions, so query i sits at k_len - q_len + i"
             )
         if torch.equal(got, _left_padded_mask(n_pads + 1, q_len, k_len)):
-            raise ExerciseError(f"{call}: off by one: key j = n_pads is the first real token")
+            raise ExerciseError(
+                f"{call}: off by one: key j = n_pads is the first real token"
+            )
         if torch.equal(got, causal):
             raise ExerciseError(f"{call}: the padding keys are visible; mask them too")
         if torch.equal(got, ~want):
             raise ExerciseError(f"{call} is inverted: True means 'may attend'")
-        raise ExerciseError(f"{call} differs from the reference: {got[:, 0].int().tolist()}")
+        raise ExerciseError(
+            f"{call} differs from the reference: {got[:, 0].int().tolist()}"
+        )
 
 
 # -- Exercise 2 -------------------------------------------------------------------------------
@@ -107,9 +114,15 @@ def check_attention_entropy(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
     want = torch.full((2,), math.log(4))
     got = call_without_mutation(fn, uniform)
     expect_tensor(got, (2,), "the entropy of 2 uniform heads over 4 keys")
-    if torch.allclose(got.double(), torch.full((2,), 2.0, dtype=torch.float64), atol=1e-4):
-        raise ExerciseError("4 equal weights gave 2.0: that is bits; use the natural log")
-    expect_close(got, want, "the entropy of uniform weights over 4 keys (ln 4)", atol=1e-4)
+    if torch.allclose(
+        got.double(), torch.full((2,), 2.0, dtype=torch.float64), atol=1e-4
+    ):
+        raise ExerciseError(
+            "4 equal weights gave 2.0: that is bits; use the natural log"
+        )
+    expect_close(
+        got, want, "the entropy of uniform weights over 4 keys (ln 4)", atol=1e-4
+    )
     weights = _random_weights(generator)
     got = call_without_mutation(fn, weights)
     want = _entropy(weights)
@@ -148,11 +161,15 @@ def check_max_len_for_scores(fn: Callable[[int, int, int, int], int]) -> None:
         got = fn(budget, batch, heads, nbytes)
         want = _max_len(budget, batch, heads, nbytes)
         if isinstance(got, bool) or not isinstance(got, int):
-            raise ExerciseError(f"{call} returned {got!r}; return an int (a whole length)")
+            raise ExerciseError(
+                f"{call} returned {got!r}; return an int (a whole length)"
+            )
         if got == want:
             continue
         if got == _max_len(budget, 1, heads, nbytes):
-            raise ExerciseError(f"{call} = {got}: every sequence of the batch has its scores")
+            raise ExerciseError(
+                f"{call} = {got}: every sequence of the batch has its scores"
+            )
         if got == _max_len(budget, batch, 1, nbytes):
             raise ExerciseError(f"{call} = {got}: every head has its own n x n scores")
         if got == _max_len(budget, batch, heads, 1):

@@ -33,7 +33,10 @@ __all__ = [
 
 # --- Exercise 1 -----------------------------------------------------------------------------
 def _embedding_grad(
-    token_ids: torch.Tensor, grad_output: torch.Tensor, vocab_size: int, padding_idx: int | None
+    token_ids: torch.Tensor,
+    grad_output: torch.Tensor,
+    vocab_size: int,
+    padding_idx: int | None,
 ) -> torch.Tensor:
     """The reference: autograd through ``F.embedding``."""
     weight = torch.zeros(vocab_size, grad_output.shape[-1], dtype=grad_output.dtype)
@@ -56,7 +59,11 @@ def check_embedding_backward(backward: Callable[..., torch.Tensor]) -> None:
     """``backward(token_ids, grad_output, vocab_size, padding_idx) -> (vocab d_model)``."""
     generator = torch.Generator().manual_seed(1)
     cases = [
-        (torch.tensor([[3, 1, 3], [0, 5, 3]]), 6, None),  # token 3 three times, 2 and 4 never
+        (
+            torch.tensor([[3, 1, 3], [0, 5, 3]]),
+            6,
+            None,
+        ),  # token 3 three times, 2 and 4 never
         (torch.tensor([[3, 1, 3], [0, 5, 3]]), 6, 0),  # 0 is padding
         (torch.tensor([4, 4, 4, 4]), 5, None),
         (torch.randint(0, 50, (4, 16), generator=generator), 50, 7),
@@ -67,7 +74,9 @@ def check_embedding_backward(backward: Callable[..., torch.Tensor]) -> None:
         shape = (*token_ids.shape, d_model)
         grad_output = torch.randn(shape, generator=generator, dtype=torch.float64)
         call = f"backward(ids of shape {tuple(token_ids.shape)}, ..., {vocab_size}, {padding_idx})"
-        got = call_without_mutation(backward, token_ids, grad_output, vocab_size, padding_idx)
+        got = call_without_mutation(
+            backward, token_ids, grad_output, vocab_size, padding_idx
+        )
         want = _embedding_grad(token_ids, grad_output, vocab_size, padding_idx)
         if isinstance(got, torch.Tensor) and tuple(got.shape) == (d_model, vocab_size):
             raise ExerciseError(
@@ -77,10 +86,14 @@ def check_embedding_backward(backward: Callable[..., torch.Tensor]) -> None:
         expect_tensor(got, (vocab_size, d_model), call)
         if torch.allclose(got.double(), want, atol=1e-9):
             continue
-        _diagnose_backward(got, want, token_ids, grad_output, vocab_size, padding_idx, call)
+        _diagnose_backward(
+            got, want, token_ids, grad_output, vocab_size, padding_idx, call
+        )
 
 
-def _diagnose_backward(got, want, token_ids, grad_output, vocab_size, padding_idx, call):
+def _diagnose_backward(
+    got, want, token_ids, grad_output, vocab_size, padding_idx, call
+):
     d_model = grad_output.shape[-1]
     got = got.double()
     assigned = _assigned(token_ids, grad_output, vocab_size, padding_idx, d_model)
@@ -112,7 +125,9 @@ def _as_float(value: Any, what: str) -> float:
         return float(value.item())
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    raise ExerciseError(f"{what} should be a number, got {type(value).__name__} {value!r}")
+    raise ExerciseError(
+        f"{what} should be a number, got {type(value).__name__} {value!r}"
+    )
 
 
 @checker("Exercise 2: the rows a batch updates")
@@ -130,7 +145,9 @@ def check_rows_updated(rows_updated: Callable[[torch.Tensor, int], float]) -> No
     for _ in range(4):
         alpha = torch.rand(200, generator=generator, dtype=torch.float64) * 2
         probs = torch.distributions.Dirichlet(alpha + 0.05).sample()
-        cases.append((probs / probs.sum(), int(torch.randint(1, 500, (1,), generator=generator))))
+        cases.append(
+            (probs / probs.sum(), int(torch.randint(1, 500, (1,), generator=generator)))
+        )
     for probs, n_tokens in cases:
         call = f"rows_updated(probs over {len(probs)} tokens, n_tokens={n_tokens})"
         got = _as_float(call_without_mutation(rows_updated, probs, n_tokens), call)
@@ -173,7 +190,9 @@ def check_rows_updated(rows_updated: Callable[[torch.Tensor, int], float]) -> No
 # --- Exercise 3 -----------------------------------------------------------------------------
 
 
-def _seq2seq_reference(src_vocab: int, tgt_vocab: int, d_model: int, sharing: str) -> int:
+def _seq2seq_reference(
+    src_vocab: int, tgt_vocab: int, d_model: int, sharing: str
+) -> int:
     if sharing == "none":
         return (src_vocab + 2 * tgt_vocab) * d_model
     if sharing == "decoder":
@@ -184,21 +203,28 @@ def _seq2seq_reference(src_vocab: int, tgt_vocab: int, d_model: int, sharing: st
 
 
 @checker("Exercise 3: embedding parameters of an encoder-decoder")
-def check_seq2seq_embedding_params(seq2seq_embedding_params: Callable[..., int]) -> None:
+def check_seq2seq_embedding_params(
+    seq2seq_embedding_params: Callable[..., int],
+) -> None:
     """``seq2seq_embedding_params(src_vocab, tgt_vocab, d_model, sharing) -> int``."""
     src, tgt, d = 1_000, 3_000, 16  # different sizes, so a swapped vocabulary shows
     diagnoses = {
         "none": {
-            (src + tgt) * d: "with sharing='none' there are three matrices: the encoder's "
+            (src + tgt)
+            * d: "with sharing='none' there are three matrices: the encoder's "
             "embedding, the decoder's embedding and the output layer (tgt_vocab x d_model)",
-            (2 * src + tgt) * d: "the output layer scores target tokens: it has tgt_vocab rows, "
+            (2 * src + tgt)
+            * d: "the output layer scores target tokens: it has tgt_vocab rows, "
             "not src_vocab",
         },
         "decoder": {
-            (src + 2 * tgt) * d: "with sharing='decoder' the decoder's embedding and the output "
+            (src + 2 * tgt)
+            * d: "with sharing='decoder' the decoder's embedding and the output "
             "layer are one matrix: count it once",
             2 * tgt * d: "the encoder keeps its own embedding of src_vocab rows",
-            2 * src * d: "the tied decoder matrix has tgt_vocab rows, the encoder's src_vocab",
+            2
+            * src
+            * d: "the tied decoder matrix has tgt_vocab rows, the encoder's src_vocab",
         },
     }
     for sharing in ("none", "decoder"):
@@ -247,19 +273,27 @@ def check_seq2seq_embedding_params(seq2seq_embedding_params: Callable[..., int])
 def check_expected_initial_loss(expected_initial_loss: Callable[..., float]) -> None:
     """``expected_initial_loss(vocab_size, logit_std, n_samples) -> float`` (nats)."""
     for vocab in (65, 50_257):
-        got = _as_float(expected_initial_loss(vocab, 0.0, 16), f"the loss for |V|={vocab}")
+        got = _as_float(
+            expected_initial_loss(vocab, 0.0, 16), f"the loss for |V|={vocab}"
+        )
         want = math.log(vocab)
         if abs(got - want) > 1e-6:
             hints = {
-                math.log2(vocab): "that is log base 2: cross-entropy in PyTorch is in nats (ln)",
-                math.log10(vocab): "that is log base 10: cross-entropy in PyTorch is in nats (ln)",
+                math.log2(
+                    vocab
+                ): "that is log base 2: cross-entropy in PyTorch is in nats (ln)",
+                math.log10(
+                    vocab
+                ): "that is log base 10: cross-entropy in PyTorch is in nats (ln)",
                 -want: "the sign is wrong: the loss is -log p(target), a positive number",
-                1 / vocab: "that is the probability of the target; the loss is -ln of it",
+                1
+                / vocab: "that is the probability of the target; the loss is -ln of it",
             }
             hint = next((h for v, h in hints.items() if abs(got - v) < 1e-6), "")
             raise ExerciseError(
                 f"with logit_std=0 every token has probability 1/{vocab}, so the loss is "
-                f"ln {vocab} = {want:.6f}; you returned {got:.6f}" + (f" ({hint})" if hint else "")
+                f"ln {vocab} = {want:.6f}; you returned {got:.6f}"
+                + (f" ({hint})" if hint else "")
             )
 
     # Monte Carlo against a larger reference sample; the tolerance is several standard errors.

@@ -32,11 +32,15 @@ __all__ = [
 
 
 def _matches(got: torch.Tensor, want: torch.Tensor, atol: float = 1e-8) -> bool:
-    return got.shape == want.shape and torch.allclose(got.double(), want.double(), atol=atol)
+    return got.shape == want.shape and torch.allclose(
+        got.double(), want.double(), atol=atol
+    )
 
 
 # -- Exercise 1 -------------------------------------------------------------------------------
-def _jacobian_with(derivative: Callable[[torch.Tensor], torch.Tensor], x, w_in, b_in, w_out):
+def _jacobian_with(
+    derivative: Callable[[torch.Tensor], torch.Tensor], x, w_in, b_in, w_out
+):
     """``w_out @ diag(derivative(w_in x + b_in)) @ w_in``: ``(d_model d_model)``."""
     pre = w_in @ x + b_in  # (d_ff)
     return w_out @ (derivative(pre)[:, None] * w_in)
@@ -71,7 +75,10 @@ def check_ffn_jacobian(jacobian: Callable[..., torch.Tensor]) -> None:
             got = got.detach()
 
         want = torch.autograd.functional.jacobian(
-            lambda v, w_in=w_in, b_in=b_in, w_out=w_out: w_out @ F.gelu(w_in @ v + b_in), x
+            lambda v, w_in=w_in, b_in=b_in, w_out=w_out: (
+                w_out @ F.gelu(w_in @ v + b_in)
+            ),
+            x,
         )
         if _matches(got, want):
             continue
@@ -148,7 +155,9 @@ def _as_float(value: Any, what: str) -> float:
         return float(value.item())
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    raise ExerciseError(f"{what} should be a number, got {type(value).__name__} {value!r}")
+    raise ExerciseError(
+        f"{what} should be a number, got {type(value).__name__} {value!r}"
+    )
 
 
 @checker("Exercise 2: the best sigmoid approximation of GELU")
@@ -226,17 +235,23 @@ def check_matched_gated_d_ff(matched: Callable[[int, int, bool, int], int]) -> N
         call = f"matched_gated_d_ff({d_model}, {d_ff}, bias={bias}, multiple_of={multiple_of})"
         got = matched(d_model, d_ff, bias, multiple_of)
         if isinstance(got, bool) or not isinstance(got, int):
-            raise ExerciseError(f"{call} should return an int, got {type(got).__name__} {got!r}")
+            raise ExerciseError(
+                f"{call} should return an int, got {type(got).__name__} {got!r}"
+            )
         want = _matched(d_model, d_ff, bias, multiple_of)
         if got == want:
             continue
         budget = _ffn_params(d_model, d_ff, gated=False, bias=bias)
         where = f"{call} returned {got:,}, expected {want:,}"
         if got % multiple_of:
-            raise ExerciseError(f"{where}: the hidden size must be a multiple of {multiple_of}")
+            raise ExerciseError(
+                f"{where}: the hidden size must be a multiple of {multiple_of}"
+            )
         cost = _ffn_params(d_model, got, gated=True, bias=bias)
         fits = f"{cost:,} parameters against the plain FFN's {budget:,}"
-        if d_ff != 4 * d_model and got == _matched(d_model, 4 * d_model, bias, multiple_of):
+        if d_ff != 4 * d_model and got == _matched(
+            d_model, 4 * d_model, bias, multiple_of
+        ):
             raise ExerciseError(
                 f"{where} ({fits}): 8/3 d_model holds only when the plain FFN has "
                 f"d_ff = 4 d_model; here d_ff = {d_ff}, so match 2 d_model d_ff"

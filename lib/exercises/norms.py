@@ -46,7 +46,9 @@ def _inputs(seed: int, d_model: int = 8):
 def _layer_norm_grads(x, weight, bias, grad_out, eps):
     """Autograd's gradients of ``sum(grad_out * layer_norm(x))`` for x, weight and bias."""
     leaves = [t.clone().requires_grad_() for t in (x, weight, bias)]
-    out = torch.nn.functional.layer_norm(leaves[0], (x.shape[-1],), *leaves[1:], eps=eps)
+    out = torch.nn.functional.layer_norm(
+        leaves[0], (x.shape[-1],), *leaves[1:], eps=eps
+    )
     return torch.autograd.grad(out, leaves, grad_out)
 
 
@@ -61,7 +63,9 @@ def check_layer_norm_backward(fn: Callable[..., tuple]) -> None:
                 f"return a triple (grad_x, grad_weight, grad_bias), got {type(got).__name__}"
             )
         grad_x, grad_weight, grad_bias = got
-        want_x, want_weight, want_bias = _layer_norm_grads(x, weight, bias, grad_out, eps)
+        want_x, want_weight, want_bias = _layer_norm_grads(
+            x, weight, bias, grad_out, eps
+        )
         for name, grad in (("grad_weight", grad_weight), ("grad_bias", grad_bias)):
             if isinstance(grad, torch.Tensor) and grad.shape == x.shape:
                 raise ExerciseError(
@@ -135,7 +139,11 @@ def check_rms_norm_backward(fn: Callable[..., torch.Tensor]) -> None:
 @checker("Exercise 3: the residual stream's growth")
 def check_stream_rms(fn: Callable[[int, float, float], float]) -> None:
     """``fn(n_layers, input_rms, weight_std) -> float``: the predicted stream RMS."""
-    for n_layers, input_rms, weight_std in ((0, 1.0, 0.5), (16, 1.0, 0.5), (8, 2.0, 1.5)):
+    for n_layers, input_rms, weight_std in (
+        (0, 1.0, 0.5),
+        (16, 1.0, 0.5),
+        (8, 2.0, 1.5),
+    ):
         call = f"stream_rms({n_layers}, {input_rms}, {weight_std})"
         got = fn(n_layers, input_rms, weight_std)
         want = math.sqrt(input_rms**2 + n_layers * weight_std**2)
@@ -151,9 +159,15 @@ def check_stream_rms(fn: Callable[[int, float, float], float]) -> None:
                 "of the stream, so their *variances* (squared RMS) add"
             )
         if math.isclose(got, math.sqrt(1 + n_layers * weight_std**2), rel_tol=1e-6):
-            raise ExerciseError(f"{call} = {got:.4g}: the input's own variance is missing")
+            raise ExerciseError(
+                f"{call} = {got:.4g}: the input's own variance is missing"
+            )
         if math.isclose(got, math.sqrt(n_layers) * weight_std, rel_tol=1e-6):
-            raise ExerciseError(f"{call} = {got:.4g}: the input's own variance is missing")
+            raise ExerciseError(
+                f"{call} = {got:.4g}: the input's own variance is missing"
+            )
         if math.isclose(got, input_rms**2 + n_layers * weight_std**2, rel_tol=1e-6):
-            raise ExerciseError(f"{call} = {got:.4g}: that is the variance; take its root")
+            raise ExerciseError(
+                f"{call} = {got:.4g}: that is the variance; take its root"
+            )
         raise ExerciseError(f"{call} = {got:.4g}, expected {want:.4g}")

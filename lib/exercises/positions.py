@@ -49,9 +49,13 @@ def _cos_sin(
     return angle.cos(), angle.sin()
 
 
-def _as_pair(got: Any, shape: tuple[int, int], call: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _as_pair(
+    got: Any, shape: tuple[int, int], call: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     if not (isinstance(got, (tuple, list)) and len(got) == 2):
-        raise ExerciseError(f"{call} should return a pair (cos, sin), got {type(got).__name__}")
+        raise ExerciseError(
+            f"{call} should return a pair (cos, sin), got {type(got).__name__}"
+        )
     cos = expect_tensor(got[0], shape, f"the cos table of {call}")
     sin = expect_tensor(got[1], shape, f"the sin table of {call}")
     return cos, sin
@@ -60,7 +64,11 @@ def _as_pair(got: Any, shape: tuple[int, int], call: str) -> tuple[torch.Tensor,
 @checker("Exercise 1: RoPE for a longer context")
 def check_interpolated_cos_sin(fn: Callable[[int, int, int, int], tuple]) -> None:
     """``fn(seq, d_head, trained_len, target_len) -> (cos, sin)``, each ``(seq d_head)``."""
-    for seq, d_head, trained, target in ((16, 8, 8, 16), (40, 16, 10, 40), (12, 32, 12, 12)):
+    for seq, d_head, trained, target in (
+        (16, 8, 8, 16),
+        (40, 16, 10, 40),
+        (12, 32, 12, 12),
+    ):
         call = f"interpolated_cos_sin({seq}, {d_head}, {trained}, {target})"
         cos, sin = _as_pair(fn(seq, d_head, trained, target), (seq, d_head), call)
         positions = torch.arange(seq, dtype=torch.float64)
@@ -72,7 +80,9 @@ def check_interpolated_cos_sin(fn: Callable[[int, int, int, int], tuple]) -> Non
         wrong = {
             "inverted": _cos_sin(positions * target / trained, d_head),
             "unscaled": _cos_sin(positions, d_head),
-            "interleaved": _cos_sin(positions * trained / target, d_head, interleaved=True),
+            "interleaved": _cos_sin(
+                positions * trained / target, d_head, interleaved=True
+            ),
         }
         hints = {
             "inverted": (
@@ -103,13 +113,19 @@ def _as_float(value: Any, what: str) -> float:
         return float(value.item())
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    raise ExerciseError(f"{what} should be a number, got {type(value).__name__} {value!r}")
+    raise ExerciseError(
+        f"{what} should be a number, got {type(value).__name__} {value!r}"
+    )
 
 
 @checker("Exercise 2: NTK-aware scaling of the base")
 def check_ntk_scaled_base(fn: Callable[[float, int, float], float]) -> None:
     """``fn(base, d_head, scale) -> float``: the base whose slowest pair is ``scale`` slower."""
-    for base, d_head, scale in ((10000.0, 128, 4.0), (10000.0, 8, 2.0), (500.0, 64, 8.0)):
+    for base, d_head, scale in (
+        (10000.0, 128, 4.0),
+        (10000.0, 8, 2.0),
+        (500.0, 64, 8.0),
+    ):
         call = f"ntk_scaled_base({base:g}, {d_head}, {scale:g})"
         got = _as_float(fn(base, d_head, scale), call)
         exponent = d_head / (d_head - 2)
@@ -168,11 +184,15 @@ def check_sliding_window_alibi(fn: Callable[..., torch.Tensor]) -> None:
         got = call_without_mutation(fn, n_heads, q_len, k_len, offset, window)
         got = expect_tensor(got, (n_heads, q_len, k_len), call)
         if not got.is_floating_point():
-            raise ExerciseError(f"{call} should be a float tensor, got dtype {got.dtype}")
+            raise ExerciseError(
+                f"{call} should be a float tensor, got dtype {got.dtype}"
+            )
         want = _window_alibi(n_heads, q_len, k_len, offset, window)
         masked = torch.isinf(want)
         same_mask = torch.equal(torch.isinf(got) & (got < 0), masked)
-        if same_mask and _close(got.masked_fill(masked, 0), want.masked_fill(masked, 0)):
+        if same_mask and _close(
+            got.masked_fill(masked, 0), want.masked_fill(masked, 0)
+        ):
             continue
         _diagnose_window(got, want, n_heads, q_len, k_len, offset, window, call)
 

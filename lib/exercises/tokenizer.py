@@ -38,7 +38,12 @@ def check_corpus_chars_per_token(
     encode = BPETokenizer().train(_CORPUS_SAMPLE * 4, vocab_size=300).encode
     corpora = [
         ["To be, or not to be"],
-        ["the question", "Καλημέρα κόσμε, café", "a", "whether 'tis nobler in the mind to suffer"],
+        [
+            "the question",
+            "Καλημέρα κόσμε, café",
+            "a",
+            "whether 'tis nobler in the mind to suffer",
+        ],
         ["sea of troubles " * 20, "ü"],
     ]
     for texts in corpora:
@@ -47,7 +52,9 @@ def check_corpus_chars_per_token(
         n_tokens = sum(len(encode(t)) for t in texts)
         want = n_chars / n_tokens
         if not isinstance(got, (int, float)) or isinstance(got, bool):
-            raise ExerciseError(f"the result should be a float, got {type(got).__name__}")
+            raise ExerciseError(
+                f"the result should be a float, got {type(got).__name__}"
+            )
         if math.isclose(got, want, rel_tol=1e-9):
             continue
         n_bytes = sum(len(t.encode("utf-8")) for t in texts)
@@ -85,7 +92,9 @@ def _byte_fallback(text: str, char_to_id: Mapping[str, int]) -> list[int]:
 
 def _as_id_list(got: Any, what: str) -> list[int]:
     if isinstance(got, (str, bytes)) or not isinstance(got, Sequence):
-        raise ExerciseError(f"{what} should be a list of int ids, got {type(got).__name__}")
+        raise ExerciseError(
+            f"{what} should be a list of int ids, got {type(got).__name__}"
+        )
     ids = list(got)
     for token_id in ids:
         if type(token_id) is not int:
@@ -101,10 +110,21 @@ def check_byte_fallback(encode: Callable[[str, dict[str, int]], Sequence[int]]) 
     alphabet = "\n !',.:;?abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
     char_to_id = {c: i for i, c in enumerate(sorted(alphabet))}
     offset = len(char_to_id)
-    cases = ["", "hello, world", "café", "naïve déjà vu", "Καλημέρα", "I 🙂 it!", "x\u0301"]
+    cases = [
+        "",
+        "hello, world",
+        "café",
+        "naïve déjà vu",
+        "Καλημέρα",
+        "I 🙂 it!",
+        "x\u0301",
+    ]
     rng = random.Random(2)
     pool = alphabet + "éü€Ωπ🙂中"
-    cases += ["".join(rng.choice(pool) for _ in range(rng.randrange(1, 20))) for _ in range(30)]
+    cases += [
+        "".join(rng.choice(pool) for _ in range(rng.randrange(1, 20)))
+        for _ in range(30)
+    ]
     for text in cases:
         saved = dict(char_to_id)
         try:
@@ -123,7 +143,9 @@ def check_byte_fallback(encode: Callable[[str, dict[str, int]], Sequence[int]]) 
         call = f"encoding {text!r}"
         unknown = next((c for c in text if c not in char_to_id), None)
         if unknown is not None:
-            code_point = [char_to_id[c] if c in char_to_id else offset + ord(c) for c in text]
+            code_point = [
+                char_to_id[c] if c in char_to_id else offset + ord(c) for c in text
+            ]
             no_offset = []
             for c in text:
                 if c in char_to_id:
@@ -179,7 +201,9 @@ def _wordpiece_variant(
     pieces: list[str] = []
     start = 0
     while start < len(word):
-        ends = range(start + 1, len(word) + 1) if shortest else range(len(word), start, -1)
+        ends = (
+            range(start + 1, len(word) + 1) if shortest else range(len(word), start, -1)
+        )
         for end in ends:
             mark = prefix if (start > 0 or first_prefix) else ""
             if mark + word[start:end] in vocab:
@@ -205,7 +229,16 @@ _WORDPIECE_VOCAB = {
 def check_wordpiece_encode(encode: Callable[[str, set[str]], Sequence[str]]) -> None:
     """``encode(word, vocab) -> pieces``: BERT's greedy longest-match-first encoding."""
     vocab = set(_WORDPIECE_VOCAB)
-    cases = ["unaffordable", "playing", "plays", "the", "a", "afford", "pla", "xylophone"]
+    cases = [
+        "unaffordable",
+        "playing",
+        "plays",
+        "the",
+        "a",
+        "afford",
+        "pla",
+        "xylophone",
+    ]
     cases += ["playx", "unaff", "ordain"]
     rng = random.Random(3)
     letters = "abcdefg"
@@ -214,14 +247,17 @@ def check_wordpiece_encode(encode: Callable[[str, set[str]], Sequence[str]]) -> 
         piece = "".join(rng.choice(letters) for _ in range(rng.randrange(2, 5)))
         random_vocab.add(piece if rng.random() < 0.5 else "##" + piece)
     random_words = [
-        "".join(rng.choice(letters) for _ in range(rng.randrange(1, 10))) for _ in range(80)
+        "".join(rng.choice(letters) for _ in range(rng.randrange(1, 10)))
+        for _ in range(80)
     ]
     for word_vocab, words in ((vocab, cases), (random_vocab, random_words)):
         for word in words:
             saved = set(word_vocab)
             result = encode(word, word_vocab)
             if word_vocab != saved:
-                raise ExerciseError("your function modified the vocabulary; leave it as it is")
+                raise ExerciseError(
+                    "your function modified the vocabulary; leave it as it is"
+                )
             if isinstance(result, str) or not isinstance(result, Sequence):
                 raise ExerciseError(
                     f"encode({word!r}) should return a list of str pieces, "
@@ -233,7 +269,9 @@ def check_wordpiece_encode(encode: Callable[[str, set[str]], Sequence[str]]) -> 
             _diagnose_wordpiece(word, word_vocab, got, want)
 
 
-def _diagnose_wordpiece(word: str, vocab: set[str], got: list[str], want: list[str]) -> None:
+def _diagnose_wordpiece(
+    word: str, vocab: set[str], got: list[str], want: list[str]
+) -> None:
     call = f"encode({word!r})"
     variants = {
         "shortest": (
@@ -311,7 +349,9 @@ _UNIGRAM = {
 
 
 @checker("Exercise 4: the most probable segmentation")
-def check_viterbi_segment(segment: Callable[[str, dict[str, float]], Sequence[str]]) -> None:
+def check_viterbi_segment(
+    segment: Callable[[str, dict[str, float]], Sequence[str]],
+) -> None:
     """``segment(word, log_probs) -> pieces`` with the largest sum of log-probabilities."""
     cases: list[tuple[str, dict[str, float]]] = [
         (word, _UNIGRAM) for word in ("there", "reasons", "the", "t", "seas", "treason")
@@ -344,14 +384,20 @@ def check_viterbi_segment(segment: Callable[[str, dict[str, float]], Sequence[st
                     "the back-pointers from the end gives the last piece first, so reverse "
                     "the list"
                 )
-            raise ExerciseError(f"{call} gave {got}, whose pieces do not spell {word!r}")
+            raise ExerciseError(
+                f"{call} gave {got}, whose pieces do not spell {word!r}"
+            )
         unknown = [p for p in got if p not in log_probs]
         if unknown:
-            raise ExerciseError(f"{call} gave {got}: {unknown[0]!r} is not in the vocabulary")
+            raise ExerciseError(
+                f"{call} gave {got}: {unknown[0]!r} is not in the vocabulary"
+            )
         score = _score(got, log_probs)
         if math.isclose(score, best, rel_tol=0, abs_tol=1e-9):
             continue
-        where = f"{call} gave {got} (log-prob {score:.2f}), expected {want} ({best:.2f})"
+        where = (
+            f"{call} gave {got} (log-prob {score:.2f}), expected {want} ({best:.2f})"
+        )
         if got == _greedy_longest(word, log_probs):
             raise ExerciseError(
                 f"{where}: that is the greedy longest match, which WordPiece uses; Unigram "

@@ -14,7 +14,12 @@ from collections.abc import Callable
 
 import torch
 
-from lib.exercises._common import ExerciseError, call_without_mutation, checker, expect_close
+from lib.exercises._common import (
+    ExerciseError,
+    call_without_mutation,
+    checker,
+    expect_close,
+)
 
 __all__ = [
     "check_noam_plan",
@@ -71,7 +76,9 @@ def check_noam_plan(noam_plan: Callable[[int, float], tuple[int, int]]) -> None:
             )
 
 
-def _adam_reference(param, grad, m, v, step, *, lr, betas, eps, weight_decay, **mistakes):
+def _adam_reference(
+    param, grad, m, v, step, *, lr, betas, eps, weight_decay, **mistakes
+):
     """One step of Adam with L2 decay (torch.optim.Adam), or a typical wrong variant."""
     beta1, beta2 = betas
     if mistakes.get("decoupled"):
@@ -107,7 +114,9 @@ def check_adam_l2_step(adam_l2_step: Callable[..., tuple]) -> None:
     weight_decay) -> (param, exp_avg, exp_avg_sq)``, as ``torch.optim.Adam`` does it."""
     gen = torch.Generator().manual_seed(0)
     start = torch.randn(6, 5, dtype=torch.float64, generator=gen) * 3
-    grads = [torch.randn(6, 5, dtype=torch.float64, generator=gen) * s for s in (1e-3, 1, 10)]
+    grads = [
+        torch.randn(6, 5, dtype=torch.float64, generator=gen) * s for s in (1e-3, 1, 10)
+    ]
     # eps this large makes "eps inside the square root" visibly different
     settings = dict(lr=0.05, betas=(0.9, 0.99), eps=1e-3, weight_decay=0.3)
     weight = start.clone().requires_grad_()
@@ -137,7 +146,9 @@ def check_adam_l2_step(adam_l2_step: Callable[..., tuple]) -> None:
             ),
         ):
             wrong, _, _ = _run_steps(
-                lambda *a, mistake=mistake, **k: _adam_reference(*a, **k, **{mistake: True}),
+                lambda *a, mistake=mistake, **k: _adam_reference(
+                    *a, **k, **{mistake: True}
+                ),
                 start.clone(),
                 grads,
                 settings,
@@ -148,7 +159,9 @@ def check_adam_l2_step(adam_l2_step: Callable[..., tuple]) -> None:
 
 
 @checker("Exercise 3: the floor of a label-smoothed loss")
-def check_smoothed_loss_floor(smoothed_loss_floor: Callable[[float, int], float]) -> None:
+def check_smoothed_loss_floor(
+    smoothed_loss_floor: Callable[[float, int], float],
+) -> None:
     """``smoothed_loss_floor(smoothing, vocab_size) -> float``: the minimum over all logits
     of the label-smoothed cross-entropy (PyTorch's convention, ε/V on every class)."""
     for smoothing, vocab in ((0.1, 10), (0.2, 3), (0.05, 1000)):
@@ -169,7 +182,8 @@ def check_smoothed_loss_floor(smoothed_loss_floor: Callable[[float, int], float]
             )
         wrong_right, wrong_other = 1 - smoothing, smoothing / (vocab - 1)
         other_convention = -(
-            wrong_right * math.log(wrong_right) + (vocab - 1) * wrong_other * math.log(wrong_other)
+            wrong_right * math.log(wrong_right)
+            + (vocab - 1) * wrong_other * math.log(wrong_other)
         )
         if _close(got, other_convention):
             raise ExerciseError(

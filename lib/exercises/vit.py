@@ -88,7 +88,11 @@ def check_interpolate_positions(interpolate: Callable[..., torch.Tensor]) -> Non
         what = f"interpolate_positions(pos, {old_grid}, {new_grid})"
         got = call_without_mutation(interpolate, pos, old_grid, new_grid)
         want = _interpolate_positions(pos, old_grid, new_grid)
-        if isinstance(got, torch.Tensor) and tuple(got.shape) == (1, new_h * new_w, d_model):
+        if isinstance(got, torch.Tensor) and tuple(got.shape) == (
+            1,
+            new_h * new_w,
+            d_model,
+        ):
             raise ExerciseError(
                 f"{what} has shape {tuple(got.shape)}: the class token's row is missing. "
                 "Split it off (pos[:, :1]), resize the patch rows, and put it back in front"
@@ -136,7 +140,9 @@ def check_interpolate_positions(interpolate: Callable[..., torch.Tensor]) -> Non
             ),
         ]
         for options, message in mistakes:
-            if _matches(got, _interpolate_positions(pos, old_grid, new_grid, **options)):
+            if _matches(
+                got, _interpolate_positions(pos, old_grid, new_grid, **options)
+            ):
                 raise ExerciseError(f"{what}: {message}")
         if old_grid == new_grid:
             raise ExerciseError(
@@ -147,7 +153,9 @@ def check_interpolate_positions(interpolate: Callable[..., torch.Tensor]) -> Non
 
 
 # -- Exercise 2: non-square images and rectangular patches --------------------------------------
-def _patchify_rect(images: torch.Tensor, patch_size: tuple[int, int], pattern: str = ""):
+def _patchify_rect(
+    images: torch.Tensor, patch_size: tuple[int, int], pattern: str = ""
+):
     p1, p2 = patch_size
     pattern = pattern or "b c (h p1) (w p2) -> b (h w) (c p1 p2)"
     return rearrange(images, pattern, p1=p1, p2=p2)
@@ -218,7 +226,9 @@ def check_patchify_rect(patchify_rect: Callable[..., torch.Tensor]) -> None:
 
 
 # -- Exercise 3: a convolutional stem -------------------------------------------------------
-def _token_changes(stem: nn.Module, base: torch.Tensor, row: int, col: int) -> torch.Tensor:
+def _token_changes(
+    stem: nn.Module, base: torch.Tensor, row: int, col: int
+) -> torch.Tensor:
     """How much each token moves when one pixel of ``base`` changes: ``(tokens,)``."""
     bumped = base.clone()
     bumped[:, :, row, col] += 10.0
@@ -256,12 +266,20 @@ def check_conv_stem(make_conv_stem: Callable[..., nn.Module]) -> None:
                 f"{what} returns a feature map of shape {tuple(got.shape)}; flatten it into "
                 "tokens: rearrange(x, 'b d h w -> b (h w) d')"
             )
-        if got.dim() == 3 and got.shape[1] == d_model and got.shape[2] == grid[0] * grid[1]:
+        if (
+            got.dim() == 3
+            and got.shape[1] == d_model
+            and got.shape[2] == grid[0] * grid[1]
+        ):
             raise ExerciseError(
                 f"{what} returns {tuple(got.shape)}, features before tokens; the tokens go "
                 "on axis 1: 'b d h w -> b (h w) d'"
             )
-        if got.dim() == 3 and got.shape[2] == d_model and got.shape[1] != grid[0] * grid[1]:
+        if (
+            got.dim() == 3
+            and got.shape[2] == d_model
+            and got.shape[1] != grid[0] * grid[1]
+        ):
             for halvings in range(0, 6):
                 factor = 2**halvings
                 if got.shape[1] == -(-height // factor) * -(-width // factor):
@@ -270,7 +288,9 @@ def check_conv_stem(make_conv_stem: Callable[..., nn.Module]) -> None:
                         f"shrinks the image {factor}×, not {patch}× (patch_size); use "
                         f"log2({patch}) = {patch.bit_length() - 1} stride-2 convolutions"
                     )
-        expect_tensor(got, (2, grid[0] * grid[1], d_model), f"{what}(images {height}×{width})")
+        expect_tensor(
+            got, (2, grid[0] * grid[1], d_model), f"{what}(images {height}×{width})"
+        )
         if patch != 4:
             continue
 
