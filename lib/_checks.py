@@ -282,6 +282,25 @@ def one_of(
 
 
 # -- tensors ------------------------------------------------------------------------------------
+_PARSED_AXES: dict[str, tuple[bool, tuple[str, ...]]] = {}
+
+
+def _parse_axes(axes: str) -> tuple[bool, tuple[str, ...]]:
+    """``"... seq d_model"`` -> ``(True, ("seq", "d_model"))``, parsed once per pattern.
+
+    Decoding calls these checks for every token, so the split is remembered (outside
+    ``torch.compile``, which traces the function once anyway).
+    """
+    parsed = _PARSED_AXES.get(axes)
+    if parsed is None:
+        names = axes.split()
+        leading = bool(names) and names[0] == "..."
+        parsed = (leading, tuple(names[1:] if leading else names))
+        if not torch.compiler.is_compiling():
+            _PARSED_AXES[axes] = parsed
+    return parsed
+
+
 def tensor(
     name: str,
     x: Any,
@@ -307,21 +326,19 @@ def tensor(
             _message(f"{name} must be a torch.Tensor, got {_describe(x)}", owner, hint)
         )
     if axes is not None:
-        names = axes.split()
-        leading = bool(names) and names[0] == "..."
-        named = names[1:] if leading else names
-        unknown = set(sizes) - set(named)
-        if "..." in named or unknown:
+        leading, named = _parse_axes(axes)
+        if "..." in named or not set(sizes) <= set(named):
             raise TypeError(
                 f"tensor(): bad axes {axes!r} for the sizes {sorted(sizes)}"
             )
         shape = tuple(x.shape)
-        fits = x.dim() >= len(named) if leading else x.dim() == len(named)
-        if fits:
-            offset = x.dim() - len(named)
+        fits = len(shape) >= len(named) if leading else len(shape) == len(named)
+        if fits and sizes:
+            offset = len(shape) - len(named)
             fits = all(
-                shape[offset + i] == sizes.get(axis, shape[offset + i])
+                shape[offset + i] == sizes[axis]
                 for i, axis in enumerate(named)
+                if axis in sizes
             )
         if not fits:
             given = ", ".join(f"{axis}={size}" for axis, size in sizes.items())

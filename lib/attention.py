@@ -227,7 +227,7 @@ def _prepare(q, k, v, mask, bias, causal):
     The bias is cast to the queries' dtype: an fp32 ALiBi or T5 table then works with
     bf16 queries on every backend.
     """
-    if causal:
+    if causal and q.shape[2] > 1:  # one query, the last position, sees every key
         mask = combine_masks(mask, causal_mask(q.shape[2], k.shape[2], device=q.device))
     if bias is not None:
         bias = bias.to(q.dtype)
@@ -337,6 +337,7 @@ def sdpa_attention(
     dropout_p, scale = _check_attention_args(
         owner, q, k, v, mask, bias, dropout_p, scale, causal
     )
+    causal = causal and q.shape[2] > 1  # a single (last) query sees every key
     no_mask = mask is None and bias is None
     square_causal = causal and no_mask and q.shape[2] == k.shape[2]
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal and not square_causal)
