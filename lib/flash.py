@@ -33,6 +33,7 @@ import torch
 from einops import einsum, rearrange, reduce
 from torch.autograd.function import once_differentiable
 
+from lib import _checks as check
 from lib.attention import register_attention_backend, sdpa_attention
 
 try:  # Linux x86_64 wheels only; elsewhere the Triton backend says so when called
@@ -62,12 +63,6 @@ __all__ = [
 ]
 
 
-def _positive_int(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 def attention_core_flops(
     q_len: int, k_len: int, d_head: int, *, causal: bool = False, backward: bool = False
 ) -> int:
@@ -78,8 +73,11 @@ def attention_core_flops(
     the backward's five products (the scores again, ``dv``, ``dp``, ``dq``, ``dk``) are
     2.5 times the forward's two, so the total is 3.5 times the forward.
     """
-    q_len, k_len = _positive_int("q_len", q_len), _positive_int("k_len", k_len)
-    d_head = _positive_int("d_head", d_head)
+    q_len, k_len = (
+        check.positive_int("q_len", q_len),
+        check.positive_int("k_len", k_len),
+    )
+    d_head = check.positive_int("d_head", d_head)
     if causal:
         offset = k_len - q_len  # query i sees keys 0 .. i + offset
         pairs = sum(min(max(i + offset + 1, 0), k_len) for i in range(q_len))
@@ -105,8 +103,8 @@ def attention_hbm_bytes(
     write the output and a float32 log-sum-exp per query. ``block_q=None`` reads every
     input once (the best case, when the re-reads hit the L2 cache).
     """
-    n, d = _positive_int("seq_len", seq_len), _positive_int("d_head", d_head)
-    _positive_int("bytes_per_value", bytes_per_value)
+    n, d = check.positive_int("seq_len", seq_len), check.positive_int("d_head", d_head)
+    check.positive_int("bytes_per_value", bytes_per_value)
     if method == "standard":
         return (4 * n * d + 4 * n * n) * bytes_per_value
     if method != "flash":
@@ -114,7 +112,9 @@ def attention_hbm_bytes(
     if block_q is None:
         n_query_blocks = 1
     else:
-        n_query_blocks = -(-n // _positive_int("block_q", block_q))  # ceil(n / block_q)
+        n_query_blocks = -(
+            -n // check.positive_int("block_q", block_q)
+        )  # ceil(n / block_q)
     values = n * d + 2 * n * d * n_query_blocks + n * d  # q, k and v per block, out
     return values * bytes_per_value + 4 * n
 
@@ -138,7 +138,7 @@ def online_softmax(scores: torch.Tensor, block_size: int = 128) -> torch.Tensor:
     """
     if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
         raise TypeError(f"scores must be a float tensor, got {type(scores).__name__}")
-    _positive_int("block_size", block_size)
+    check.positive_int("block_size", block_size)
     row_max = torch.full_like(scores[..., 0], -math.inf)
     row_sum = torch.zeros_like(row_max)
     for start in range(0, scores.shape[-1], block_size):
@@ -858,7 +858,7 @@ def flash_attention_torch(
         return sdpa_attention(q, k, v, mask, bias, dropout_p, **options)
     dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
     scale = _check_flash_inputs("flash_torch", q, k, v, scale, dtypes)
-    _positive_int("block_q", block_q), _positive_int("block_k", block_k)
+    check.positive_int("block_q", block_q), check.positive_int("block_k", block_k)
     if q.shape[2] == 0 or k.shape[2] == 0:  # nothing to tile
         return sdpa_attention(q, k, v, scale=scale, causal=causal)
     return FlashAttentionTorch.apply(q, k, v, scale, causal, block_q, block_k)

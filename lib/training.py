@@ -49,6 +49,7 @@ from torch.nn.utils.rnn import pad_sequence
 from torch.utils.checkpoint import checkpoint as checkpoint_call
 from tqdm import tqdm
 
+from lib import _checks as check
 from lib.datasets import load_gutenberg, load_tatoeba_pairs, load_tiny_shakespeare
 from lib.generation import beam_search, generate
 from lib.models import (
@@ -233,12 +234,6 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float) -> torch
     return total
 
 
-def _positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 @dataclass(frozen=True)
 class NoamSchedule:
     """``d_model^-0.5 · min(n^-0.5, n · warmup^-1.5)`` at optimiser step
@@ -251,8 +246,8 @@ class NoamSchedule:
     warmup: int
 
     def __post_init__(self) -> None:
-        _positive("d_model", self.d_model)
-        _positive("warmup", self.warmup)
+        check.positive_int("d_model", self.d_model)
+        check.positive_int("warmup", self.warmup)
 
     def __call__(self, step: int) -> float:
         n = step + 1
@@ -269,7 +264,7 @@ class WarmupCosineSchedule:
     min_ratio: float = 0.1
 
     def __post_init__(self) -> None:
-        _positive("total", self.total)
+        check.positive_int("total", self.total)
         if isinstance(self.warmup, bool) or not 0 <= self.warmup <= self.total:
             message = f"warmup must be in 0..total={self.total}, got {self.warmup!r}"
             raise ValueError(message)
@@ -496,7 +491,7 @@ def _token_stream(tokens: torch.Tensor | list[int], seq_len: int) -> torch.Tenso
     if tokens.dim() != 1:
         shape = tuple(tokens.shape)
         raise ValueError(f"tokens must be one stream (n,), got shape {shape}")
-    _positive("seq_len", seq_len)
+    check.positive_int("seq_len", seq_len)
     if len(tokens) < seq_len + 1:
         raise ValueError(
             f"the data holds {len(tokens)} tokens, fewer than one window of "
@@ -522,7 +517,7 @@ def lm_batches(
     random choices depend on ``(seed, step)`` only.
     """
     tokens = _token_stream(tokens, seq_len)
-    _positive("batch_size", batch_size)
+    check.positive_int("batch_size", batch_size)
     offsets = torch.arange(seq_len + 1)
 
     def batch_at(step: int) -> Batch:
@@ -548,7 +543,7 @@ def lm_eval_batches(
     """The whole stream as consecutive windows (each token predicted once), in batches:
     what a final, honest evaluation uses. Arguments as :func:`lm_batches`."""
     tokens = _token_stream(tokens, seq_len)
-    _positive("batch_size", batch_size)
+    check.positive_int("batch_size", batch_size)
     n_windows = (len(tokens) - 1) // seq_len
     starts = torch.arange(n_windows) * seq_len
     windows = tokens[rearrange(starts, "w -> w 1") + torch.arange(seq_len + 1)]
@@ -735,9 +730,9 @@ def train(
     (default: in the full profile only).
     Raises :class:`NonFiniteLossError` on a NaN or infinite loss or gradient norm.
     """
-    _positive("n_steps", n_steps)
-    _positive("grad_accum", grad_accum)
-    _positive("log_every", log_every)
+    check.positive_int("n_steps", n_steps)
+    check.positive_int("grad_accum", grad_accum)
+    check.positive_int("log_every", log_every)
     device = next(model.parameters()).device
     precision = precision or get_precision(device)
     scaler = torch.amp.GradScaler(device.type) if precision.use_grad_scaler else None
@@ -1000,7 +995,9 @@ class SequenceClassifier(nn.Module):
         self.cfg = bert.cfg
         self.embed, self.encoder = bert.embed, bert.encoder
         self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(bert.cfg.d_model, _positive("n_classes", n_classes))
+        self.head = nn.Linear(
+            bert.cfg.d_model, check.positive_int("n_classes", n_classes)
+        )
         nn.init.normal_(self.head.weight, std=0.02)
         nn.init.zeros_(self.head.bias)
 
@@ -1068,7 +1065,7 @@ def _sizes(run: str, profile: str | None, n_steps: int | None) -> dict[str, Any]
         raise ValueError(f"profile must be 'smoke' or 'full', got {profile!r}")
     sizes = {**RUN_SIZES[run][profile], "profile": profile}
     if n_steps is not None:  # for BERT, both pre-training and fine-tuning
-        sizes["n_steps"] = _positive("n_steps", n_steps)
+        sizes["n_steps"] = check.positive_int("n_steps", n_steps)
         if "finetune_steps" in sizes:
             sizes["finetune_steps"] = n_steps
         sizes["warmup"] = min(sizes["warmup"], n_steps)

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from einops import einsum, rearrange, reduce, repeat
 from torch import nn
 
+from lib import _checks as check
 from lib.hf_weights import Row, concat, convert_state_dict, load_checked, same
 from lib.models import Encoder, TransformerConfig, init_weights
 
@@ -109,8 +110,7 @@ class PatchEmbedding(nn.Module):
             ("patch_size", patch_size),
             ("d_model", d_model),
         ]:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check.positive_int(name, value, owner="PatchEmbedding")
         self.in_channels, self.patch_size = in_channels, patch_size
         self.proj = nn.Linear(in_channels * patch_size**2, d_model)
 
@@ -155,9 +155,7 @@ class ViTConfig:
         named = ("patch_size", "n_classes", "in_channels")
         fields = [("height", sizes[0]), ("width", sizes[1])]
         for name, value in fields + [(name, getattr(self, name)) for name in named]:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                message = f"ViTConfig: {name} must be a positive int, got {value!r}"
-                raise ValueError(message)
+            check.positive_int(name, value, owner="ViTConfig")
         if sizes[0] % self.patch_size or sizes[1] % self.patch_size:
             raise ValueError(
                 f"ViTConfig: image size {sizes[0]}×{sizes[1]} is not divisible by the "

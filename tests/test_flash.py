@@ -96,7 +96,7 @@ def test_attention_core_flops():
     assert attention_core_flops(2, 4, 8, causal=True) == 4 * (3 + 4) * 8  # bottom-right
     assert attention_core_flops(4, 2, 8, causal=True) == 4 * (0 + 0 + 1 + 2) * 8
     assert attention_core_flops(64, 64, 16, backward=True) == 3.5 * 4 * 64 * 64 * 16
-    with pytest.raises(ValueError, match="d_head must be a positive int"):
+    with pytest.raises(ValueError, match="d_head must be an int >= 1"):
         attention_core_flops(8, 8, 0)
 
 

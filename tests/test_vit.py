@@ -81,7 +81,9 @@ def test_patchify_rejects_bad_images(images, error, match):
 
 
 def test_patch_embedding_checks_its_sizes_and_channels():
-    with pytest.raises(ValueError, match="patch_size must be a positive int"):
+    with pytest.raises(
+        ValueError, match="PatchEmbedding: patch_size must be an int >= 1"
+    ):
         PatchEmbedding(1, 0, 8)
     with pytest.raises(ValueError, match=r"expected 1 channel\(s\), got 3"):
         PatchEmbedding(1, 4, 8)(torch.rand(2, 3, 8, 8))
@@ -107,11 +109,14 @@ def test_config_builds_the_encoder_config():
             r"image size 30×30 is not divisible by the patch",
         ),
         (dict(image_size=(28, 30), patch_size=7), r"28×30 is not divisible"),
-        (dict(image_size=28, patch_size=0), "patch_size must be a positive int"),
+        (
+            dict(image_size=28, patch_size=0),
+            "ViTConfig: patch_size must be an int >= 1",
+        ),
         (dict(image_size=(28,), patch_size=7), r"int or \(height, width\)"),
         (
             dict(image_size=28, patch_size=7, in_channels=0),
-            "in_channels must be a positive",
+            "ViTConfig: in_channels must be an int >= 1",
         ),
         (dict(image_size=28, patch_size=7, d_model=30, n_heads=4), "does not divide"),
     ],
