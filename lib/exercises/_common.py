@@ -91,6 +91,17 @@ def expect_tensor(
     return got
 
 
+def expect_number(value: Any, what: str) -> float:
+    """``value`` as a float: a Python int or float, or a one-element tensor (not a bool)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value.item())
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise ExerciseError(
+        f"{what} should be a number, got {type(value).__name__} {value!r}"
+    )
+
+
 def expect_close(
     got: torch.Tensor,
     want: torch.Tensor,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +19,7 @@ from lib.exercises._common import (
     call_without_mutation,
     checker,
     expect_close,
+    expect_number,
     expect_tensor,
 )
 
@@ -120,14 +120,6 @@ def _diagnose_backward(
 
 
 # --- Exercise 2 -----------------------------------------------------------------------------
-def _as_float(value: Any, what: str) -> float:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value.item())
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    raise ExerciseError(
-        f"{what} should be a number, got {type(value).__name__} {value!r}"
-    )
 
 
 @checker("Exercise 2: the rows a batch updates")
@@ -150,7 +142,7 @@ def check_rows_updated(rows_updated: Callable[[torch.Tensor, int], float]) -> No
         )
     for probs, n_tokens in cases:
         call = f"rows_updated(probs over {len(probs)} tokens, n_tokens={n_tokens})"
-        got = _as_float(call_without_mutation(rows_updated, probs, n_tokens), call)
+        got = expect_number(call_without_mutation(rows_updated, probs, n_tokens), call)
         never = torch.exp(n_tokens * torch.log1p(-probs))  # P(no draw is token i)
         want = float((1 - never).sum())
         if math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-9):
@@ -273,7 +265,7 @@ def check_seq2seq_embedding_params(
 def check_expected_initial_loss(expected_initial_loss: Callable[..., float]) -> None:
     """``expected_initial_loss(vocab_size, logit_std, n_samples) -> float`` (nats)."""
     for vocab in (65, 50_257):
-        got = _as_float(
+        got = expect_number(
             expected_initial_loss(vocab, 0.0, 16), f"the loss for |V|={vocab}"
         )
         want = math.log(vocab)
@@ -302,7 +294,7 @@ def check_expected_initial_loss(expected_initial_loss: Callable[..., float]) -> 
         for logit_std, tolerance in ((1.0, 0.05), (4.0, 0.25)):
             logits = logit_std * torch.randn(40_000, 65, dtype=torch.float64)
             want = (torch.logsumexp(logits, dim=-1) - logits[:, 0]).mean().item()
-            got = _as_float(
+            got = expect_number(
                 expected_initial_loss(65, logit_std, 20_000),
                 f"the loss for logit_std={logit_std}",
             )

@@ -21,6 +21,7 @@ from lib.exercises._common import (
     ExerciseError,
     call_without_mutation,
     checker,
+    expect_number,
     expect_tensor,
 )
 from lib.objectives import IGNORE_INDEX, span_corruption_batch
@@ -182,14 +183,6 @@ def check_min_p_filter(min_p_filter: Callable[..., torch.Tensor]) -> None:
 # -- Exercise 3 ------------------------------------------------------------
 
 
-def _as_float(value: object, what: str) -> float:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    raise ExerciseError(f"{what} should be a number, got {type(value).__name__}")
-
-
 @checker("Exercise 3: tokens per target call")
 def check_speculation_rate(
     speculation_rate: Callable[[torch.Tensor, torch.Tensor, int], tuple[float, float]],
@@ -220,8 +213,8 @@ def check_speculation_rate(
             ) from None
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise ExerciseError(f"{what} should return a pair (alpha, expected_tokens)")
-        alpha = _as_float(got[0], "alpha")
-        tokens = _as_float(got[1], "the expected number of tokens")
+        alpha = expect_number(got[0], "alpha")
+        tokens = expect_number(got[1], "the expected number of tokens")
         want_alpha = torch.minimum(p_, q_).sum().item()
         want_tokens = sum(want_alpha**i for i in range(n_draft + 1))
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +20,7 @@ from lib.exercises._common import (
     call_without_mutation,
     checker,
     expect_close,
+    expect_number,
     expect_tensor,
 )
 
@@ -150,16 +150,6 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _as_float(value: Any, what: str) -> float:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value.item())
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    raise ExerciseError(
-        f"{what} should be a number, got {type(value).__name__} {value!r}"
-    )
-
-
 @checker("Exercise 2: the best sigmoid approximation of GELU")
 def check_sigmoid_gelu_beta(best_beta: Callable[[torch.Tensor], float]) -> None:
     """``best_beta(x) -> beta`` minimising the largest gap ``|GELU - x sigmoid(beta x)|``."""
@@ -176,7 +166,7 @@ def _check_sigmoid_gelu_beta(best_beta: Callable[[torch.Tensor], float]) -> None
     answers = []
     for x in grids:
         call = f"best_beta(x) on {len(x):,} points in [{x[0]:g}, {x[-1]:g}]"
-        got = _as_float(call_without_mutation(best_beta, x), call)
+        got = expect_number(call_without_mutation(best_beta, x), call)
         answers.append(got)
         want = _best_beta(x, _gelu_gap)
         best_gap = _gelu_gap(x, want)

@@ -20,6 +20,7 @@ from lib.exercises._common import (
     call_without_mutation,
     checker,
     expect_close,
+    expect_number,
     expect_tensor,
 )
 from lib.positions import alibi_slopes
@@ -108,14 +109,6 @@ def check_interpolated_cos_sin(fn: Callable[[int, int, int, int], tuple]) -> Non
 
 
 # -- Exercise 2 -------------------------------------------------------------------------------
-def _as_float(value: Any, what: str) -> float:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value.item())
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    raise ExerciseError(
-        f"{what} should be a number, got {type(value).__name__} {value!r}"
-    )
 
 
 @checker("Exercise 2: NTK-aware scaling of the base")
@@ -127,7 +120,7 @@ def check_ntk_scaled_base(fn: Callable[[float, int, float], float]) -> None:
         (500.0, 64, 8.0),
     ):
         call = f"ntk_scaled_base({base:g}, {d_head}, {scale:g})"
-        got = _as_float(fn(base, d_head, scale), call)
+        got = expect_number(fn(base, d_head, scale), call)
         exponent = d_head / (d_head - 2)
         want = base * scale**exponent
         if math.isclose(got, want, rel_tol=1e-9):
