@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,6 +37,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
+
+from lib.utils import git_commit  # noqa: E402 (after the path is set)
 
 METHODS = ("triton", "sdpa_flash", "sdpa_cudnn", "sdpa_math")
 MEMORY_METHODS = ("sdpa_math", "flash_torch", "triton")
@@ -187,20 +188,6 @@ def measure(
             line += f"   ours is {row['ms'] / ours:5.2f}x as fast"
         print(line)
     return rows
-
-
-def _commit() -> str:
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return done.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def plot_speed(speed: list[dict]):
@@ -383,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
             gpu=gpu,
             torch=torch.__version__,
             triton=triton.__version__,
-            commit=_commit(),
+            commit=git_commit(),
             wall_time_s=round(wall, 1),
             command=" ".join(
                 [

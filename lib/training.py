@@ -31,7 +31,6 @@ import math
 import os
 import random
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -66,7 +65,14 @@ from lib.objectives import (
     causal_lm_batch,
     masked_lm_batch,
 )
-from lib.utils import Precision, autocast, get_device, get_precision, get_profile
+from lib.utils import (
+    Precision,
+    autocast,
+    get_device,
+    get_precision,
+    get_profile,
+    git_commit,
+)
 
 __all__ = [
     "cross_entropy",
@@ -1469,27 +1475,6 @@ _RUNS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
-def _git_commit() -> str:
-    root = Path(__file__).resolve().parent.parent
-    try:
-
-        def git(*args: str) -> str:
-            done = subprocess.run(
-                ["git", *args],
-                cwd=root,
-                capture_output=True,
-                text=True,
-                check=True,
-                timeout=10,
-            )
-            return done.stdout.strip()
-
-        commit, changes = git("rev-parse", "HEAD"), git("status", "--porcelain")
-        return commit + ("-dirty" if changes else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def _seconds_since_process_start() -> float | None:
     """Wall-clock seconds since this process started (Linux), for 'time from start'."""
     try:
@@ -1583,7 +1568,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "precision": get_precision(device).name,
         "world_size": world,
         "torch": torch.__version__,
-        "commit": _git_commit(),
+        "commit": git_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
     }
     if rank == 0:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import subprocess
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -40,6 +41,7 @@ __all__ = [
     "autocast",
     "seed_everything",
     "set_plot_style",
+    "git_commit",
 ]
 
 PROFILE_ENV = "TFS_PROFILE"
@@ -188,3 +190,29 @@ def set_plot_style() -> None:
             "image.cmap": "viridis",
         }
     )
+
+
+def git_commit() -> str:
+    """The commit of the course's checkout, for recorded results.
+
+    The full hash, with ``-dirty`` appended when the working tree has uncommitted changes;
+    ``"unknown"`` outside a git checkout (an installed ``lib``) or without git.
+    """
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        )
+        return done.stdout.strip()
+
+    try:
+        commit, changes = git("rev-parse", "HEAD"), git("status", "--porcelain")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return commit + ("-dirty" if changes else "")

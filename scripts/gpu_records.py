@@ -30,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "book" / "results"
+if str(ROOT) not in sys.path:  # run as a script: lib and tools come from this checkout
+    sys.path.insert(0, str(ROOT))
 
 
 def environment() -> dict[str, str | None]:
@@ -42,19 +44,14 @@ def environment() -> dict[str, str | None]:
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    from lib.utils import git_commit
+
     return {
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "torch": torch.__version__,
         "triton": triton_version,
         "python": platform.python_version(),
-        "commit": commit or None,
+        "commit": git_commit(),
     }
 
 
@@ -93,7 +90,6 @@ def run(
 
 def step_notebooks() -> None:
     """Every chapter executed in the full profile by nbmake, each timed on its own."""
-    sys.path.insert(0, str(ROOT))
     from tools.tangle import chapter_files
 
     per_chapter = {}

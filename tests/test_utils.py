@@ -89,3 +89,19 @@ def test_download_offline_is_a_clear_error(tmp_path):
         datasets.download(missing, tmp_path / "x.txt", sha256="0" * 64)
     with pytest.raises(ValueError, match="64 hex digits"):
         datasets.download(missing, tmp_path / "x.txt", sha256="abc")
+
+
+def test_git_commit_names_this_checkout_or_says_unknown(monkeypatch):
+    import re
+    import subprocess
+
+    from lib.utils import git_commit
+
+    commit = git_commit()
+    assert commit == "unknown" or re.fullmatch(r"[0-9a-f]{40}(-dirty)?", commit)
+
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(subprocess, "run", no_git)
+    assert git_commit() == "unknown"
