@@ -91,6 +91,22 @@ def expect_tensor(
     return got
 
 
+def is_close(
+    got: object, want: torch.Tensor, atol: float = 1e-5, *, equal_nan: bool = False
+) -> bool:
+    """Whether ``got`` is a tensor of ``want``'s shape and values (for diagnosing a wrong
+    answer by comparing it with typical mistakes: it never raises)."""
+    return (
+        isinstance(got, torch.Tensor)
+        and got.shape == want.shape
+        and bool(
+            torch.allclose(
+                got.double(), want.double(), atol=atol, rtol=1e-4, equal_nan=equal_nan
+            )
+        )
+    )
+
+
 def expect_number(value: Any, what: str) -> float:
     """``value`` as a float: a Python int or float, or a one-element tensor (not a bool)."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:

@@ -23,6 +23,7 @@ from lib.exercises._common import (
     checker,
     expect_close,
     expect_tensor,
+    is_close,
 )
 
 __all__ = [
@@ -34,19 +35,7 @@ __all__ = [
 
 
 def _close(got: object, want: torch.Tensor, atol: float = 1e-5) -> bool:
-    return (
-        isinstance(got, torch.Tensor)
-        and got.shape == want.shape
-        and bool(
-            torch.allclose(
-                got.double(),
-                want.double(),
-                atol=atol,
-                rtol=1e-4,
-                equal_nan=True,
-            ),
-        )
-    )
+    return is_close(got, want, atol, equal_nan=True)
 
 
 def _pair(result: object, what: str) -> tuple[torch.Tensor, torch.Tensor]:

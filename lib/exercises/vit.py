@@ -24,6 +24,7 @@ from lib.exercises._common import (
     checker,
     expect_close,
     expect_tensor,
+    is_close,
 )
 
 __all__ = [
@@ -31,14 +32,6 @@ __all__ = [
     "check_patchify_rect",
     "check_conv_stem",
 ]
-
-
-def _matches(got: object, want: torch.Tensor, atol: float = 1e-5) -> bool:
-    return (
-        isinstance(got, torch.Tensor)
-        and got.shape == want.shape
-        and bool(torch.allclose(got.double(), want.double(), atol=atol, rtol=1e-4))
-    )
 
 
 # -- Exercise 1: position embeddings for a larger image ----------------------------------------
@@ -103,7 +96,7 @@ def check_interpolate_positions(interpolate: Callable[..., torch.Tensor]) -> Non
                 f"{what}: the class token's row changed. It has no place on the grid: keep "
                 "row 0 as it is and interpolate only rows 1..h·w"
             )
-        if _matches(got, want):
+        if is_close(got, want):
             continue
         mistakes = [
             (
@@ -140,7 +133,7 @@ def check_interpolate_positions(interpolate: Callable[..., torch.Tensor]) -> Non
             ),
         ]
         for options, message in mistakes:
-            if _matches(
+            if is_close(
                 got, _interpolate_positions(pos, old_grid, new_grid, **options)
             ):
                 raise ExerciseError(f"{what}: {message}")
@@ -172,11 +165,11 @@ def check_patchify_rect(patchify_rect: Callable[..., torch.Tensor]) -> None:
         got = call_without_mutation(patchify_rect, images, patch)
         want = _patchify_rect(images, patch)
         expect_tensor(got, tuple(want.shape), what)
-        if _matches(got, want, atol=0):
+        if is_close(got, want, atol=0):
             continue
         swapped = (patch[1], patch[0])
         if shape[2] % swapped[0] == 0 and shape[3] % swapped[1] == 0:
-            if _matches(got, _patchify_rect(images, swapped), atol=0):
+            if is_close(got, _patchify_rect(images, swapped), atol=0):
                 raise ExerciseError(
                     f"{what}: the patch sides are swapped; patch_size is "
                     "(patch_height, patch_width): p1 splits the height, p2 the width"
@@ -198,7 +191,7 @@ def check_patchify_rect(patchify_rect: Callable[..., torch.Tensor]) -> None:
             ),
         ]
         for pattern, message in mistakes:
-            if _matches(got, _patchify_rect(images, patch, pattern), atol=0):
+            if is_close(got, _patchify_rect(images, patch, pattern), atol=0):
                 raise ExerciseError(f"{what}: {message}")
         expect_close(got, want, what, atol=0, rtol=0)
 
