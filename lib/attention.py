@@ -337,7 +337,6 @@ def sdpa_attention(
     dropout_p, scale = _check_attention_args(
         owner, q, k, v, mask, bias, dropout_p, scale, causal
     )
-    causal = causal and q.shape[2] > 1  # a single (last) query sees every key
     no_mask = mask is None and bias is None
     square_causal = causal and no_mask and q.shape[2] == k.shape[2]
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal and not square_causal)
