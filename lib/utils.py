@@ -4,17 +4,21 @@ Hand-written (not tangled from a chapter): these are the course's plumbing, not 
 
 The run profile
 ---------------
-Every notebook runs in one of two profiles:
+Every notebook runs in one of three profiles:
 
 * ``smoke``: small sizes that run on a laptop CPU in well under a minute per chapter.
   This is what the tests and the book build use.
-* ``full``: the real configuration, meant for a GPU.
+* ``colab``: sized for Colab's free GPU, a T4 (16 GB, fp16 but no bf16, about 65 TFLOP/s
+  at best): each chapter finishes in about ten minutes there. Chosen on any CUDA GPU
+  older than Ampere (compute capability below 8.0).
+* ``full``: the real configuration, meant for an Ampere-or-newer GPU (A100, L4, H100).
 
-The default is ``full`` when CUDA is available and ``smoke`` otherwise. The environment
-variable ``TFS_PROFILE`` (``smoke`` or ``full``) forces either. Notebooks read their sizes
-through :func:`pick`, so one line shows both values::
+The default follows the hardware: ``smoke`` without CUDA, ``colab`` on a pre-Ampere GPU,
+``full`` on a newer one. The environment variable ``TFS_PROFILE`` forces any of the three.
+Notebooks read their sizes through :func:`pick`, so one line shows every value; ``colab``
+defaults to the ``full`` value where the full size already fits a T4::
 
-    n_steps = pick(smoke=50, full=5_000)
+    n_steps = pick(smoke=50, full=5_000, colab=1_500)
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import os
 import random
 import subprocess
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import torch
@@ -34,6 +38,7 @@ __all__ = [
     "DEVICE_ENV",
     "Precision",
     "get_profile",
+    "PROFILES",
     "is_smoke",
     "pick",
     "get_device",
@@ -46,24 +51,32 @@ __all__ = [
 
 PROFILE_ENV = "TFS_PROFILE"
 DEVICE_ENV = "TFS_DEVICE"
-Profile = Literal["smoke", "full"]
+Profile = Literal["smoke", "colab", "full"]
+PROFILES: tuple[Profile, ...] = ("smoke", "colab", "full")
 T = TypeVar("T")
+_UNSET: Any = object()
 
 
 def get_profile() -> Profile:
-    """Return the active run profile, ``"smoke"`` or ``"full"``.
+    """Return the active run profile: ``"smoke"``, ``"colab"`` or ``"full"``.
 
-    ``TFS_PROFILE`` wins when set; otherwise ``full`` on a CUDA machine, else ``smoke``.
+    ``TFS_PROFILE`` wins when set. Otherwise ``smoke`` without CUDA, ``colab`` on a GPU
+    older than Ampere (Colab's T4, a V100: compute capability below 8.0, no bf16), and
+    ``full`` on an Ampere or newer GPU.
     """
     forced = os.environ.get(PROFILE_ENV, "").strip().lower()
     if forced:
-        if forced not in ("smoke", "full"):
+        if forced not in PROFILES:
             raise ValueError(
-                f"{PROFILE_ENV}={os.environ[PROFILE_ENV]!r} is not a profile; "
-                "use 'smoke' (small, CPU) or 'full' (real sizes, GPU)."
+                f"{PROFILE_ENV}={os.environ[PROFILE_ENV]!r} is not a profile; use "
+                "'smoke' (small, CPU), 'colab' (Colab's T4 GPU) or 'full' (real sizes, "
+                "a recent GPU)."
             )
         return forced  # type: ignore[return-value]
-    return "full" if torch.cuda.is_available() else "smoke"
+    if not torch.cuda.is_available():
+        return "smoke"
+    major, _ = torch.cuda.get_device_capability()
+    return "full" if major >= 8 else "colab"
 
 
 def is_smoke() -> bool:
@@ -71,9 +84,17 @@ def is_smoke() -> bool:
     return get_profile() == "smoke"
 
 
-def pick(*, smoke: T, full: T) -> T:
-    """Choose a value by run profile: ``pick(smoke=64, full=1024)``."""
-    return smoke if is_smoke() else full
+def pick(*, smoke: T, full: T, colab: T = _UNSET) -> T:
+    """Choose a value by run profile: ``pick(smoke=64, full=1024, colab=512)``.
+
+    Without ``colab=``, the ``colab`` profile takes the ``full`` value.
+    """
+    profile = get_profile()
+    if profile == "smoke":
+        return smoke
+    if profile == "colab" and colab is not _UNSET:
+        return colab
+    return full
 
 
 def get_device(prefer: str | None = None) -> torch.device:

@@ -19,14 +19,31 @@ def test_profile_is_forced_by_the_environment(monkeypatch):
     assert utils.pick(smoke=1, full=2) == 1
 
 
+def test_colab_profile_takes_its_own_value_or_the_full_one(monkeypatch):
+    monkeypatch.setenv(utils.PROFILE_ENV, "colab")
+    assert utils.get_profile() == "colab" and not utils.is_smoke()
+    assert utils.pick(smoke=1, full=2, colab=3) == 3
+    assert utils.pick(smoke=1, full=2) == 2  # no colab value: the full one
+    monkeypatch.setenv(utils.PROFILE_ENV, "full")
+    assert utils.pick(smoke=1, full=2, colab=3) == 2
+    monkeypatch.setenv(utils.PROFILE_ENV, "smoke")
+    assert utils.pick(smoke=1, full=2, colab=3) == 1
+
+
 def test_profile_defaults_to_the_hardware(monkeypatch):
     monkeypatch.delenv(utils.PROFILE_ENV, raising=False)
-    assert utils.get_profile() == ("full" if torch.cuda.is_available() else "smoke")
+    if not torch.cuda.is_available():
+        assert utils.get_profile() == "smoke"
+    # A GPU's generation decides between colab and full: a T4 is 7.5, an A100 8.0.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for capability, profile in [((7, 5), "colab"), ((7, 0), "colab"), ((8, 0), "full")]:
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda c=capability: c)
+        assert utils.get_profile() == profile, capability
 
 
 def test_bad_profile_is_a_clear_error(monkeypatch):
     monkeypatch.setenv(utils.PROFILE_ENV, "fast")
-    with pytest.raises(ValueError, match="'fast' is not a profile"):
+    with pytest.raises(ValueError, match="'fast' is not a profile.*'colab'"):
         utils.get_profile()
 
 
