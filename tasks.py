@@ -5,6 +5,7 @@
     python3 tasks.py test     # install what the tests need, run the unit and notebook tests
     python3 tasks.py lab      # install JupyterLab + Jupytext, open the chapters as notebooks
     python3 tasks.py tangle   # regenerate lib/ from the chapters' export cells
+    python3 tasks.py notebooks  # regenerate notebooks/ (the Colab notebooks) and their links
     python3 tasks.py lint     # ruff: lint and format check of lib/, tests/ and the chapters
     python3 tasks.py fmt      # ruff: format lib/, tests/ and the chapters' code cells
 
@@ -197,6 +198,7 @@ def cmd_book(strict: bool, verbose: bool = False) -> None:
         )
     if strict:
         check_figures()
+        check_colab_buttons()
     checked = "no warnings, " if strict else ""
     say(
         f"built in {time.monotonic() - start:.0f} s, {checked}at {ROOT / '_build/html/index.html'}"
@@ -224,6 +226,24 @@ def check_figures() -> None:
             "[tasks] figures missing from the rendered book:\n  " + "\n  ".join(missing)
         )
     say("every chapter's figures are in the rendered book")
+
+
+def check_colab_buttons() -> None:
+    """Fail if a chapter page's Colab button does not open its committed notebook."""
+    from tools.notebooks import colab_url
+
+    wrong = []
+    for chapter in toc_chapters():
+        notebook = chapter.stem + ".ipynb"
+        page = ROOT / "_build" / "html" / "chapters" / f"{chapter.stem}.html"
+        html = page.read_text(encoding="utf-8") if page.exists() else ""
+        if not (ROOT / "notebooks" / notebook).exists():
+            wrong.append(f"{chapter.name}: notebooks/{notebook} is missing")
+        elif f'href="{colab_url(notebook)}"' not in html:
+            wrong.append(f"{chapter.name}: no Colab button to notebooks/{notebook}")
+    if wrong:
+        sys.exit("[tasks] Colab buttons:\n  " + "\n  ".join(wrong))
+    say("every chapter page's Colab button opens its notebook in notebooks/")
 
 
 LAB_CONFIG = ROOT / "_build" / "jupyter-config"
@@ -278,6 +298,11 @@ def cmd_tangle(check: bool) -> None:
     run(sys.executable, "tools/tangle.py", *(["--check"] if check else []))
 
 
+def cmd_notebooks(check: bool) -> None:
+    ensure_installed("test")
+    run(sys.executable, "tools/notebooks.py", *(["--check"] if check else []))
+
+
 def notebooks() -> list[str]:
     """Convert the chapters to ipynb under _build/notebooks so ruff can read their code."""
     from tools.tangle import chapter_files, write_notebook
@@ -290,10 +315,11 @@ def cmd_lint() -> None:
     nbs = notebooks()
     # _build is excluded in pyproject for plain `ruff check .`; name the notebooks explicitly.
     run(sys.executable, "-m", "ruff", "check", *PY_PATHS)
-    run(sys.executable, "-m", "ruff", "check", *nbs)
+    run(sys.executable, "-m", "ruff", "check", *nbs, "notebooks")
     run(sys.executable, "-m", "ruff", "format", "--check", *PY_PATHS)
-    run(sys.executable, "-m", "ruff", "format", "--check", *nbs)
+    run(sys.executable, "-m", "ruff", "format", "--check", *nbs, "notebooks")
     run(sys.executable, "tools/tangle.py", "--check")
+    run(sys.executable, "tools/notebooks.py", "--check")
 
 
 def cmd_fmt() -> None:
@@ -311,6 +337,7 @@ def cmd_fmt() -> None:
         *chapters,
     )
     run(sys.executable, "tools/tangle.py")
+    run(sys.executable, "tools/notebooks.py")
 
 
 def main() -> None:
@@ -335,6 +362,10 @@ def main() -> None:
     lab.add_argument("lab_args", nargs=argparse.REMAINDER, help="passed to jupyter lab")
     tangle = sub.add_parser("tangle", help="regenerate lib/ from the chapters")
     tangle.add_argument("--check", action="store_true", help="only report drift")
+    notebooks = sub.add_parser(
+        "notebooks", help="regenerate notebooks/ (Colab) from the chapters"
+    )
+    notebooks.add_argument("--check", action="store_true", help="only report drift")
     sub.add_parser("lint", help="ruff lint and format check")
     sub.add_parser("fmt", help="ruff format, chapters included")
     args, unknown = parser.parse_known_args()
@@ -353,6 +384,8 @@ def main() -> None:
         cmd_lab(unknown + args.lab_args)
     elif args.command == "tangle":
         cmd_tangle(args.check)
+    elif args.command == "notebooks":
+        cmd_notebooks(args.check)
     elif args.command == "lint":
         cmd_lint()
     elif args.command == "fmt":

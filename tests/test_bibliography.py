@@ -7,52 +7,10 @@ the test needs nothing beyond the standard library.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-BIB = Path(__file__).resolve().parent.parent / "book" / "references.bib"
-
-
-def parse_bib(text: str) -> dict[str, dict[str, str]]:
-    """Map each entry's key to its fields (names lower-cased, values without outer braces)."""
-    entries: dict[str, dict[str, str]] = {}
-    for start in re.finditer(r"@(\w+)\s*\{\s*([^,\s]+)\s*,", text):
-        if start.group(1).lower() in {"comment", "string", "preamble"}:
-            continue
-        key = start.group(2)
-        if key in entries:
-            raise ValueError(f"{BIB.name}: the key {key!r} is defined twice")
-        fields: dict[str, str] = {}
-        pos = start.end()
-        while True:
-            field = re.compile(r"\s*(\w+)\s*=\s*").match(text, pos)
-            if field is None:
-                break
-            pos = field.end()
-            if text[pos] == "{":  # a braced value: find its matching brace
-                depth, end = 0, pos
-                while True:
-                    depth += {"{": 1, "}": -1}.get(text[end], 0)
-                    end += 1
-                    if depth == 0:
-                        break
-                value = text[pos + 1 : end - 1]
-            elif text[pos] == '"':
-                end = text.index('"', pos + 1) + 1
-                value = text[pos + 1 : end - 1]
-            else:  # a bare number or macro
-                end = re.compile(r"[^,}\s]+").match(text, pos).end()
-                value = text[pos:end]
-            fields[field.group(1).lower()] = value.strip()
-            pos = end
-            comma = re.compile(r"\s*,").match(text, pos)
-            if comma is None:
-                break
-            pos = comma.end()
-        entries[key] = fields
-    return entries
-
+from tools.bib import BIB, parse_bib
 
 ENTRIES = parse_bib(BIB.read_text(encoding="utf-8"))
 

@@ -1,0 +1,63 @@
+"""Point each chapter page's Colab button at the chapter's generated notebook.
+
+sphinx-book-theme builds the Colab link from the page's source file,
+``chapters/NN-name.md``, which Colab cannot open (it reads only ``.ipynb``). The course
+commits a generated notebook per chapter, ``notebooks/NN-name.ipynb``
+(``tools/notebooks.py``); this extension rewrites the link to it after the theme has made
+its buttons, and warns (an error in the strict build) if a chapter has no such notebook.
+
+Loaded from ``_config.yml`` (``sphinx: local_extensions``). The repository and branch are
+the theme's ``repository_url`` and ``repository_branch``, which Jupyter Book fills from the
+``repository`` section of ``_config.yml``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+
+from sphinx.util import logging
+
+LOGGER = logging.getLogger(__name__)
+NOTEBOOK_DIR = "notebooks"
+
+
+def colab_notebook_url(colab: str, repository: str, branch: str, pagename: str) -> str:
+    """``https://colab.research.google.com/github/ORG/REPO/blob/BRANCH/notebooks/X.ipynb``."""
+    org_repo = repository.rstrip("/").removeprefix("https://github.com/")
+    notebook = PurePosixPath(pagename).name + ".ipynb"
+    return f"{colab.rstrip('/')}/github/{org_repo}/blob/{branch}/{NOTEBOOK_DIR}/{notebook}"
+
+
+def point_colab_at_notebooks(app, pagename, templatename, context, doctree) -> None:
+    if not pagename.startswith("chapters/"):
+        return
+    options = app.config.html_theme_options
+    colab = options.get("launch_buttons", {}).get("colab_url", "")
+    repository = options.get("repository_url", "")
+    if not colab or not repository:
+        return
+    notebook = Path(app.srcdir) / NOTEBOOK_DIR / (PurePosixPath(pagename).name + ".ipynb")
+    if not notebook.exists():
+        LOGGER.warning(
+            f"{pagename}: no {NOTEBOOK_DIR}/{notebook.name} for its Colab button; "
+            "run `python3 tasks.py notebooks`",
+            location=pagename,
+        )
+        return
+    url = colab_notebook_url(
+        colab, repository, options.get("repository_branch") or "main", pagename
+    )
+    found = False
+    for group in context.get("header_buttons", []):
+        for button in group.get("buttons", []) if isinstance(group, dict) else []:
+            if button.get("text") == "Colab":
+                button["url"] = url
+                found = True
+    if not found:
+        LOGGER.warning(f"{pagename}: the theme made no Colab button", location=pagename)
+
+
+def setup(app):
+    # After sphinx-book-theme's add_launch_buttons (priority 501).
+    app.connect("html-page-context", point_colab_at_notebooks, priority=510)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

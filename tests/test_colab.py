@@ -1,0 +1,241 @@
+"""The Colab notebooks: generated from the chapters, installing themselves, run as a new
+user would run them (a fresh virtual environment with nothing but torch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from packaging.requirements import Requirement
+
+from tools import notebooks
+from tools.tangle import chapter_files
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+import colab as colab_extension  # noqa: E402  (book/_ext/colab.py, the Sphinx extension)
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_notebooks_and_colab_links_match_their_sources():
+    stale = notebooks.stale_files()
+    assert not stale, (
+        f"out of date: {[str(p.relative_to(ROOT)) for p in stale]}; "
+        "run `python3 tasks.py notebooks`"
+    )
+    assert sorted(p.stem for p in notebooks.NOTEBOOKS.glob("*.ipynb")) == [
+        c.stem for c in chapter_files()
+    ]
+
+
+def test_one_setting_gives_every_colab_address():
+    url, branch = notebooks.repository()
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    assert config["launch_buttons"]["colab_url"] == notebooks.COLAB
+    for chapter in chapter_files():
+        name = chapter.stem + ".ipynb"
+        address = notebooks.colab_url(name)
+        assert address.endswith(f"/blob/{branch}/notebooks/{name}")
+        # The book's button (the Sphinx extension) and the README agree with the cell.
+        page = f"chapters/{chapter.stem}"
+        assert colab_extension.colab_notebook_url(
+            notebooks.COLAB, url, branch, page
+        ) == (address)
+        assert address in (ROOT / "README.md").read_text(encoding="utf-8")
+        cell = "".join(load(notebooks.NOTEBOOKS / name)["cells"][1]["source"])
+        assert f'REPOSITORY = "{url}"' in cell and f'BRANCH = "{branch}"' in cell
+
+
+def test_a_bad_repository_setting_is_a_clear_error(monkeypatch, tmp_path):
+    config = tmp_path / "_config.yml"
+    config.write_text("repository:\n  url: https://example.org/course\n")
+    monkeypatch.setattr(notebooks, "CONFIG", config)
+    with pytest.raises(SystemExit, match="must be https://github.com/ORG/REPO"):
+        notebooks.repository()
+
+
+def test_each_notebook_installs_only_what_its_chapter_imports():
+    needs = {
+        c.stem: notebooks.chapter_needs(c.read_text(encoding="utf-8"))
+        for c in chapter_files()
+    }
+    assert list(needs["01-tokenizer"]) == ["tokenizers"]
+    assert list(needs["07-families"]) == ["transformers"]
+    assert list(needs["08-training"]) == ["sacrebleu"]
+    assert needs["02-embeddings"] == {}
+    # The requirement strings are the `chapters` extra's, so the ranges cannot drift.
+    assert needs["07-families"]["transformers"] == "transformers>=4.46,<5"
+
+
+def test_solutions_are_collapsed_and_myst_roles_are_plain_markdown():
+    for path in sorted(notebooks.NOTEBOOKS.glob("*.ipynb")):
+        nb = load(path)
+        assert nb["metadata"]["accelerator"] == "GPU"
+        assert nb["cells"][1]["cell_type"] == "code"  # the install cell comes first
+        for cell in nb["cells"]:
+            source = "".join(cell["source"])
+            if "solution" in cell["metadata"].get("tags", []):
+                assert source.startswith("# @title Solution"), path.name
+                assert cell["metadata"]["cellView"] == "form"
+                assert cell["metadata"]["jupyter"]["source_hidden"] is True
+            if cell["cell_type"] == "markdown":
+                assert not re.search(r"\{(cite|numref|ref|doc)\}`", source), path.name
+            else:
+                assert cell["outputs"] == [] and cell["execution_count"] is None
+
+
+def test_citations_become_linked_author_year_labels():
+    text = notebooks.plain_markdown(
+        "as shown {cite}`vaswani2017attention,gage1994bpe`", {}
+    )
+    assert text == (
+        "as shown ([Vaswani et al., 2017](https://arxiv.org/abs/1706.03762); "
+        "[Gage, 1994](http://www.pennelynn.com/Documents/CUJ/HTML/94HTML/19940045.HTM))"
+    )
+    assert notebooks.plain_markdown("see {numref}`fig-a`", {"fig-a": 2}) == "see Fig. 2"
+    assert notebooks.plain_markdown("{ref}`lib.x <api-lib-x>`", {}) == "*lib.x*"
+    with pytest.raises(SystemExit, match="no such entry"):
+        notebooks.plain_markdown("{cite}`nobody1999`", {})
+
+
+def test_install_cell_installs_nothing_where_lib_is_installed(tmp_path):
+    cell = "".join(
+        load(notebooks.NOTEBOOKS / "01-tokenizer.ipynb")["cells"][1]["source"]
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TFS_REPO"}
+    done = subprocess.run(
+        [sys.executable, "-c", cell],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ready: lib from"), done.stdout
+    assert "installing" not in done.stdout
+    assert not any(tmp_path.iterdir())  # nothing cloned
+
+
+def pyproject_requirements() -> dict[str, Requirement]:
+    """Every requirement of the package and of the extras environment.yml installs."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: pytest depends on tomli there
+        import tomli as tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    lines = list(project["dependencies"])
+    for extra in ("chapters", "test", "book", "notebooks"):
+        lines += project["optional-dependencies"][extra]
+    found = {}
+    for line in lines:
+        req = Requirement(line)
+        if req.name != project["name"]:  # the extras that include other extras
+            found.setdefault(req.name.lower(), req)
+    return found
+
+
+def test_environment_yml_agrees_with_pyproject():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text(encoding="utf-8"))
+    conda_names = {"pytorch": "torch"}  # conda-forge's name for a PyPI package
+    listed: dict[str, str] = {}
+    for dep in env["dependencies"]:
+        entries = dep["pip"] if isinstance(dep, dict) else [dep]
+        for entry in entries:
+            if entry.startswith("-e"):
+                assert entry == '-e ".[test,book,notebooks]"'
+                continue
+            req = Requirement(entry)
+            name = conda_names.get(req.name.lower(), req.name.lower())
+            listed[name] = str(req.specifier)
+    wanted = pyproject_requirements()
+    for name, req in wanted.items():
+        if req.marker is not None:  # platform-limited (triton): via the -e line only
+            assert name not in listed
+            continue
+        assert name in listed, f"environment.yml lacks {name} ({req})"
+        assert listed[name] == str(req.specifier), (name, listed[name], str(req))
+    extra = set(listed) - set(wanted) - {"python", "pip"}
+    assert not extra, f"environment.yml lists what pyproject.toml does not: {extra}"
+
+
+def ignore_untracked(directory: str, names: list[str]) -> list[str]:
+    skip = {".venv", "_build", ".git", ".pytest_cache", ".ruff_cache", ".hypothesis"}
+    return [
+        n for n in names if n in skip or n.endswith(".egg-info") or n == "__pycache__"
+    ]
+
+
+@pytest.mark.slow
+def test_a_notebook_runs_in_a_fresh_environment_with_only_torch(tmp_path):
+    """As a new Colab user: a new virtual environment with torch (Colab's is preinstalled)
+    and a notebook runner, then the generated notebook from its first cell, whose install
+    cell finds no `lib` and installs it, with the chapter's extra package, from a copy of
+    this checkout (``TFS_REPO``, standing in for the repository's address)."""
+    checkout = tmp_path / "course"
+    shutil.copytree(ROOT, checkout, ignore=ignore_untracked)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "CONDA_PREFIX")
+    }
+    env |= {
+        "PATH": f"{python.parent}{os.pathsep}{env.get('PATH', '')}",
+        "TFS_REPO": str(checkout),
+        "TFS_PROFILE": "smoke",
+        "MPLBACKEND": "Agg",
+    }
+    pip = [
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ]
+
+    def run(*cmd: str, cwd: Path = tmp_path) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, (
+            f"{' '.join(cmd)}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+        )
+        return done
+
+    run(*pip, f"torch=={torch.__version__}")  # the version this machine's tests use
+    run(*pip, "nbmake>=1.5")  # Colab has Jupyter; here nbmake runs the kernel
+    listed = run(str(python), "-m", "pip", "list", "--format=json").stdout
+    assert "transformers-from-scratch" not in listed and "tokenizers" not in listed
+
+    # The notebook alone, outside the checkout (on Colab it sits in /content).
+    workdir = tmp_path / "content"
+    workdir.mkdir()
+    shutil.copy(notebooks.NOTEBOOKS / "01-tokenizer.ipynb", workdir)
+    run(str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbmake",
+        "01-tokenizer.ipynb", cwd=workdir)  # fmt: skip
+
+    listed = json.loads(run(str(python), "-m", "pip", "list", "--format=json").stdout)
+    versions = {p["name"].lower(): p["version"] for p in listed}
+    assert "transformers-from-scratch" in versions and "tokenizers" in versions
+    assert versions["torch"] == torch.__version__  # the preinstalled torch was kept
+    # Run again, the install cell finds everything and installs nothing.
+    nb = load(workdir / "01-tokenizer.ipynb")
+    again = run(str(python), "-c", "".join(nb["cells"][1]["source"]), cwd=workdir)
+    assert again.stdout.startswith(f"ready: lib from {checkout / 'lib'}"), again.stdout
+    assert "installing" not in again.stdout

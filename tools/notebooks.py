@@ -1,0 +1,313 @@
+"""Generate ``notebooks/NN-name.ipynb``, the chapters as notebooks for Colab.
+
+Colab opens only ``.ipynb`` files, and the chapters are Jupytext Markdown. This script
+converts each chapter into a committed notebook that runs anywhere from its first cell:
+
+* a first code cell that installs the course when ``lib`` is missing (Colab, a fresh
+  environment): it clones the repository (or uses the checkout that ``TFS_REPO`` names),
+  installs ``lib`` from it in editable mode with only the packages this chapter needs that
+  are missing, and never pins or reinstalls torch, numpy or anything already present.
+  Run twice, it finds everything in place and installs nothing;
+* the chapter's cells unchanged, except that each exercise solution becomes a Colab form
+  cell: collapsed under a title (``# @title``, ``cellView: form``) and marked hidden for
+  Jupyter (``source_hidden``), so the reader opens it on purpose;
+* the book's MyST roles turned into plain Markdown, which Colab renders: a citation
+  becomes its author-year label linked to the work (``{cite}`` -> ``([Vaswani et al.,
+  2017](https://arxiv.org/abs/1706.03762))``), a figure reference its number (``Fig. 2``)
+  with the caption printed under the figure, a cross-reference its text;
+* notebook metadata that asks Colab for a GPU runtime.
+
+The repository address and branch are one setting, ``repository`` in ``_config.yml``; the
+install cell, the book's launch buttons (``book/_ext/colab.py``) and the Colab links in
+``README.md`` and ``book/intro.md`` (between ``<!-- colab-links -->`` markers) all come from
+it, so changing it and running this script updates everything.
+
+    python tools/notebooks.py           # rewrite notebooks/ and the Colab links
+    python tools/notebooks.py --check   # exit 1 if anything differs from its source
+
+``tests/test_colab.py`` runs the check, and runs one generated notebook in a fresh virtual
+environment that has only torch, as a new Colab user would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `tools` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tools.bib import BIB, author_year, link, parse_bib
+from tools.tangle import chapter_files, ruff_format
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+CONFIG = ROOT / "_config.yml"
+PYPROJECT = ROOT / "pyproject.toml"
+COLAB = "https://colab.research.google.com"
+BADGE = f"{COLAB}/assets/colab-badge.svg"
+LINK_FILES = [ROOT / "README.md", ROOT / "book" / "intro.md"]
+LINKS_START, LINKS_END = "<!-- colab-links -->", "<!-- /colab-links -->"
+SOLUTION_TAG = "solution"
+SOLUTION_TITLE = "# @title Solution: click *Show code* (try the exercise first)"
+# The optional packages a chapter may import, by import name; their requirement strings
+# come from the `chapters` extra of pyproject.toml. ipykernel and jupytext are not listed:
+# a notebook already runs in a kernel.
+OPTIONAL_MODULES = ("tokenizers", "transformers", "triton", "sacrebleu")
+
+
+def repository() -> tuple[str, str]:
+    """``(url, branch)`` from the ``repository`` section of ``_config.yml``."""
+    import yaml
+
+    config = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
+    section = config.get("repository") or {}
+    url = str(section.get("url", "")).rstrip("/")
+    match = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+)", url)
+    if not match:
+        raise SystemExit(
+            f"_config.yml: repository.url must be https://github.com/ORG/REPO, got {url!r}"
+        )
+    return url, str(section.get("branch", "main"))
+
+
+def colab_url(notebook: str) -> str:
+    """The Colab address that opens ``notebooks/<notebook>`` from the repository."""
+    url, branch = repository()
+    org_repo = url.removeprefix("https://github.com/")
+    return f"{COLAB}/github/{org_repo}/blob/{branch}/notebooks/{notebook}"
+
+
+def extra_requirements() -> dict[str, str]:
+    """Import name -> requirement string, from the ``chapters`` extra of pyproject.toml."""
+    text = PYPROJECT.read_text(encoding="utf-8")
+    block = re.search(r"^chapters = \[(.*?)^\]", text, re.MULTILINE | re.DOTALL)
+    if block is None:
+        raise SystemExit("pyproject.toml has no `chapters` extra")
+    found = {}
+    for requirement in re.findall(r'^\s*"([^"]+)"', block.group(1), re.MULTILINE):
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
+        if name in OPTIONAL_MODULES:
+            found[name] = requirement
+    missing = set(OPTIONAL_MODULES) - set(found)
+    if missing:
+        raise SystemExit(f"pyproject.toml's `chapters` extra lacks {sorted(missing)}")
+    return found
+
+
+def chapter_needs(source: str) -> dict[str, str]:
+    """The optional packages a chapter imports (module -> requirement), in a stable order."""
+    requirements = extra_requirements()
+    imported = set(
+        re.findall(r"^\s*(?:import|from)\s+(\w+)", source, flags=re.MULTILINE)
+    )
+    return {name: requirements[name] for name in OPTIONAL_MODULES if name in imported}
+
+
+INSTALL_CELL = """\
+# Run this cell first. Where `lib` is missing (Colab, a fresh environment) it fetches the
+# course and installs `lib` with the packages this chapter needs that are missing; torch,
+# numpy and everything already installed are kept. Run again, it installs nothing.
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# The repository (from _config.yml) and this chapter's extra packages:
+REPOSITORY = {url}
+BRANCH = {branch}
+NEEDS = {needs}
+# TFS_REPO names a local checkout to install from instead (the course's tests use it).
+course = Path(os.environ.get("TFS_REPO") or Path.cwd() / {folder})
+missing = [req for mod, req in NEEDS.items() if importlib.util.find_spec(mod) is None]
+if importlib.util.find_spec("lib") is None or missing:
+    if not (course / "lib").is_dir():
+        clone = ["git", "clone", "--quiet", "--depth", "1", "--branch", BRANCH]
+        subprocess.run([*clone, REPOSITORY, str(course)], check=True)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+    print("installing lib from", course, "with", missing or "no extra packages")
+    subprocess.run([*pip, "--editable", str(course), *missing], check=True)
+    # The running kernel does not see a new editable install until it restarts.
+    sys.path.insert(0, str(course))
+    importlib.invalidate_caches()
+import lib
+
+print("ready: lib from", Path(lib.__file__).parent)
+"""
+
+
+def install_cell(chapter_source: str) -> str:
+    url, branch = repository()
+    source = INSTALL_CELL.format(
+        url=json.dumps(url),
+        branch=json.dumps(branch),
+        needs=json.dumps(chapter_needs(chapter_source)),
+        folder=json.dumps(url.rsplit("/", 1)[-1]),
+    )
+    return ruff_format(source, "install_cell.py").rstrip("\n")
+
+
+def intro_cell(chapter: Path) -> str:
+    notebook = chapter.stem + ".ipynb"
+    return (
+        f"[![Open In Colab]({BADGE})]({colab_url(notebook)})\n\n"
+        "*Transformers from Scratch*: this notebook is generated from "
+        f"`chapters/{chapter.name}` by `tools/notebooks.py`. Run the first code cell "
+        "below before the others (or *Runtime → Run all*): it installs the course "
+        "library `lib` where it is missing. On a GPU runtime the chapter chooses its "
+        "sizes from the GPU (the *colab* profile on a T4); on a CPU it runs the small "
+        "*smoke* profile. Exercise solutions are collapsed: *Show code* opens one."
+    )
+
+
+ROLE = re.compile(r"\{(cite|numref|ref|doc)\}`([^`]+)`")
+
+
+def plain_markdown(text: str, figures: dict[str, int]) -> str:
+    """MyST roles as Markdown that Colab and Jupyter render (see the module docstring)."""
+    entries = parse_bib(BIB.read_text(encoding="utf-8"))
+
+    def replace(match: re.Match[str]) -> str:
+        role, target = match.groups()
+        if role == "cite":
+            cited = []
+            for key in (k.strip() for k in target.split(",")):
+                if key not in entries:
+                    raise SystemExit(f"{{cite}}`{key}`: no such entry in {BIB.name}")
+                label, url = author_year(entries[key]), link(entries[key])
+                cited.append(f"[{label}]({url})" if url else label)
+            return "(" + "; ".join(cited) + ")"
+        if role == "numref":
+            if target not in figures:
+                raise SystemExit(f"{{numref}}`{target}`: no figure of that name")
+            return f"Fig. {figures[target]}"
+        titled = re.fullmatch(r"(.*?)\s*<[^>]+>", target)
+        return f"*{titled.group(1) if titled else target}*"
+
+    return ROLE.sub(replace, text)
+
+
+def figure_of(cell) -> dict | None:
+    """A code cell's figure (``mystnb: figure: {name, caption}``), if it has one."""
+    figure = cell.metadata.get("mystnb", {}).get("figure")
+    return figure if figure and figure.get("name") else None
+
+
+def render(chapter: Path) -> str:
+    """The notebook for one chapter, as the exact text written to ``notebooks/``."""
+    import jupytext
+    import nbformat
+
+    source = chapter.read_text(encoding="utf-8")
+    notebook = jupytext.reads(source, fmt="md:myst")
+    cells = [
+        nbformat.v4.new_markdown_cell(intro_cell(chapter)),
+        nbformat.v4.new_code_cell(install_cell(source)),
+    ]
+    # Figures are numbered per page in the book (Fig. 1, Fig. 2, ...): the same here.
+    named = [figure_of(c)["name"] for c in notebook.cells if figure_of(c)]
+    figures = {name: number for number, name in enumerate(named, start=1)}
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            cell.source = plain_markdown(cell.source, figures)
+        if cell.cell_type == "code" and SOLUTION_TAG in cell.metadata.get("tags", []):
+            cell.source = f"{SOLUTION_TITLE}\n{cell.source}"
+            cell.metadata["cellView"] = "form"
+            cell.metadata.setdefault("jupyter", {})["source_hidden"] = True
+        cells.append(cell)
+        figure = figure_of(cell) if cell.cell_type == "code" else None
+        if figure:
+            caption = plain_markdown(" ".join(figure["caption"].split()), figures)
+            number = figures[figure["name"]]
+            cells.append(nbformat.v4.new_markdown_cell(f"*Fig. {number}: {caption}*"))
+    for index, cell in enumerate(cells):
+        cell.id = f"{chapter.stem[:2]}-{index:03d}"  # stable ids: no drift between runs
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    notebook.cells = cells
+    notebook.metadata = {
+        "accelerator": "GPU",
+        "colab": {"gpuType": "T4", "provenance": [], "toc_visible": True},
+        "kernelspec": {
+            "display_name": "Python 3",
+            "language": "python",
+            "name": "python3",
+        },
+        "language_info": {"name": "python"},
+    }
+    notebook.nbformat, notebook.nbformat_minor = 4, 5
+    return json.dumps(notebook, indent=1, ensure_ascii=False, sort_keys=True) + "\n"
+
+
+def links_block() -> str:
+    """The Markdown table of Colab links that README.md and book/intro.md carry."""
+    rows = ["| chapter | notebook |", "|---|---|"]
+    for chapter in chapter_files():
+        notebook = chapter.stem + ".ipynb"
+        title = re.search(r"^# (.+)$", chapter.read_text(encoding="utf-8"), re.M)
+        name = title.group(1).split(":")[0] if title else chapter.stem
+        rows.append(
+            f"| {name} | [![Open In Colab]({BADGE})]({colab_url(notebook)}) "
+            f"`notebooks/{notebook}` |"
+        )
+    return "\n".join([LINKS_START, *rows, LINKS_END])
+
+
+def with_links(text: str, path: Path) -> str:
+    pattern = re.compile(re.escape(LINKS_START) + r".*?" + re.escape(LINKS_END), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{path}: no {LINKS_START} ... {LINKS_END} block")
+    return pattern.sub(lambda _: links_block(), text)
+
+
+def expected_files() -> dict[Path, str]:
+    """Every file this script writes, with its content."""
+    files = {NOTEBOOKS / (ch.stem + ".ipynb"): render(ch) for ch in chapter_files()}
+    for path in LINK_FILES:
+        files[path] = with_links(path.read_text(encoding="utf-8"), path)
+    return files
+
+
+def stale_files() -> list[Path]:
+    """Files that differ from what this script would write, and notebooks of no chapter."""
+    expected = expected_files()
+    stale = [
+        path
+        for path, text in expected.items()
+        if not path.exists() or path.read_text(encoding="utf-8") != text
+    ]
+    stale += sorted(set(NOTEBOOKS.glob("*.ipynb")) - set(expected))
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check", action="store_true", help="report drift, write nothing"
+    )
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_files()
+        for path in stale:
+            print(f"out of date: {path.relative_to(ROOT)}")
+        if stale:
+            print("run `python tools/notebooks.py` to regenerate them")
+        return 1 if stale else 0
+    NOTEBOOKS.mkdir(exist_ok=True)
+    expected = expected_files()
+    for orphan in set(NOTEBOOKS.glob("*.ipynb")) - set(expected):
+        orphan.unlink()
+    for path, text in expected.items():
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
