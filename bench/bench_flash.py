@@ -1,6 +1,7 @@
 """Benchmark: chapter 9's Triton FlashAttention against PyTorch's SDPA backends (GPU).
 
-Prints, for bf16 inputs of 4 sequences x 32 heads at 1k-16k tokens, head dims 64 and
+Prints, for 16-bit inputs (bf16; fp16 on GPUs without bf16, such as Colab's T4, where
+``lib.utils.get_precision`` picks it) of 4 sequences x 32 heads at 1k-16k tokens, head dims 64 and
 128, causal and not, the TFLOP/s of the forward and of the forward+backward pass of
 
 * ``triton``: our kernels (``lib.flash.flash_attention_triton``, autotuned),
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from lib.utils import git_commit  # noqa: E402 (after the path is set)
+from lib.utils import get_precision, git_commit  # noqa: E402 (after the path is set)
 
 METHODS = ("triton", "sdpa_flash", "sdpa_cudnn", "sdpa_math")
 MEMORY_METHODS = ("sdpa_math", "flash_torch", "triton")
@@ -305,12 +306,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     torch.manual_seed(0)
     gpu = torch.cuda.get_device_name()
-    dtype = torch.bfloat16
+    precision = get_precision("cuda")  # bf16 from compute capability 8.0, else fp16
+    dtype = torch.float16 if precision.dtype == torch.float32 else precision.dtype
+    dtype_name = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
     methods = attention_methods()
     print(
-        f"{gpu}, torch {torch.__version__}, triton {triton.__version__}, bf16, "
+        f"{gpu}, torch {torch.__version__}, triton {triton.__version__}, {dtype_name}, "
         f"batch {args.batch} x {args.heads} heads",
     )
+    if dtype == torch.float16:
+        print("note: no bf16 tensor cores on this GPU (compute capability < 8.0): fp16")
 
     # Correctness first: our kernel against the flash backend at one size.
     q, k, v = _qkv(2, 4, 1000, 64, dtype, "cuda", False)
@@ -378,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
                     *(sys.argv[1:] if argv is None else argv),
                 ],
             ),
-            dtype="bfloat16",
+            dtype={"fp16": "float16", "bf16": "bfloat16"}[dtype_name],
             batch=args.batch,
             heads=args.heads,
             speed=speed,

@@ -7,8 +7,8 @@ knows, and the peak memory on CUDA; then the ratios against the eager run withou
 checkpointing. The step is ``lib.training``'s: autocast from ``lib.utils.get_precision``,
 our cross-entropy, clipping, fused AdamW on a GPU. It never asserts on time.
 
-    python bench/bench_training.py [--profile smoke|full] [--steps 10] [--warmup 3]
-        [--compile] [--threads N]
+    python bench/bench_training.py [--profile smoke|colab|full] [--steps 10]
+        [--warmup 3] [--compile] [--threads N]
 """
 
 from __future__ import annotations
@@ -29,7 +29,14 @@ from lib.training import (
     peak_flops,
     training_flops_per_token,
 )
-from lib.utils import autocast, get_device, get_precision, get_profile, seed_everything
+from lib.utils import (
+    PROFILES,
+    autocast,
+    get_device,
+    get_precision,
+    get_profile,
+    seed_everything,
+)
 
 
 def _sync(device: torch.device) -> None:
@@ -90,7 +97,7 @@ def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", choices=("smoke", "full"), default=None)
+    parser.add_argument("--profile", choices=PROFILES, default=None)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument(

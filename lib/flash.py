@@ -54,7 +54,7 @@ __all__ = [
     "FlashAttentionTorch",
     "TRITON_INTERPRETED",
     "TRITON_HEAD_DIMS",
-    "triton_unavailable_reason",
+    "triton_support",
     "triton_attention_forward",
     "triton_attention_backward",
     "FlashAttentionTriton",
@@ -336,28 +336,56 @@ def _triton_jit(fn):
     return fn if triton is None else triton.jit(fn)
 
 
-def triton_unavailable_reason(
-    device: torch.device | str, dtype: torch.dtype | None = None
-) -> str | None:
-    """Why the Triton kernels cannot run on ``device`` with ``dtype``, or None."""
+def triton_support(
+    device: torch.device | str | None = None, dtype: torch.dtype | None = None
+) -> tuple[bool, str]:
+    """Whether the Triton kernels can run on ``device`` (by default the current CUDA
+    GPU, else the CPU) with ``dtype``: ``(True, how)`` or ``(False, why, what to do)``.
+    """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
     if triton is None:
-        return "Triton is not installed (pip install triton; Linux x86_64 wheels only)"
-    if device.type == "cpu" and not TRITON_INTERPRETED:
-        return (
+        return False, (
+            "Triton is not installed (pip install triton; Linux x86_64 wheels only); "
+            "use the 'sdpa' backend"
+        )
+    if TRITON_INTERPRETED and device.type in ("cpu", "cuda"):
+        return True, "Triton's interpreter (TRITON_INTERPRET=1): exact but slow"
+    if device.type == "cpu":
+        return False, (
             "the tensors are on the CPU and Triton compiles for GPUs; set "
             "TRITON_INTERPRET=1 before importing lib.flash to run the kernels in "
-            "Triton's (slow) interpreter"
+            "Triton's (slow) interpreter, or use the 'sdpa' backend"
         )
-    if device.type not in ("cpu", "cuda"):
-        return f"Triton does not run on {device.type!r} devices"
-    if device.type == "cuda" and torch.version.hip is None and not TRITON_INTERPRETED:
-        capability = torch.cuda.get_device_capability(device)
-        if capability < (7, 5):
-            return f"the GPU has compute capability {capability}; the kernels need 7.5+"
-        if dtype == torch.bfloat16 and capability < (8, 0):
-            return "bfloat16 needs compute capability 8.0 (Ampere) or newer; use fp16"
-    return None
+    if device.type != "cuda":
+        return False, f"Triton does not run on {device.type!r} devices; use 'sdpa'"
+    name = torch.cuda.get_device_name(device)
+    if torch.version.hip is not None:
+        return True, f"{name} (ROCm)"
+    major, minor = torch.cuda.get_device_capability(device)
+    gpu = f"{name} (compute capability {major}.{minor})"
+    if (major, minor) < (7, 5):
+        return False, (
+            f"{gpu} is too old: the kernels need 7.5 (Turing, e.g. a T4) or newer; "
+            "use the 'sdpa' or 'flash_torch' backend"
+        )
+    if dtype == torch.bfloat16 and major < 8:
+        return False, (
+            f"{gpu} has no bfloat16 tensor cores, which tl.dot needs (8.0, Ampere, "
+            "or newer); use float16 there (lib.utils.get_precision picks it), or a "
+            "newer GPU for bfloat16"
+        )
+    if major < 8:
+        return True, f"{gpu}: float16 and float32 (bfloat16 needs 8.0 or newer)"
+    return True, f"{gpu}: float16, bfloat16 and float32"
+
+
+def _require_triton(q: torch.Tensor, caller: str) -> None:
+    """Raise a ``RuntimeError`` saying why, where the kernels cannot run on ``q``."""
+    ok, why = triton_support(q.device, q.dtype)
+    if not ok:
+        raise RuntimeError(f"{caller} cannot run here: {why}")
 
 
 @_triton_jit
@@ -669,6 +697,7 @@ def triton_attention_forward(
     Inputs must have a contiguous last axis; ``lse`` is float32. ``block_q``/``block_k``
     (powers of two >= 16) fix the tile; by default the autotuner picks it on a GPU.
     """
+    _require_triton(q, "triton_attention_forward")
     batch, heads, q_len, _ = q.shape
     out = torch.empty_like(q)
     lse = torch.empty(batch, heads, q_len, dtype=torch.float32, device=q.device)
@@ -896,13 +925,7 @@ def flash_attention_triton(
             f"flash_triton supports head dims {TRITON_HEAD_DIMS}, got {q.shape[-1]}; "
             "use the 'flash_torch' or 'sdpa' backend for this model"
         )
-    unavailable = triton_unavailable_reason(q.device, q.dtype)
-    if unavailable is not None:
-        raise RuntimeError(
-            f"the 'flash_triton' backend cannot run here: {unavailable}. Keep the "
-            "'sdpa' backend (set_attention_backend(model, 'sdpa')), PyTorch's fused "
-            "attention"
-        )
+    _require_triton(q, "the 'flash_triton' backend")
     if q.shape[2] == 0 or k.shape[2] == 0:
         return sdpa_attention(q, k, v, scale=scale, causal=causal)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))

@@ -13,7 +13,8 @@
   (mixed precision, accumulation, clipping, evaluation, checkpoints, DDP, compile).
 * Memory and speed: :func:`enable_activation_checkpointing`,
   :func:`training_flops_per_token`, :func:`peak_flops`.
-* Runs: :func:`char_gpt_run`, :func:`bert_run`, :func:`t5_run`, and :func:`main` for
+* Runs: :func:`char_gpt_run`, :func:`bert_run`, :func:`t5_run`, their cost
+  (:func:`run_flops`, :func:`estimate_run_seconds`), and :func:`main` for
   ``python -m lib.training`` or ``torchrun -m lib.training --``.
 
 A batch is a dict of tensors whose first axis is ``batch``: ``inputs`` ``(batch seq)``,
@@ -66,6 +67,7 @@ from lib.objectives import (
     masked_lm_batch,
 )
 from lib.utils import (
+    PROFILES,
     Precision,
     autocast,
     get_device,
@@ -112,6 +114,8 @@ __all__ = [
     "char_gpt_run",
     "bert_run",
     "t5_run",
+    "run_flops",
+    "estimate_run_seconds",
     "main",
 ]
 
@@ -733,7 +737,7 @@ def train(
     on a CPU. Gradients are clipped to ``max_grad_norm`` (None: not clipped).
     ``resume=True`` continues from the latest checkpoint in ``checkpoint_dir``, if any.
     The loss is read (and checked) every ``log_every`` steps. ``progress``: a tqdm bar
-    (default: in the full profile only).
+    (default: in the colab and full profiles, not in smoke).
     Raises :class:`NonFiniteLossError` on a NaN or infinite loss or gradient norm.
     """
     check.positive_int("n_steps", n_steps)
@@ -766,7 +770,7 @@ def train(
     if compile:
         net = torch.compile(net)
     config = getattr(unwrap_model(model), "cfg", None)
-    show = get_profile() == "full" if progress is None else progress
+    show = get_profile() != "smoke" if progress is None else progress
     model.train()
     bar = tqdm(
         range(start, n_steps),
@@ -1040,6 +1044,9 @@ RUN_SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "smoke": dict(d_model=64, n_heads=4, n_layers=2, seq_len=64, batch_size=16,
                       n_steps=200, lr=3e-3, warmup=20, dropout=0.0, eval_every=50,
                       eval_iters=2),
+        "colab": dict(d_model=384, n_heads=6, n_layers=6, seq_len=256, batch_size=128,
+                      n_steps=1000, lr=2e-3, warmup=100, dropout=0.1, eval_every=250,
+                      eval_iters=10),
         "full": dict(d_model=384, n_heads=6, n_layers=6, seq_len=256, batch_size=128,
                      n_steps=1500, lr=2e-3, warmup=100, dropout=0.1, eval_every=500,
                      eval_iters=20),
@@ -1049,6 +1056,10 @@ RUN_SIZES: dict[str, dict[str, dict[str, Any]]] = {
                       n_steps=150, lr=2e-3, warmup=15, finetune_steps=80,
                       finetune_lr=1e-3, test_per_book=16, dropout=0.0, eval_every=50,
                       eval_iters=2),
+        "colab": dict(d_model=256, n_heads=4, n_layers=4, seq_len=128, batch_size=128,
+                      n_steps=2500, lr=1e-3, warmup=200, finetune_steps=400,
+                      finetune_lr=3e-4, test_per_book=200, dropout=0.1, eval_every=500,
+                      eval_iters=10),
         "full": dict(d_model=256, n_heads=4, n_layers=4, seq_len=128, batch_size=128,
                      n_steps=4000, lr=1e-3, warmup=200, finetune_steps=600,
                      finetune_lr=3e-4, test_per_book=200, dropout=0.1, eval_every=500,
@@ -1058,6 +1069,9 @@ RUN_SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "smoke": dict(d_model=64, n_heads=4, n_layers=2, batch_size=32, n_steps=250,
                       lr=3e-3, warmup=25, dropout=0.0, test_fraction=0.1, beam_size=4,
                       eval_every=125, label_smoothing=0.1),
+        "colab": dict(d_model=256, n_heads=4, n_layers=3, batch_size=128, n_steps=2000,
+                      lr=1e-3, warmup=200, dropout=0.1, test_fraction=0.1, beam_size=4,
+                      eval_every=500, label_smoothing=0.1),
         "full": dict(d_model=256, n_heads=4, n_layers=3, batch_size=128, n_steps=3000,
                      lr=1e-3, warmup=200, dropout=0.1, test_fraction=0.1, beam_size=4,
                      eval_every=500, label_smoothing=0.1),
@@ -1067,8 +1081,10 @@ RUN_SIZES: dict[str, dict[str, dict[str, Any]]] = {
 
 def _sizes(run: str, profile: str | None, n_steps: int | None) -> dict[str, Any]:
     profile = profile or get_profile()
-    if profile not in ("smoke", "full"):
-        raise ValueError(f"profile must be 'smoke' or 'full', got {profile!r}")
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
+    if run not in RUN_SIZES:
+        raise ValueError(f"run must be one of {tuple(RUN_SIZES)}, got {run!r}")
     sizes = {**RUN_SIZES[run][profile], "profile": profile}
     if n_steps is not None:  # for BERT, both pre-training and fine-tuning
         sizes["n_steps"] = check.positive_int("n_steps", n_steps)
@@ -1076,6 +1092,35 @@ def _sizes(run: str, profile: str | None, n_steps: int | None) -> dict[str, Any]
             sizes["finetune_steps"] = n_steps
         sizes["warmup"] = min(sizes["warmup"], n_steps)
     return sizes
+
+
+def _run_config(
+    run: str, sizes: Mapping[str, Any], vocab_size: int
+) -> TransformerConfig:
+    """The ``TransformerConfig`` of a run's model at these sizes."""
+    common = dict(
+        vocab_size=vocab_size,
+        d_model=sizes["d_model"],
+        n_heads=sizes["n_heads"],
+        n_layers=sizes["n_layers"],
+        dropout=sizes["dropout"],
+    )
+    if run == "gpt":
+        return TransformerConfig(**common, max_len=sizes["seq_len"])
+    if run == "bert":
+        return TransformerConfig(
+            **common, max_len=sizes["seq_len"], embedding_norm=True
+        )
+    return TransformerConfig(  # T5
+        **common,
+        n_decoder_layers=sizes["n_layers"],
+        positions="t5",
+        norm="rmsnorm",
+        activation="relu",
+        bias=False,
+        attn_scale=1.0,
+        max_len=128,
+    )
 
 
 def _curves(history: TrainHistory) -> dict[str, Any]:
@@ -1128,14 +1173,7 @@ def char_gpt_run(
     ids = torch.tensor(vocab.encode(text))
     split = int(0.9 * len(ids))
     train_ids, val_ids = ids[:split], ids[split:]
-    cfg = TransformerConfig(
-        vocab_size=vocab.vocab_size,
-        d_model=sizes["d_model"],
-        n_heads=sizes["n_heads"],
-        n_layers=sizes["n_layers"],
-        max_len=seq_len,
-        dropout=sizes["dropout"],
-    )
+    cfg = _run_config("gpt", sizes, vocab.vocab_size)
     model = GPT(cfg).to(device)
     prompt = torch.tensor([vocab.encode("\n")], device=device)
     n_new = seq_len - 1  # learned positions: no further than the context
@@ -1249,15 +1287,7 @@ def bert_run(
             special_ids=(pad,),
         )
 
-    cfg = TransformerConfig(
-        vocab_size=vocab.vocab_size,
-        d_model=sizes["d_model"],
-        n_heads=sizes["n_heads"],
-        n_layers=sizes["n_layers"],
-        max_len=seq_len,
-        embedding_norm=True,
-        dropout=sizes["dropout"],
-    )
+    cfg = _run_config("bert", sizes, vocab.vocab_size)
     bert = BERT(cfg).to(device)
     optimizer = make_optimizer(bert, sizes["lr"], betas=(0.9, 0.98), eps=1e-9)
     pre_history = train(
@@ -1363,22 +1393,9 @@ def _translate(model: T5, sources: list[str], vocab: CharVocabulary, beam_size: 
     return out
 
 
-def t5_run(
-    profile: str | None = None,
-    *,
-    device: torch.device | str | None = None,
-    compile: bool = False,
-    progress: bool | None = None,
-    seed: int = 0,
-    n_steps: int | None = None,
-) -> dict[str, Any]:
-    """T5 on Tatoeba English -> French, split by English sentence; BLEU (sacrebleu) of
-    greedy and beam-search translations of the held-out sentences."""
-    import sacrebleu  # the chapters' extra; the standard BLEU
-
-    sizes = _sizes("t5", profile, n_steps)
-    device = torch.device(device) if device is not None else get_device()
-    torch.manual_seed(seed)
+def _t5_data(sizes: Mapping[str, Any], seed: int):
+    """``(vocab, train_pairs, test_pairs, batch_at, test_batches)`` of the T5 run:
+    ``batch_at(step)`` draws training pairs, ``test_batches`` holds all test pairs."""
     pairs = load_tatoeba_pairs()
     train_pairs, test_pairs = split_pairs_by_source(pairs, sizes["test_fraction"], seed)
     vocab = CharVocabulary("".join(e + f for e, f in pairs), specials=("<pad>", "</s>"))
@@ -1402,20 +1419,28 @@ def t5_run(
         _pair_batch(test_sources[i : i + 256], test_targets[i : i + 256], pad)
         for i in range(0, len(test_pairs), 256)
     ]
-    cfg = TransformerConfig(
-        vocab_size=vocab.vocab_size,
-        d_model=sizes["d_model"],
-        n_heads=sizes["n_heads"],
-        n_layers=sizes["n_layers"],
-        n_decoder_layers=sizes["n_layers"],
-        positions="t5",
-        norm="rmsnorm",
-        activation="relu",
-        bias=False,
-        attn_scale=1.0,
-        dropout=sizes["dropout"],
-        max_len=128,
-    )
+    return vocab, train_pairs, test_pairs, batch_at, test_batches
+
+
+def t5_run(
+    profile: str | None = None,
+    *,
+    device: torch.device | str | None = None,
+    compile: bool = False,
+    progress: bool | None = None,
+    seed: int = 0,
+    n_steps: int | None = None,
+) -> dict[str, Any]:
+    """T5 on Tatoeba English -> French, split by English sentence; BLEU (sacrebleu) of
+    greedy and beam-search translations of the held-out sentences."""
+    import sacrebleu  # the chapters' extra; the standard BLEU
+
+    sizes = _sizes("t5", profile, n_steps)
+    device = torch.device(device) if device is not None else get_device()
+    torch.manual_seed(seed)
+    vocab, train_pairs, test_pairs, batch_at, test_batches = _t5_data(sizes, seed)
+    pad = vocab["<pad>"]
+    cfg = _run_config("t5", sizes, vocab.vocab_size)
     model = T5(cfg, start_id=pad).to(device)
     optimizer = make_optimizer(model, sizes["lr"], betas=(0.9, 0.98), eps=1e-9)
     smoothing = sizes["label_smoothing"]
@@ -1466,6 +1491,97 @@ def t5_run(
         "curves": _curves(history),
         "examples": examples,
     }
+
+
+def _on_meta(make: Callable[[], nn.Module]) -> nn.Module:
+    """A model built on the meta device: shapes only, no memory, no initialisation."""
+    with torch.device("meta"):
+        return make()
+
+
+def _n_evaluations(n_steps: int, every: int) -> int:
+    """How often :func:`train` evaluates: every ``every`` steps and after the last."""
+    return n_steps // every + (n_steps % every != 0) if every else 0
+
+
+def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
+    """The work of one of the three runs at a profile's sizes, counted without running it.
+
+    Returns ``train_tokens`` (forward and backward), ``forward_tokens`` (evaluation
+    only, a third of the cost) and ``flops``, the sum of each model's
+    :func:`training_flops_per_token` times its tokens (BERT: pre-training and both
+    fine-tunings). Decoding, sampling and data preparation are not counted.
+    """
+    sizes = _sizes(run, profile, None)
+    batch_size, n_steps = sizes["batch_size"], sizes["n_steps"]
+    n_evals = _n_evaluations(n_steps, sizes["eval_every"])
+    parts = []  # (model, seq_len, train_tokens, forward_tokens)
+    if run == "gpt":
+        text = load_tiny_shakespeare()
+        seq_len = sizes["seq_len"]
+        cfg = _run_config(run, sizes, CharVocabulary(text).vocab_size)
+        n_val = len(text) - int(0.9 * len(text))
+        tokens = batch_size * seq_len
+        final = (n_val - 1) // seq_len * seq_len  # lm_eval_batches's windows
+        forward = n_evals * sizes["eval_iters"] * tokens + final
+        parts.append((_on_meta(lambda: GPT(cfg)), seq_len, n_steps * tokens, forward))
+    elif run == "bert":
+        books = load_gutenberg()
+        vocab = CharVocabulary("".join(books.values()), specials=("<pad>", "<mask>"))
+        seq_len, steps = sizes["seq_len"], sizes["finetune_steps"]
+        cfg = _run_config(run, sizes, vocab.vocab_size)
+        bert = _on_meta(lambda: BERT(cfg))
+        tokens = batch_size * seq_len
+        forward = n_evals * sizes["eval_iters"] * tokens
+        parts.append((bert, seq_len, n_steps * tokens, forward))
+        test_tokens = len(books) * sizes["test_per_book"] * seq_len
+        ft_evals = _n_evaluations(steps, max(1, steps // 4)) + 1  # + the accuracy
+        classifier = _on_meta(lambda: SequenceClassifier(bert, len(books)))
+        for _ in ("pretrained", "from_scratch"):
+            parts.append((classifier, seq_len, steps * tokens, ft_evals * test_tokens))
+    else:
+        vocab, _, _, batch_at, test_batches = _t5_data(sizes, 0)
+        sample = range(0, n_steps, max(1, n_steps // 64))
+        per_batch = sum(_tokens_in(batch_at(s)) for s in sample) / len(sample)
+        seq_len = max(1, round(per_batch / (2 * batch_size)))  # per stack
+        test_tokens = sum(_tokens_in(b) for b in test_batches)
+        cfg = _run_config(run, sizes, vocab.vocab_size)
+        model = _on_meta(lambda: T5(cfg, start_id=0))
+        parts.append((model, seq_len, n_steps * per_batch, n_evals * test_tokens))
+    flops = sum(
+        training_flops_per_token(model, seq_len) * (train + forward / 3)
+        for model, seq_len, train, forward in parts
+    )
+    return {
+        "train_tokens": float(sum(part[2] for part in parts)),
+        "forward_tokens": float(sum(part[3] for part in parts)),
+        "flops": flops,
+    }
+
+
+def estimate_run_seconds(
+    run: str,
+    profile: str | None = None,
+    *,
+    peak: float | str = "T4",
+    mfu: float = 0.3,
+) -> float:
+    """Seconds of GPU time for :func:`run_flops` at ``mfu`` of ``peak``.
+
+    ``peak`` is in FLOP/s, or a GPU's name as in :func:`peak_flops`'s table ("T4",
+    "A100", "H100"...). The MFU is an assumption the caller states.
+    """
+    if isinstance(peak, str):
+        found = [flops for key, flops in _PEAK_FLOPS if key == peak]
+        if not found:
+            known = [key for key, _ in _PEAK_FLOPS]
+            raise ValueError(f"unknown GPU {peak!r}; known: {known}, or give FLOP/s")
+        peak = found[0]
+    if not peak > 0:
+        raise ValueError(f"peak must be positive FLOP/s, got {peak!r}")
+    if not 0.0 < mfu <= 1.0:
+        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
+    return run_flops(run, profile)["flops"] / (peak * mfu)
 
 
 _RUNS: dict[str, Callable[..., dict[str, Any]]] = {
@@ -1520,7 +1636,7 @@ def _write_results(record: dict[str, Any], out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """``python -m lib.training --run gpt|bert|t5 [--profile full] [--out DIR]``, or
+    """``python -m lib.training --run gpt|bert|t5 [--profile P] [--out DIR]``, or
     ``torchrun --nproc_per_node=N -m lib.training -- --run ...`` (the ``--`` keeps
     torchrun from reading ``--run`` as its own ``--run-path``). Returns the record."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -1531,9 +1647,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--run", choices=sorted(_RUNS), required=True)
     parser.add_argument(
         "--profile",
-        choices=("smoke", "full"),
+        choices=PROFILES,
         default=None,
-        help="sizes (default: full on a GPU, else smoke; or TFS_PROFILE)",
+        help="sizes (default: TFS_PROFILE, else smoke on a CPU, colab on a GPU older "
+        "than Ampere such as a T4, full on a newer one)",
     )
     parser.add_argument(
         "--out",

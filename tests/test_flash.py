@@ -42,11 +42,11 @@ from lib.flash import (
     online_softmax,
     roofline_seconds,
     tiled_attention_forward,
-    triton_unavailable_reason,
+    triton_support,
 )
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-TRITON_READY = triton_unavailable_reason(DEVICE) is None
+TRITON_READY = triton_support(DEVICE)[0]
 needs_triton = pytest.mark.skipif(not TRITON_READY, reason="Triton cannot run here")
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 # Attention outputs: how far a 16-bit kernel may be from the float32 math path, relative
@@ -364,8 +364,9 @@ def test_triton_rejects_bad_block_sizes():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("causal", [False, True])
 def test_triton_on_gpu_head_dims_and_16_bit_dtypes(d_head, dtype, causal):
-    if dtype == torch.bfloat16 and triton_unavailable_reason(DEVICE, dtype) is not None:
-        pytest.skip(triton_unavailable_reason(DEVICE, dtype))
+    supported, why = triton_support(DEVICE, dtype)
+    if not supported:
+        pytest.skip(why)
     q, k, v = _qkv(2, 8, 2, 1000, 1000, d_head, dtype)
     grad_out = torch.randn_like(q)
     want_out, want_grads = _reference(q, k, v, grad_out, causal)
@@ -382,16 +383,75 @@ def test_triton_on_gpu_head_dims_and_16_bit_dtypes(d_head, dtype, causal):
 
 def test_triton_unavailable_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(flash, "triton", None)
-    assert "not installed" in triton_unavailable_reason("cpu")
+    supported, why = triton_support("cpu")
+    assert not supported and "not installed" in why
     q, k, v = _qkv(1, 2, 2, 16, 16, 16, device="cpu")
     with pytest.raises(RuntimeError, match="cannot run here.*'sdpa'"):
         flash_attention_triton(q, k, v)
     monkeypatch.undo()
     monkeypatch.setattr(flash, "TRITON_INTERPRETED", False)
     if flash.triton is not None:
-        assert "TRITON_INTERPRET=1" in triton_unavailable_reason("cpu")
+        assert "TRITON_INTERPRET=1" in triton_support("cpu")[1]
         with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
             flash_attention_triton(q, k, v)
+
+
+def _fake_gpu(monkeypatch, name, capability):
+    """Pretend that CUDA has one GPU ``name`` with ``capability``, compiled Triton."""
+    if flash.triton is None:
+        pytest.skip("Triton is not installed")
+    monkeypatch.setattr(flash, "TRITON_INTERPRETED", False)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    monkeypatch.setattr(
+        torch.cuda, "get_device_capability", lambda device=None: capability
+    )
+
+
+def test_triton_support_on_a_t4_is_float16_only(monkeypatch):
+    _fake_gpu(monkeypatch, "Tesla T4", (7, 5))
+    for dtype in (None, torch.float16, torch.float32):
+        supported, how = triton_support("cuda", dtype)
+        assert supported and "Tesla T4 (compute capability 7.5)" in how
+        assert "bfloat16 needs 8.0" in how
+    assert triton_support() == triton_support("cuda")  # the default: the current GPU
+    supported, why = triton_support("cuda", torch.bfloat16)
+    assert not supported
+    for words in ("Tesla T4", "compute capability 7.5", "use float16", "get_precision"):
+        assert words in why
+    # the kernels' entry point refuses before any Triton compilation starts
+    q = torch.empty(1, 1, 16, 16, dtype=torch.bfloat16)
+    fake_gpu_q = type(
+        "FakeCudaTensor", (), {"device": torch.device("cuda"), "dtype": q.dtype}
+    )
+    with pytest.raises(RuntimeError, match="triton_attention_forward cannot run here"):
+        flash.triton_attention_forward(fake_gpu_q(), q, q, scale=1.0)
+    with pytest.raises(RuntimeError, match=r"Tesla T4 \(compute capability 7\.5\)"):
+        flash.triton_attention_forward(fake_gpu_q(), q, q, scale=1.0)
+
+
+def test_triton_support_on_ampere_and_on_older_gpus(monkeypatch):
+    _fake_gpu(monkeypatch, "NVIDIA A100-SXM4-40GB", (8, 0))
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        supported, how = triton_support("cuda:0", dtype)
+        assert supported and how.endswith("float16, bfloat16 and float32")
+    _fake_gpu(monkeypatch, "Tesla P100-PCIE-16GB", (6, 0))
+    supported, why = triton_support("cuda", torch.float16)
+    assert not supported
+    assert "Tesla P100-PCIE-16GB (compute capability 6.0) is too old" in why
+    assert "7.5" in why and "'sdpa'" in why
+
+
+def test_triton_support_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert triton_support() == triton_support("cpu")
+    supported, why = triton_support("mps")
+    assert not supported and ("'mps'" in why or "not installed" in why)
+    if flash.triton is not None:
+        monkeypatch.setattr(flash, "TRITON_INTERPRETED", True)
+        supported, how = triton_support("cpu", torch.bfloat16)
+        assert supported and "interpreter" in how
 
 
 # --------------------------------------------------------------------------- backends

@@ -17,9 +17,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from lib.datasets import load_tiny_shakespeare
 from lib.models import BERT, GPT, T5, TransformerConfig
 from lib.objectives import IGNORE_INDEX
 from lib.training import (
+    RUN_SIZES,
     CharVocabulary,
     CheckpointError,
     NoamSchedule,
@@ -33,6 +35,7 @@ from lib.training import (
     disable_activation_checkpointing,
     distributed_setup,
     enable_activation_checkpointing,
+    estimate_run_seconds,
     evaluate,
     latest_checkpoint,
     lm_batches,
@@ -44,12 +47,14 @@ from lib.training import (
     model_loss,
     parameter_groups,
     peak_flops,
+    run_flops,
     save_checkpoint,
     shard_batch,
     split_pairs_by_source,
     train,
     training_flops_per_token,
 )
+from lib.utils import PROFILES
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -603,6 +608,83 @@ def test_char_vocabulary_and_pair_split():
     assert sorted(train_part + test_part) == sorted(pairs)
     assert not {s for s, _ in train_part} & {s for s, _ in test_part}
     assert len({s for s, _ in test_part}) == 10
+
+
+def test_every_run_has_every_profile_and_colab_keeps_the_full_models():
+    for run, by_profile in RUN_SIZES.items():
+        assert set(by_profile) == set(PROFILES), run
+        colab, full = by_profile["colab"], by_profile["full"]
+        assert set(colab) == set(full), run
+        for key in ("d_model", "n_heads", "n_layers", "seq_len"):
+            assert colab.get(key) == full.get(key), (run, key)
+        assert colab["n_steps"] < full["n_steps"]
+
+
+def test_progress_bar_in_colab_and_full_not_in_smoke(monkeypatch, capsys):
+    for profile, shown in (("smoke", False), ("colab", True), ("full", True)):
+        monkeypatch.setenv("TFS_PROFILE", profile)
+        model, optimizer, scheduler = fresh()
+        train(model, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=2)
+        assert ("train:" in capsys.readouterr().err) == shown, profile
+
+
+def test_run_flops_counts_the_gpt_run_tokens():
+    sizes = RUN_SIZES["gpt"]["smoke"]
+    batch, seq, steps = sizes["batch_size"], sizes["seq_len"], sizes["n_steps"]
+    work = run_flops("gpt", "smoke")
+    assert work["train_tokens"] == steps * batch * seq
+    n_evals = steps // sizes["eval_every"]  # 200 steps, every 50: 4, the last at 200
+    n_text = len(load_tiny_shakespeare())  # characters: one token each
+    n_val = n_text - int(0.9 * n_text)
+    final = (n_val - 1) // seq * seq
+    assert work["forward_tokens"] == n_evals * sizes["eval_iters"] * batch * seq + final
+    cfg = TransformerConfig(
+        vocab_size=65,
+        d_model=sizes["d_model"],
+        n_heads=sizes["n_heads"],
+        n_layers=sizes["n_layers"],
+        max_len=seq,
+    )
+    per_token = training_flops_per_token(GPT(cfg), seq)
+    expected = per_token * (work["train_tokens"] + work["forward_tokens"] / 3)
+    assert work["flops"] == pytest.approx(expected)
+
+
+def test_run_flops_samples_t5_batches_close_to_the_exact_count():
+    from lib.training import _t5_data, _tokens_in
+
+    sizes = RUN_SIZES["t5"]["smoke"]
+    _, _, _, batch_at, _ = _t5_data(sizes, 0)
+    exact = sum(_tokens_in(batch_at(step)) for step in range(sizes["n_steps"]))
+    assert run_flops("t5", "smoke")["train_tokens"] == pytest.approx(exact, rel=0.05)
+
+
+def test_estimate_run_seconds():
+    flops = run_flops("bert", "colab")["flops"]
+    assert estimate_run_seconds("bert", "colab") == pytest.approx(flops / (65e12 * 0.3))
+    seconds = estimate_run_seconds("bert", "colab", peak=1e15, mfu=0.5)
+    assert seconds == pytest.approx(flops / 5e14)
+    h100 = estimate_run_seconds("bert", "colab", peak="H100", mfu=0.3)
+    assert h100 == pytest.approx(flops / (989e12 * 0.3))
+    for run in RUN_SIZES:  # more work in colab than in smoke, less than in full
+        smoke, colab, full = (run_flops(run, p)["flops"] for p in PROFILES)
+        assert smoke < colab < full
+    with pytest.raises(ValueError, match="unknown GPU 'TPU'"):
+        estimate_run_seconds("gpt", "colab", peak="TPU")
+    with pytest.raises(ValueError, match="mfu must be in"):
+        estimate_run_seconds("gpt", "colab", mfu=0.0)
+    with pytest.raises(ValueError, match="peak must be positive"):
+        estimate_run_seconds("gpt", "colab", peak=-1.0)
+    with pytest.raises(ValueError, match="profile must be one of"):
+        run_flops("gpt", "tpu")
+    with pytest.raises(ValueError, match="run must be one of"):
+        run_flops("gpt2", "smoke")
+
+
+def test_main_rejects_an_unknown_profile(capsys):
+    with pytest.raises(SystemExit):
+        main(["--run", "gpt", "--profile", "tpu"])
+    assert "invalid choice: 'tpu'" in capsys.readouterr().err
 
 
 def test_main_writes_the_record(tmp_path, monkeypatch):
