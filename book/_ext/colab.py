@@ -15,9 +15,6 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from sphinx.util import logging
-
-LOGGER = logging.getLogger(__name__)
 NOTEBOOK_DIR = "notebooks"
 
 
@@ -25,20 +22,27 @@ def colab_notebook_url(colab: str, repository: str, branch: str, pagename: str) 
     """``https://colab.research.google.com/github/ORG/REPO/blob/BRANCH/notebooks/X.ipynb``."""
     org_repo = repository.rstrip("/").removeprefix("https://github.com/")
     notebook = PurePosixPath(pagename).name + ".ipynb"
-    return f"{colab.rstrip('/')}/github/{org_repo}/blob/{branch}/{NOTEBOOK_DIR}/{notebook}"
+    return (
+        f"{colab.rstrip('/')}/github/{org_repo}/blob/{branch}/{NOTEBOOK_DIR}/{notebook}"
+    )
 
 
 def point_colab_at_notebooks(app, pagename, templatename, context, doctree) -> None:
     if not pagename.startswith("chapters/"):
         return
+    from sphinx.util import logging  # here, so tests import this module without Sphinx
+
+    logger = logging.getLogger(__name__)
     options = app.config.html_theme_options
     colab = options.get("launch_buttons", {}).get("colab_url", "")
     repository = options.get("repository_url", "")
     if not colab or not repository:
         return
-    notebook = Path(app.srcdir) / NOTEBOOK_DIR / (PurePosixPath(pagename).name + ".ipynb")
+    notebook = (
+        Path(app.srcdir) / NOTEBOOK_DIR / (PurePosixPath(pagename).name + ".ipynb")
+    )
     if not notebook.exists():
-        LOGGER.warning(
+        logger.warning(
             f"{pagename}: no {NOTEBOOK_DIR}/{notebook.name} for its Colab button; "
             "run `python3 tasks.py notebooks`",
             location=pagename,
@@ -54,7 +58,7 @@ def point_colab_at_notebooks(app, pagename, templatename, context, doctree) -> N
                 button["url"] = url
                 found = True
     if not found:
-        LOGGER.warning(f"{pagename}: the theme made no Colab button", location=pagename)
+        logger.warning(f"{pagename}: the theme made no Colab button", location=pagename)
 
 
 def setup(app):
