@@ -1,0 +1,35 @@
+"""The book's local Sphinx extensions (book/_ext), on what they compute without Sphinx."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+import apilinks  # noqa: E402  (book/_ext/apilinks.py)
+
+
+def test_api_entries_point_at_the_section_that_defines_them():
+    sections = apilinks.sections_of_definitions(ROOT / "chapters" / "04-attention.md")
+    docname, chapter, section = sections["lib.attention.MultiHeadAttention"]
+    assert docname == "chapters/04-attention" and chapter.startswith("4. ")
+    assert section != chapter  # a section of the chapter, not only the chapter
+    text = (ROOT / "chapters" / "04-attention.md").read_text(encoding="utf-8")
+    heading = text.index(f"## {section}\n")
+    assert heading < text.index("class MultiHeadAttention(")
+    assert not any(name.split(".")[-1].startswith("_") for name in sections)
+
+
+def test_a_chapter_exporting_to_several_modules_is_split_by_module():
+    sections = apilinks.sections_of_definitions(ROOT / "chapters" / "07-families.md")
+    modules = {name.split(".")[1] for name in sections}
+    assert {"models", "generation", "hf_weights", "objectives"} <= modules
+    assert "lib.generation.beam_search" in sections
+
+
+def test_link_text_drops_markdown_markup():
+    assert apilinks.plain("Why divide by $\\sqrt{d_k}$") == "Why divide by \\sqrt{d_k}"
+    assert (
+        apilinks.plain("Checking against `tokenizers`") == "Checking against tokenizers"
+    )
