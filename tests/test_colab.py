@@ -129,6 +129,21 @@ def test_install_cell_installs_nothing_where_lib_is_installed(tmp_path):
     assert not any(tmp_path.iterdir())  # nothing cloned
 
 
+def test_install_cell_checks_versions_and_platforms():
+    cell = "".join(
+        load(notebooks.NOTEBOOKS / "07-families.ipynb")["cells"][1]["source"]
+    )
+    definitions = cell[: cell.index("# TFS_REPO names")]  # imports, settings, helpers
+    scope: dict = {}
+    exec(definitions, scope)
+    satisfied = scope["satisfied"]
+    assert scope["NEEDS"] == ["transformers>=4.46,<5"]
+    assert satisfied(f"torch=={torch.__version__}") and satisfied("torch>=2.4")
+    assert not satisfied("torch<2")  # present, but in a version the chapter cannot use
+    assert not satisfied("no-such-package-anywhere>=1")
+    assert satisfied("no-such-package-anywhere>=1; sys_platform == 'no-such-os'")
+
+
 def pyproject_requirements() -> dict[str, Requirement]:
     """Every requirement of the package and of the extras environment.yml installs."""
     try:
@@ -239,3 +254,9 @@ def test_a_notebook_runs_in_a_fresh_environment_with_only_torch(tmp_path):
     again = run(str(python), "-c", "".join(nb["cells"][1]["source"]), cwd=workdir)
     assert again.stdout.startswith(f"ready: lib from {checkout / 'lib'}"), again.stdout
     assert "installing" not in again.stdout
+    # With lib installed but the chapter's extra package gone, only that one comes back.
+    run(str(python), "-m", "pip", "uninstall", "--yes", "--quiet", "tokenizers")
+    again = run(str(python), "-c", "".join(nb["cells"][1]["source"]), cwd=workdir)
+    assert again.stdout.startswith("installing ['tokenizers>=0.15']"), again.stdout
+    assert "installing lib" not in again.stdout
+    assert "tokenizers" in run(str(python), "-m", "pip", "list").stdout

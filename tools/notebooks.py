@@ -4,10 +4,12 @@ Colab opens only ``.ipynb`` files, and the chapters are Jupytext Markdown. This 
 converts each chapter into a committed notebook that runs anywhere from its first cell:
 
 * a first code cell that installs the course when ``lib`` is missing (Colab, a fresh
-  environment): it clones the repository (or uses the checkout that ``TFS_REPO`` names),
-  installs ``lib`` from it in editable mode with only the packages this chapter needs that
-  are missing, and never pins or reinstalls torch, numpy or anything already present.
-  Run twice, it finds everything in place and installs nothing;
+  environment): it clones the repository (or uses the checkout that ``TFS_REPO`` names, or
+  the clone the notebook sits in), installs ``lib`` from it in editable mode, and installs
+  the packages this chapter needs that are missing or outside the version range of the
+  ``chapters`` extra (a transformers 5.x, say). It never pins or reinstalls torch, numpy
+  or any other package that is present in a usable version. Run twice, it finds
+  everything in place and installs nothing;
 * the chapter's cells unchanged, except that each exercise solution becomes a Colab form
   cell: collapsed under a title (``# @title``, ``cellView: form``) and marked hidden for
   Jupyter (``source_hidden``), so the reader opens it on purpose;
@@ -48,6 +50,7 @@ NOTEBOOKS = ROOT / "notebooks"
 CONFIG = ROOT / "_config.yml"
 PYPROJECT = ROOT / "pyproject.toml"
 COLAB = "https://colab.research.google.com"
+PACKAGE = "transformers-from-scratch"  # the distribution that provides `lib`
 BADGE = f"{COLAB}/assets/colab-badge.svg"
 LINK_FILES = [ROOT / "README.md", ROOT / "book" / "intro.md"]
 LINKS_START, LINKS_END = "<!-- colab-links -->", "<!-- /colab-links -->"
@@ -108,10 +111,11 @@ def chapter_needs(source: str) -> dict[str, str]:
 
 
 INSTALL_CELL = """\
-# Run this cell first. Where `lib` is missing (Colab, a fresh environment) it fetches the
-# course and installs `lib` with the packages this chapter needs that are missing; torch,
-# numpy and everything already installed are kept. Run again, it installs nothing.
-import importlib.util
+# Run this cell first. Where the course library `lib` is missing (Colab, a fresh
+# environment) it fetches the course and installs it, with the packages this chapter needs
+# that are missing or in a version it cannot use. Everything else already installed,
+# Colab's torch and numpy included, is kept. Run again, it installs nothing.
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -121,19 +125,58 @@ from pathlib import Path
 REPOSITORY = {url}
 BRANCH = {branch}
 NEEDS = {needs}
-# TFS_REPO names a local checkout to install from instead (the course's tests use it).
-course = Path(os.environ.get("TFS_REPO") or Path.cwd() / {folder})
-missing = [req for mod, req in NEEDS.items() if importlib.util.find_spec(mod) is None]
-if importlib.util.find_spec("lib") is None or missing:
+PACKAGE = {package}
+
+
+def satisfied(requirement):
+    \"\"\"True if an installed package meets it, or it is not for this platform.\"\"\"
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # a bare environment: let pip decide
+        return False
+    req = Requirement(requirement)
+    if req.marker is not None and not req.marker.evaluate():
+        return True
+    try:
+        version = importlib.metadata.version(req.name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return req.specifier.contains(version, prereleases=True)
+
+
+def pip_install(*args):
+    command = [sys.executable, "-m", "pip", "install", "--quiet", *args]
+    if subprocess.run(command).returncode != 0:
+        raise RuntimeError(f"pip could not install {{args}}: its message is above")
+
+
+# TFS_REPO names a checkout to install from (the course's tests use it); a notebook opened
+# in the notebooks/ folder of a clone uses that clone; elsewhere the course is cloned here.
+here = Path.cwd()
+if os.environ.get("TFS_REPO"):
+    course = Path(os.environ["TFS_REPO"])
+elif (here.parent / "lib").is_dir() and (here.parent / "pyproject.toml").is_file():
+    course = here.parent
+else:
+    course = here / {folder}
+missing = [req for req in NEEDS if not satisfied(req)]
+try:
+    importlib.metadata.version(PACKAGE)
+    has_lib = True
+except importlib.metadata.PackageNotFoundError:
+    has_lib = False
+if not has_lib:
     if not (course / "lib").is_dir():
         clone = ["git", "clone", "--quiet", "--depth", "1", "--branch", BRANCH]
         subprocess.run([*clone, REPOSITORY, str(course)], check=True)
-    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
     print("installing lib from", course, "with", missing or "no extra packages")
-    subprocess.run([*pip, "--editable", str(course), *missing], check=True)
-    # The running kernel does not see a new editable install until it restarts.
+    pip_install("--editable", str(course), *missing)
+    # The running kernel sees a new editable install only after a restart.
     sys.path.insert(0, str(course))
-    importlib.invalidate_caches()
+elif missing:
+    print("installing", missing)
+    pip_install(*missing)
+importlib.invalidate_caches()
 import lib
 
 print("ready: lib from", Path(lib.__file__).parent)
@@ -145,7 +188,8 @@ def install_cell(chapter_source: str) -> str:
     source = INSTALL_CELL.format(
         url=json.dumps(url),
         branch=json.dumps(branch),
-        needs=json.dumps(chapter_needs(chapter_source)),
+        needs=json.dumps(list(chapter_needs(chapter_source).values())),
+        package=json.dumps(PACKAGE),
         folder=json.dumps(url.rsplit("/", 1)[-1]),
     )
     return ruff_format(source, "install_cell.py").rstrip("\n")
