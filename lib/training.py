@@ -1045,7 +1045,7 @@ RUN_SIZES: dict[str, dict[str, dict[str, Any]]] = {
                       n_steps=200, lr=3e-3, warmup=20, dropout=0.0, eval_every=50,
                       eval_iters=2),
         "colab": dict(d_model=384, n_heads=6, n_layers=6, seq_len=256, batch_size=128,
-                      n_steps=1000, lr=2e-3, warmup=100, dropout=0.1, eval_every=250,
+                      n_steps=600, lr=2e-3, warmup=100, dropout=0.1, eval_every=200,
                       eval_iters=10),
         "full": dict(d_model=384, n_heads=6, n_layers=6, seq_len=256, batch_size=128,
                      n_steps=1500, lr=2e-3, warmup=100, dropout=0.1, eval_every=500,
@@ -1057,7 +1057,7 @@ RUN_SIZES: dict[str, dict[str, dict[str, Any]]] = {
                       finetune_lr=1e-3, test_per_book=16, dropout=0.0, eval_every=50,
                       eval_iters=2),
         "colab": dict(d_model=256, n_heads=4, n_layers=4, seq_len=128, batch_size=128,
-                      n_steps=2500, lr=1e-3, warmup=200, finetune_steps=400,
+                      n_steps=2000, lr=1e-3, warmup=200, finetune_steps=300,
                       finetune_lr=3e-4, test_per_book=200, dropout=0.1, eval_every=500,
                       eval_iters=10),
         "full": dict(d_model=256, n_heads=4, n_layers=4, seq_len=128, batch_size=128,
@@ -1069,7 +1069,7 @@ RUN_SIZES: dict[str, dict[str, dict[str, Any]]] = {
         "smoke": dict(d_model=64, n_heads=4, n_layers=2, batch_size=32, n_steps=250,
                       lr=3e-3, warmup=25, dropout=0.0, test_fraction=0.1, beam_size=4,
                       eval_every=125, label_smoothing=0.1),
-        "colab": dict(d_model=256, n_heads=4, n_layers=3, batch_size=128, n_steps=2000,
+        "colab": dict(d_model=256, n_heads=4, n_layers=3, batch_size=128, n_steps=1500,
                       lr=1e-3, warmup=200, dropout=0.1, test_fraction=0.1, beam_size=4,
                       eval_every=500, label_smoothing=0.1),
         "full": dict(d_model=256, n_heads=4, n_layers=3, batch_size=128, n_steps=3000,
@@ -1505,17 +1505,18 @@ def _n_evaluations(n_steps: int, every: int) -> int:
 
 
 def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
-    """The work of one of the three runs at a profile's sizes, counted without running it.
+    """The work of one of the three runs at a profile's sizes, counted, not run.
 
     Returns ``train_tokens`` (forward and backward), ``forward_tokens`` (evaluation
-    only, a third of the cost) and ``flops``, the sum of each model's
-    :func:`training_flops_per_token` times its tokens (BERT: pre-training and both
-    fine-tunings). Decoding, sampling and data preparation are not counted.
+    only, a third of the cost), ``flops``, the sum of each model's
+    :func:`training_flops_per_token` times its tokens, and ``steps``, the optimiser
+    steps of every model the run trains (BERT: pre-training and both fine-tunings).
+    Decoding, sampling and data preparation are not counted.
     """
     sizes = _sizes(run, profile, None)
     batch_size, n_steps = sizes["batch_size"], sizes["n_steps"]
     n_evals = _n_evaluations(n_steps, sizes["eval_every"])
-    parts = []  # (model, seq_len, train_tokens, forward_tokens)
+    parts = []  # (model, seq_len, train_tokens, forward_tokens, optimiser steps)
     if run == "gpt":
         text = load_tiny_shakespeare()
         seq_len = sizes["seq_len"]
@@ -1524,7 +1525,8 @@ def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
         tokens = batch_size * seq_len
         final = (n_val - 1) // seq_len * seq_len  # lm_eval_batches's windows
         forward = n_evals * sizes["eval_iters"] * tokens + final
-        parts.append((_on_meta(lambda: GPT(cfg)), seq_len, n_steps * tokens, forward))
+        gpt = _on_meta(lambda: GPT(cfg))
+        parts.append((gpt, seq_len, n_steps * tokens, forward, n_steps))
     elif run == "bert":
         books = load_gutenberg()
         vocab = CharVocabulary("".join(books.values()), specials=("<pad>", "<mask>"))
@@ -1533,12 +1535,13 @@ def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
         bert = _on_meta(lambda: BERT(cfg))
         tokens = batch_size * seq_len
         forward = n_evals * sizes["eval_iters"] * tokens
-        parts.append((bert, seq_len, n_steps * tokens, forward))
+        parts.append((bert, seq_len, n_steps * tokens, forward, n_steps))
         test_tokens = len(books) * sizes["test_per_book"] * seq_len
         ft_evals = _n_evaluations(steps, max(1, steps // 4)) + 1  # + the accuracy
         classifier = _on_meta(lambda: SequenceClassifier(bert, len(books)))
         for _ in ("pretrained", "from_scratch"):
-            parts.append((classifier, seq_len, steps * tokens, ft_evals * test_tokens))
+            ft_tokens = ft_evals * test_tokens
+            parts.append((classifier, seq_len, steps * tokens, ft_tokens, steps))
     else:
         vocab, _, _, batch_at, test_batches = _t5_data(sizes, 0)
         sample = range(0, n_steps, max(1, n_steps // 64))
@@ -1547,15 +1550,17 @@ def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
         test_tokens = sum(_tokens_in(b) for b in test_batches)
         cfg = _run_config(run, sizes, vocab.vocab_size)
         model = _on_meta(lambda: T5(cfg, start_id=0))
-        parts.append((model, seq_len, n_steps * per_batch, n_evals * test_tokens))
+        forward = n_evals * test_tokens
+        parts.append((model, seq_len, n_steps * per_batch, forward, n_steps))
     flops = sum(
         training_flops_per_token(model, seq_len) * (train + forward / 3)
-        for model, seq_len, train, forward in parts
+        for model, seq_len, train, forward, _ in parts
     )
     return {
         "train_tokens": float(sum(part[2] for part in parts)),
         "forward_tokens": float(sum(part[3] for part in parts)),
         "flops": flops,
+        "steps": float(sum(part[4] for part in parts)),
     }
 
 
@@ -1565,11 +1570,14 @@ def estimate_run_seconds(
     *,
     peak: float | str = "T4",
     mfu: float = 0.3,
+    step_overhead: float = 0.0,
 ) -> float:
     """Seconds of GPU time for :func:`run_flops` at ``mfu`` of ``peak``.
 
     ``peak`` is in FLOP/s, or a GPU's name as in :func:`peak_flops`'s table ("T4",
-    "A100", "H100"...). The MFU is an assumption the caller states.
+    "A100", "H100"...). ``step_overhead`` adds that many seconds per optimiser step
+    (kernel launches, Python) to the FLOPs' time. The MFU and the overhead are
+    assumptions the caller states.
     """
     if isinstance(peak, str):
         found = [flops for key, flops in _PEAK_FLOPS if key == peak]
@@ -1581,7 +1589,10 @@ def estimate_run_seconds(
         raise ValueError(f"peak must be positive FLOP/s, got {peak!r}")
     if not 0.0 < mfu <= 1.0:
         raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
-    return run_flops(run, profile)["flops"] / (peak * mfu)
+    if not step_overhead >= 0.0:
+        raise ValueError(f"step_overhead must be >= 0 seconds, got {step_overhead!r}")
+    work = run_flops(run, profile)
+    return work["flops"] / (peak * mfu) + work["steps"] * step_overhead
 
 
 _RUNS: dict[str, Callable[..., dict[str, Any]]] = {

@@ -633,6 +633,7 @@ def test_run_flops_counts_the_gpt_run_tokens():
     batch, seq, steps = sizes["batch_size"], sizes["seq_len"], sizes["n_steps"]
     work = run_flops("gpt", "smoke")
     assert work["train_tokens"] == steps * batch * seq
+    assert work["steps"] == steps
     n_evals = steps // sizes["eval_every"]  # 200 steps, every 50: 4, the last at 200
     n_text = len(load_tiny_shakespeare())  # characters: one token each
     n_val = n_text - int(0.9 * n_text)
@@ -656,7 +657,9 @@ def test_run_flops_samples_t5_batches_close_to_the_exact_count():
     sizes = RUN_SIZES["t5"]["smoke"]
     _, _, _, batch_at, _ = _t5_data(sizes, 0)
     exact = sum(_tokens_in(batch_at(step)) for step in range(sizes["n_steps"]))
-    assert run_flops("t5", "smoke")["train_tokens"] == pytest.approx(exact, rel=0.05)
+    work = run_flops("t5", "smoke")
+    assert work["train_tokens"] == pytest.approx(exact, rel=0.05)
+    assert work["steps"] == sizes["n_steps"]
 
 
 def test_estimate_run_seconds():
@@ -666,15 +669,26 @@ def test_estimate_run_seconds():
     assert seconds == pytest.approx(flops / 5e14)
     h100 = estimate_run_seconds("bert", "colab", peak="H100", mfu=0.3)
     assert h100 == pytest.approx(flops / (989e12 * 0.3))
+    # step_overhead: seconds per optimiser step on top of the FLOPs' time
+    sizes = RUN_SIZES["bert"]["colab"]
+    steps = sizes["n_steps"] + 2 * sizes["finetune_steps"]  # pre-training, 2 fine-tunes
+    assert run_flops("bert", "colab")["steps"] == steps
+    slow = estimate_run_seconds("bert", "colab", mfu=0.1, step_overhead=0.005)
+    assert slow == pytest.approx(flops / (65e12 * 0.1) + steps * 0.005)
+    overhead_only = slow - estimate_run_seconds("bert", "colab", mfu=0.1)
+    assert overhead_only == pytest.approx(steps * 0.005)
     for run in RUN_SIZES:  # more work in colab than in smoke, less than in full
-        smoke, colab, full = (run_flops(run, p)["flops"] for p in PROFILES)
-        assert smoke < colab < full
+        smoke, colab, full = (run_flops(run, p) for p in PROFILES)
+        assert smoke["flops"] < colab["flops"] < full["flops"]
+        assert colab["steps"] < full["steps"]
     with pytest.raises(ValueError, match="unknown GPU 'TPU'"):
         estimate_run_seconds("gpt", "colab", peak="TPU")
     with pytest.raises(ValueError, match="mfu must be in"):
         estimate_run_seconds("gpt", "colab", mfu=0.0)
     with pytest.raises(ValueError, match="peak must be positive"):
         estimate_run_seconds("gpt", "colab", peak=-1.0)
+    with pytest.raises(ValueError, match="step_overhead must be"):
+        estimate_run_seconds("gpt", "colab", step_overhead=-0.001)
     with pytest.raises(ValueError, match="profile must be one of"):
         run_flops("gpt", "tpu")
     with pytest.raises(ValueError, match="run must be one of"):
