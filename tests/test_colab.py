@@ -129,7 +129,7 @@ def test_install_cell_installs_nothing_where_lib_is_installed(tmp_path):
     assert not any(tmp_path.iterdir())  # nothing cloned
 
 
-def test_install_cell_checks_versions_and_platforms():
+def test_install_cell_checks_versions_and_platforms(capsys):
     cell = "".join(
         load(notebooks.NOTEBOOKS / "07-families.ipynb")["cells"][1]["source"]
     )
@@ -142,6 +142,15 @@ def test_install_cell_checks_versions_and_platforms():
     assert not satisfied("torch<2")  # present, but in a version the chapter cannot use
     assert not satisfied("no-such-package-anywhere>=1")
     assert satisfied("no-such-package-anywhere>=1; sys_platform == 'no-such-os'")
+    # A package present in the wrong version is named with both versions.
+    torch_too_new = 'NEEDS = ["torch<2", "no-such-package-anywhere>=1"]'
+    checks = cell[: cell.index("try:\n    importlib.metadata.version(PACKAGE)")]
+    checks = checks.replace('NEEDS = ["transformers>=4.46,<5"]', torch_too_new)
+    exec(checks, scope := {})
+    assert scope["missing"] == ["torch<2", "no-such-package-anywhere>=1"]
+    out = capsys.readouterr().out
+    assert f"torch {torch.__version__} is installed; this chapter needs torch<2" in out
+    assert "no-such-package" not in out
 
 
 def pyproject_requirements() -> dict[str, Requirement]:

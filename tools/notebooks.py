@@ -117,6 +117,7 @@ INSTALL_CELL = """\
 # Colab's torch and numpy included, is kept. Run again, it installs nothing.
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -160,6 +161,13 @@ elif (here.parent / "lib").is_dir() and (here.parent / "pyproject.toml").is_file
 else:
     course = here / {folder}
 missing = [req for req in NEEDS if not satisfied(req)]
+for req in missing:  # say what is replaced, not only what is installed
+    name = re.split(r"[\\s<>=!~;\\[]", req, maxsplit=1)[0]
+    try:
+        found = importlib.metadata.version(name)
+        print(f"{{name}} {{found}} is installed; this chapter needs {{req}}")
+    except importlib.metadata.PackageNotFoundError:
+        pass
 try:
     importlib.metadata.version(PACKAGE)
     has_lib = True
