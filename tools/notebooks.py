@@ -55,7 +55,7 @@ BADGE = f"{COLAB}/assets/colab-badge.svg"
 LINK_FILES = [ROOT / "README.md", ROOT / "book" / "intro.md"]
 LINKS_START, LINKS_END = "<!-- colab-links -->", "<!-- /colab-links -->"
 SOLUTION_TAG = "solution"
-SOLUTION_TITLE = "# @title Solution: click *Show code* (try the exercise first)"
+SOLUTION_TITLE = "# @title Solution (try the exercise first; Show code opens it)"
 # The optional packages a chapter may import, by import name; their requirement strings
 # come from the `chapters` extra of pyproject.toml. ipykernel and jupytext are not listed:
 # a notebook already runs in a kernel.
