@@ -14,8 +14,8 @@
 * Memory and speed: :func:`enable_activation_checkpointing`,
   :func:`training_flops_per_token`, :func:`peak_flops`.
 * Runs: :func:`char_gpt_run`, :func:`bert_run`, :func:`t5_run`, their cost
-  (:func:`run_flops`, :func:`estimate_run_seconds`), and :func:`main` for
-  ``python -m lib.training`` or ``torchrun -m lib.training --``.
+  (:func:`run_flops`, :func:`estimate_run_seconds`, :func:`gpu_seconds`), and
+  :func:`main` for ``python -m lib.training`` or ``torchrun -m lib.training --``.
 
 A batch is a dict of tensors whose first axis is ``batch``: ``inputs`` ``(batch seq)``,
 ``targets`` (``IGNORE_INDEX`` where there is no loss), optionally ``mask``
@@ -115,6 +115,7 @@ __all__ = [
     "bert_run",
     "t5_run",
     "run_flops",
+    "gpu_seconds",
     "estimate_run_seconds",
     "main",
 ]
@@ -1564,20 +1565,19 @@ def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
     }
 
 
-def estimate_run_seconds(
-    run: str,
-    profile: str | None = None,
+def gpu_seconds(
+    flops: float,
+    steps: int = 0,
     *,
     peak: float | str = "T4",
     mfu: float = 0.3,
     step_overhead: float = 0.0,
 ) -> float:
-    """Seconds of GPU time for :func:`run_flops` at ``mfu`` of ``peak``.
+    """Seconds for ``flops`` at ``mfu`` of ``peak``, plus ``step_overhead`` seconds for
+    each of ``steps`` optimiser steps (kernel launches, Python).
 
     ``peak`` is in FLOP/s, or a GPU's name as in :func:`peak_flops`'s table ("T4",
-    "A100", "H100"...). ``step_overhead`` adds that many seconds per optimiser step
-    (kernel launches, Python) to the FLOPs' time. The MFU and the overhead are
-    assumptions the caller states.
+    "A100", "H100"...). The MFU and the overhead are assumptions the caller states.
     """
     if isinstance(peak, str):
         found = [flops for key, flops in _PEAK_FLOPS if key == peak]
@@ -1591,8 +1591,22 @@ def estimate_run_seconds(
         raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
     if not step_overhead >= 0.0:
         raise ValueError(f"step_overhead must be >= 0 seconds, got {step_overhead!r}")
+    return flops / (peak * mfu) + steps * step_overhead
+
+
+def estimate_run_seconds(
+    run: str,
+    profile: str | None = None,
+    *,
+    peak: float | str = "T4",
+    mfu: float = 0.3,
+    step_overhead: float = 0.0,
+) -> float:
+    """Seconds of GPU time for :func:`run_flops` by :func:`gpu_seconds`."""
     work = run_flops(run, profile)
-    return work["flops"] / (peak * mfu) + work["steps"] * step_overhead
+    return gpu_seconds(
+        work["flops"], work["steps"], peak=peak, mfu=mfu, step_overhead=step_overhead
+    )
 
 
 _RUNS: dict[str, Callable[..., dict[str, Any]]] = {

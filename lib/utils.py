@@ -84,12 +84,17 @@ def is_smoke() -> bool:
     return get_profile() == "smoke"
 
 
-def pick(*, smoke: T, full: T, colab: T = _UNSET) -> T:
+def pick(*, smoke: T, full: T, colab: T = _UNSET, profile: str | None = None) -> T:
     """Choose a value by run profile: ``pick(smoke=64, full=1024, colab=512)``.
 
-    Without ``colab=``, the ``colab`` profile takes the ``full`` value.
+    Without ``colab=``, the ``colab`` profile takes the ``full`` value. ``profile``
+    names the profile to choose for (to size another profile's run, say for an
+    estimate); by default the active one, :func:`get_profile`.
     """
-    profile = get_profile()
+    if profile is None:
+        profile = get_profile()
+    elif profile not in PROFILES:
+        raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
     if profile == "smoke":
         return smoke
     if profile == "colab" and colab is not _UNSET:

@@ -37,6 +37,7 @@ from lib.training import (
     enable_activation_checkpointing,
     estimate_run_seconds,
     evaluate,
+    gpu_seconds,
     latest_checkpoint,
     lm_batches,
     lm_eval_batches,
@@ -660,6 +661,17 @@ def test_run_flops_samples_t5_batches_close_to_the_exact_count():
     work = run_flops("t5", "smoke")
     assert work["train_tokens"] == pytest.approx(exact, rel=0.05)
     assert work["steps"] == sizes["n_steps"]
+
+
+def test_gpu_seconds():
+    assert gpu_seconds(6.5e13, peak="T4", mfu=0.5) == pytest.approx(2.0)
+    assert gpu_seconds(1e15, 400, peak=1e15, mfu=1.0, step_overhead=0.005) == (
+        pytest.approx(1.0 + 2.0)
+    )
+    with pytest.raises(ValueError, match="unknown GPU 'TPU'"):
+        gpu_seconds(1e12, peak="TPU")
+    with pytest.raises(ValueError, match="mfu must be in"):
+        gpu_seconds(1e12, mfu=1.5)
 
 
 def test_estimate_run_seconds():

@@ -28,6 +28,11 @@ def test_colab_profile_takes_its_own_value_or_the_full_one(monkeypatch):
     assert utils.pick(smoke=1, full=2, colab=3) == 2
     monkeypatch.setenv(utils.PROFILE_ENV, "smoke")
     assert utils.pick(smoke=1, full=2, colab=3) == 1
+    # profile= sizes another profile's run, whatever the active one is
+    assert utils.pick(smoke=1, full=2, colab=3, profile="colab") == 3
+    assert utils.pick(smoke=1, full=2, profile="colab") == 2
+    with pytest.raises(ValueError, match="profile must be one of"):
+        utils.pick(smoke=1, full=2, profile="fast")
 
 
 def test_profile_defaults_to_the_hardware(monkeypatch):
