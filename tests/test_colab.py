@@ -20,8 +20,6 @@ from tools import notebooks
 from tools.tangle import chapter_files
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "book" / "_ext"))
-import colab as colab_extension  # noqa: E402  (book/_ext/colab.py, the Sphinx extension)
 
 
 def load(path: Path) -> dict:
@@ -47,11 +45,8 @@ def test_one_setting_gives_every_colab_address():
         name = chapter.stem + ".ipynb"
         address = notebooks.colab_url(name)
         assert address.endswith(f"/blob/{branch}/notebooks/{name}")
-        # The book's button (the Sphinx extension) and the README agree with the cell.
-        page = f"chapters/{chapter.stem}"
-        assert colab_extension.colab_notebook_url(
-            notebooks.COLAB, url, branch, page
-        ) == (address)
+        # The README agrees with the cell; the book's buttons (book/_ext/colab.py calls
+        # colab_url too) are checked after the strict build: tasks.py check_colab_buttons.
         assert address in (ROOT / "README.md").read_text(encoding="utf-8")
         cell = "".join(load(notebooks.NOTEBOOKS / name)["cells"][1]["source"])
         assert f'REPOSITORY = "{url}"' in cell and f'BRANCH = "{branch}"' in cell

@@ -34,6 +34,7 @@ environment that has only torch, as a new Colab user would.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -219,9 +220,15 @@ def intro_cell(chapter: Path) -> str:
 ROLE = re.compile(r"\{(cite|numref|ref|doc)\}`([^`]+)`")
 
 
+@functools.cache
+def bib_entries() -> dict[str, dict[str, str]]:
+    """The bibliography, read once (every Markdown cell of every chapter asks)."""
+    return parse_bib(BIB.read_text(encoding="utf-8"))
+
+
 def plain_markdown(text: str, figures: dict[str, int]) -> str:
     """MyST roles as Markdown that Colab and Jupyter render (see the module docstring)."""
-    entries = parse_bib(BIB.read_text(encoding="utf-8"))
+    entries = bib_entries()
 
     def replace(match: re.Match[str]) -> str:
         role, target = match.groups()

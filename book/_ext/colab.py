@@ -6,41 +6,33 @@ commits a generated notebook per chapter, ``notebooks/NN-name.ipynb``
 (``tools/notebooks.py``); this extension rewrites the link to it after the theme has made
 its buttons, and warns (an error in the strict build) if a chapter has no such notebook.
 
-Loaded from ``_config.yml`` (``sphinx: local_extensions``). The repository and branch are
-the theme's ``repository_url`` and ``repository_branch``, which Jupyter Book fills from the
+Loaded from ``_config.yml`` (``sphinx: local_extensions``). The address is the one the
+notebooks' install cell and the README use, :func:`tools.notebooks.colab_url`, from the
 ``repository`` section of ``_config.yml``.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path, PurePosixPath
 
 NOTEBOOK_DIR = "notebooks"
 
 
-def colab_notebook_url(colab: str, repository: str, branch: str, pagename: str) -> str:
-    """``https://colab.research.google.com/github/ORG/REPO/blob/BRANCH/notebooks/X.ipynb``."""
-    org_repo = repository.rstrip("/").removeprefix("https://github.com/")
-    notebook = PurePosixPath(pagename).name + ".ipynb"
-    return (
-        f"{colab.rstrip('/')}/github/{org_repo}/blob/{branch}/{NOTEBOOK_DIR}/{notebook}"
-    )
-
-
 def point_colab_at_notebooks(app, pagename, templatename, context, doctree) -> None:
     if not pagename.startswith("chapters/"):
         return
-    from sphinx.util import logging  # here, so tests import this module without Sphinx
+    from sphinx.util import logging
+
+    root = Path(app.srcdir)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from tools.notebooks import colab_url
 
     logger = logging.getLogger(__name__)
-    options = app.config.html_theme_options
-    colab = options.get("launch_buttons", {}).get("colab_url", "")
-    repository = options.get("repository_url", "")
-    if not colab or not repository:
+    if not app.config.html_theme_options.get("launch_buttons", {}).get("colab_url"):
         return
-    notebook = (
-        Path(app.srcdir) / NOTEBOOK_DIR / (PurePosixPath(pagename).name + ".ipynb")
-    )
+    notebook = root / NOTEBOOK_DIR / (PurePosixPath(pagename).name + ".ipynb")
     if not notebook.exists():
         logger.warning(
             f"{pagename}: no {NOTEBOOK_DIR}/{notebook.name} for its Colab button; "
@@ -48,9 +40,7 @@ def point_colab_at_notebooks(app, pagename, templatename, context, doctree) -> N
             location=pagename,
         )
         return
-    url = colab_notebook_url(
-        colab, repository, options.get("repository_branch") or "main", pagename
-    )
+    url = colab_url(notebook.name)
     found = False
     for group in context.get("header_buttons", []):
         for button in group.get("buttons", []) if isinstance(group, dict) else []:
