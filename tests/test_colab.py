@@ -150,11 +150,7 @@ def test_install_cell_checks_versions_and_platforms(capsys):
 
 def pyproject_requirements() -> dict[str, Requirement]:
     """Every requirement of the package and of the extras environment.yml installs."""
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10: pytest depends on tomli there
-        import tomli as tomllib
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    project = notebooks.project()
     lines = list(project["dependencies"])
     for extra in ("chapters", "test", "book", "notebooks"):
         lines += project["optional-dependencies"][extra]

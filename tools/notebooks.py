@@ -85,14 +85,19 @@ def colab_url(notebook: str) -> str:
     return f"{COLAB}/github/{org_repo}/blob/{branch}/notebooks/{notebook}"
 
 
+def project() -> dict:
+    """The ``[project]`` table of pyproject.toml."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: tomli, which pytest depends on there
+        import tomli as tomllib
+    return tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"]
+
+
 def extra_requirements() -> dict[str, str]:
     """Import name -> requirement string, from the ``chapters`` extra of pyproject.toml."""
-    text = PYPROJECT.read_text(encoding="utf-8")
-    block = re.search(r"^chapters = \[(.*?)^\]", text, re.MULTILINE | re.DOTALL)
-    if block is None:
-        raise SystemExit("pyproject.toml has no `chapters` extra")
     found = {}
-    for requirement in re.findall(r'^\s*"([^"]+)"', block.group(1), re.MULTILINE):
+    for requirement in project()["optional-dependencies"].get("chapters", []):
         name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
         if name in OPTIONAL_MODULES:
             found[name] = requirement
