@@ -19,15 +19,30 @@ Notebooks read their sizes through :func:`pick`, so one line shows every value; 
 defaults to the ``full`` value where the full size already fits a T4::
 
     n_steps = pick(smoke=50, full=5_000, colab=1_500)
+
+Recorded results
+----------------
+Every recorded run (``book/results/<name>/``) is written by :func:`write_record` and read
+by :func:`read_record`: one ``metrics.json`` of one schema (:data:`RECORD_KEYS`), one CSV
+per curve and a ``curves.png``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import dataclasses
+import json
+import math
 import os
+import platform
 import random
+import re
 import subprocess
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path, PurePath
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -47,6 +62,11 @@ __all__ = [
     "seed_everything",
     "set_plot_style",
     "git_commit",
+    "RECORD_SCHEMA",
+    "RECORD_KEYS",
+    "RecordError",
+    "write_record",
+    "read_record",
 ]
 
 PROFILE_ENV = "TFS_PROFILE"
@@ -242,3 +262,225 @@ def git_commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return commit + ("-dirty" if changes else "")
+
+
+# --- recorded results -----------------------------------------------------------------
+
+RECORD_SCHEMA = 1
+#: The top-level keys of every ``metrics.json``, in the order they are written.
+RECORD_KEYS = (
+    "schema",
+    "name",
+    "command",
+    "wall_seconds",
+    "date",
+    "commit",
+    "device",
+    "gpu",
+    "torch",
+    "triton",
+    "python",
+    "profile",
+    "config",
+    "metrics",
+    "curves",
+    "samples",
+    "extra",
+)
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+class RecordError(ValueError):
+    """A record that cannot be written (a value JSON cannot hold) or read (bad schema)."""
+
+
+def _plain(value: Any, where: str) -> Any:
+    """``value`` as plain JSON data: NumPy and 0-d torch scalars become numbers, tensors
+    and arrays lists, tuples lists, paths and dtypes strings, dataclasses dicts.
+    Non-finite floats, keys that are not strings and other objects are refused, naming
+    ``where`` they are."""
+    if isinstance(value, torch.Tensor | np.ndarray | np.generic):
+        value = value.tolist()
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    elif isinstance(value, PurePath | torch.dtype | torch.device):
+        value = str(value)
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise RecordError(f"{where} is {value}: a record holds finite numbers only")
+        return value
+    if isinstance(value, Mapping):
+        bad = [k for k in value if not isinstance(k, str)]
+        if bad:
+            raise RecordError(f"{where} has keys that are not strings: {bad[:3]!r}")
+        return {k: _plain(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    raise RecordError(
+        f"{where} is a {type(value).__name__} ({value!r:.60}), which a JSON record "
+        "cannot hold: give numbers, strings, lists or dicts"
+    )
+
+
+def _check_curves(curves: Any, where: str) -> None:
+    if not isinstance(curves, dict):
+        raise RecordError(f"{where} must be a dict {{curve: {{column: [values]}}}}")
+    for name, columns in curves.items():
+        if not _FILE_NAME.fullmatch(name):
+            raise RecordError(f"{where}: curve name {name!r} must be a plain file name")
+        if not isinstance(columns, dict) or not columns:
+            raise RecordError(f"{where}.{name} must be a non-empty dict of columns")
+        lengths = {}
+        for column, values in columns.items():
+            if not isinstance(values, list):
+                raise RecordError(f"{where}.{name}.{column} must be a list of values")
+            lengths[column] = len(values)
+        if len(set(lengths.values())) > 1:
+            raise RecordError(f"{where}.{name}: columns of unequal lengths {lengths}")
+
+
+def _plot_curves(curves: Mapping[str, Mapping[str, list]], path: Path) -> None:
+    """``loss`` (else every column) against ``step`` (else the first column), one line
+    per curve. Uses matplotlib's Figure directly: no pyplot, no change of backend."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 3.6))
+    ax = fig.subplots()
+    for name, columns in curves.items():
+        x_name = "step" if "step" in columns else next(iter(columns))
+        ys = ["loss"] if "loss" in columns else [c for c in columns if c != x_name]
+        for y in ys:
+            style = "o-" if len(columns[x_name]) < 30 else "-"
+            ax.plot(columns[x_name], columns[y], style, lw=1, label=f"{name} {y}")
+    ax.set(xlabel="step")
+    ax.legend()
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+
+
+def write_record(
+    out_dir: str | os.PathLike,
+    *,
+    name: str,
+    command: str,
+    wall_seconds: float,
+    metrics: Mapping[str, Any],
+    curves: Mapping[str, Mapping[str, Any]] | None = None,
+    config: Any = None,
+    samples: Any = None,
+    extra: Mapping[str, Any] | None = None,
+    device: torch.device | str | None = None,
+) -> Path:
+    """Write ``out_dir/metrics.json`` (keys :data:`RECORD_KEYS`, ``schema`` 1) and, when
+    there are ``curves`` ``{curve: {column: [values]}}``, one ``<curve>.csv`` each and
+    ``curves.png``. Returns the path of ``metrics.json``.
+
+    The environment (date, commit, device, GPU, torch, Triton, Python, profile) is filled
+    in. Values are made plain JSON (NumPy and torch numbers, tensors, tuples, paths);
+    NaN, infinities and other objects are refused with a :class:`RecordError` naming the
+    key, before anything is written.
+    """
+    if not isinstance(name, str) or not name:
+        raise RecordError(f"name must be a non-empty string, got {name!r}")
+    if not isinstance(command, str) or not command.strip():
+        raise RecordError(
+            f"command must be the command line as a string, got {command!r}"
+        )
+    if not isinstance(metrics, Mapping):
+        raise RecordError(f"metrics must be a dict, got {type(metrics).__name__}")
+    device = torch.device(device) if device is not None else get_device()
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    on_gpu = device.type == "cuda" and torch.cuda.is_available()
+    record = {
+        "schema": RECORD_SCHEMA,
+        "name": name,
+        "command": command,
+        "wall_seconds": wall_seconds,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": git_commit(),
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if on_gpu else None,
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "python": platform.python_version(),
+        "profile": get_profile(),
+        "config": config,
+        "metrics": metrics,
+        "curves": curves or {},
+        "samples": samples,
+        "extra": extra or {},
+    }
+    record = {key: _plain(value, key) for key, value in record.items()}
+    _validate_record(record, "the record")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "metrics.json"
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    for curve, columns in record["curves"].items():
+        with open(out / f"{curve}.csv", "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(list(columns))
+            writer.writerows(zip(*columns.values()))
+    if record["curves"]:
+        _plot_curves(record["curves"], out / "curves.png")
+    return path
+
+
+def _validate_record(record: Any, where: str) -> None:
+    if not isinstance(record, dict):
+        raise RecordError(f"{where} is not a JSON object")
+    if record.get("schema") != RECORD_SCHEMA:
+        got = record.get("schema", "no 'schema' key")
+        raise RecordError(f"{where} has schema {got!r}; this lib reads schema 1")
+    if set(record) != set(RECORD_KEYS):
+        missing = [k for k in RECORD_KEYS if k not in record]
+        unknown = [k for k in record if k not in RECORD_KEYS]
+        raise RecordError(f"{where}: missing keys {missing}, unknown keys {unknown}")
+    types = {
+        "name": str,
+        "command": str,
+        "date": str,
+        "commit": str,
+        "device": str,
+        "torch": str,
+        "python": str,
+        "profile": str,
+        "metrics": dict,
+        "extra": dict,
+        "gpu": str | None,
+        "triton": str | None,
+        "wall_seconds": int | float,
+    }
+    for key, expected in types.items():
+        value = record[key]
+        if not isinstance(value, expected) or isinstance(value, bool):
+            raise RecordError(
+                f"{where}: {key} must be {expected}, got {type(value).__name__}"
+            )
+    if not record["wall_seconds"] >= 0:
+        raise RecordError(
+            f"{where}: wall_seconds must be >= 0, got {record['wall_seconds']}"
+        )
+    _check_curves(record["curves"], f"{where}: curves")
+
+
+def read_record(path: str | os.PathLike) -> dict[str, Any]:
+    """The record at ``path`` (a ``metrics.json``, or its folder), checked against the
+    schema of :func:`write_record`; a :class:`RecordError` says what does not fit."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.json"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecordError(f"no record at {path}") from None
+    except json.JSONDecodeError as err:
+        raise RecordError(f"{path} is not valid JSON: {err}") from None
+    _validate_record(record, str(path))
+    return record

@@ -127,3 +127,94 @@ def test_git_commit_names_this_checkout_or_says_unknown(monkeypatch):
 
     monkeypatch.setattr(subprocess, "run", no_git)
     assert git_commit() == "unknown"
+
+
+# --- recorded results ------------------------------------------------------------------
+
+
+def test_write_record_round_trip(tmp_path):
+    import numpy as np
+
+    curves = {
+        "train": {"step": [1, 2, 3], "loss": [3.0, 2.5, 2.0], "lr": [1e-3] * 3},
+        "eval": {"step": [3], "loss": [np.float32(2.25)]},
+    }
+    path = utils.write_record(
+        tmp_path / "run",
+        name="08-training-gpt",
+        command="python -m lib.runs --run gpt",
+        wall_seconds=12.5,
+        metrics={"val_loss": torch.tensor(1.5), "steps": np.int64(3)},
+        curves=curves,
+        config={"d_model": 64, "out": tmp_path, "dims": (1, 2)},
+        samples=["To be"],
+        extra={"world_size": 2},
+        device="cpu",
+    )
+    assert path == tmp_path / "run" / "metrics.json"
+    record = utils.read_record(path.parent)  # a folder reads its metrics.json
+    assert tuple(record) == utils.RECORD_KEYS and record["schema"] == 1
+    assert record["metrics"] == {"val_loss": 1.5, "steps": 3}
+    assert record["config"] == {"d_model": 64, "out": str(tmp_path), "dims": [1, 2]}
+    assert record["curves"]["eval"] == {"step": [3], "loss": [2.25]}
+    assert record["device"] == "cpu" and record["gpu"] is None
+    assert (
+        record["torch"] == torch.__version__ and record["commit"] == utils.git_commit()
+    )
+    assert record["profile"] == utils.get_profile() and record["samples"] == ["To be"]
+    lines = (tmp_path / "run" / "train.csv").read_text().splitlines()
+    assert lines == ["step,loss,lr", "1,3.0,0.001", "2,2.5,0.001", "3,2.0,0.001"]
+    assert (tmp_path / "run" / "eval.csv").is_file()
+    assert (tmp_path / "run" / "curves.png").stat().st_size > 1000
+
+
+def test_write_record_refuses_what_json_cannot_hold(tmp_path):
+    common = dict(name="x", command="python x.py", wall_seconds=1.0, device="cpu")
+    with pytest.raises(utils.RecordError, match=r"metrics\.loss is nan"):
+        utils.write_record(tmp_path, metrics={"loss": float("nan")}, **common)
+    with pytest.raises(utils.RecordError, match=r"extra\.model is a Linear"):
+        utils.write_record(
+            tmp_path, metrics={}, extra={"model": torch.nn.Linear(1, 1)}, **common
+        )
+    with pytest.raises(utils.RecordError, match="keys that are not strings"):
+        utils.write_record(tmp_path, metrics={1: 2.0}, **common)
+    with pytest.raises(utils.RecordError, match="unequal lengths"):
+        bad = {"train": {"step": [1, 2], "loss": [1.0]}}
+        utils.write_record(tmp_path, metrics={}, curves=bad, **common)
+    with pytest.raises(utils.RecordError, match="plain file name"):
+        utils.write_record(tmp_path, metrics={}, curves={"a/b": {"x": [1]}}, **common)
+    assert not list(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_read_record_names_what_does_not_fit(tmp_path):
+    import json
+
+    path = utils.write_record(
+        tmp_path,
+        name="x",
+        command="python x.py",
+        wall_seconds=1,
+        metrics={},
+        device="cpu",
+    )
+    assert utils.read_record(path)["curves"] == {}
+    assert not (tmp_path / "curves.png").exists()  # no curves, no plot
+    record = json.loads(path.read_text())
+    for change, message in (
+        ({"schema": 2}, "has schema 2; this lib reads schema 1"),
+        ({"wall_time_s": 1.0}, r"unknown keys \['wall_time_s'\]"),
+        ({"metrics": [1.0]}, "metrics must be"),
+        ({"curves": {"train": {"step": [1], "loss": []}}}, "unequal lengths"),
+    ):
+        path.write_text(json.dumps({**record, **change}))
+        with pytest.raises(utils.RecordError, match=message):
+            utils.read_record(path)
+    old = {k: v for k, v in record.items() if k != "schema"}
+    path.write_text(json.dumps(old))
+    with pytest.raises(utils.RecordError, match="no 'schema' key"):
+        utils.read_record(path)
+    path.write_text("{not json")
+    with pytest.raises(utils.RecordError, match="is not valid JSON"):
+        utils.read_record(path)
+    with pytest.raises(utils.RecordError, match="no record at"):
+        utils.read_record(tmp_path / "missing" / "metrics.json")
