@@ -21,17 +21,19 @@ import argparse
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 MIN_TORCH = (2, 4)
-CPU_TORCH = "torch==2.13.0+cpu"  # a CPU-only wheel: no CUDA packages are pulled in
+TESTED_TORCH = "torch==2.13.0"  # the version the course is tested with
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 PY_PATHS = ["lib", "tests", "tools", "bench", "scripts", "tasks.py", "conftest.py"]
 
@@ -93,17 +95,95 @@ def torch_ok() -> bool:
     return version >= MIN_TORCH
 
 
+def is_cuda_build(requires_dist: list[str]) -> bool:
+    """True when a torch wheel's requirements pull NVIDIA's CUDA packages (on Linux,
+    PyPI's default torch does: several GB of ``nvidia-*`` wheels)."""
+    return any(re.match(r"\s*(nvidia-|cuda-)", req) for req in requires_dist)
+
+
+def plan_torch_install(
+    *,
+    has_nvidia_gpu: bool,
+    system: str,
+    candidate: Callable[[str, str | None], list[str] | None],
+    cpu_index_reachable: Callable[[], bool],
+) -> list[str]:
+    """The pip arguments that install a suitable torch, decided without installing.
+
+    ``candidate(requirement, index_url)`` asks pip which wheel it would take (a dry run,
+    no download of the wheel itself where the index serves its metadata) and returns
+    that wheel's ``Requires-Dist``, or ``None`` when the index has no match. The order:
+
+    1. an NVIDIA GPU: the default build (CUDA) from the configured index;
+    2. not Linux (macOS, Windows): the default build, which is CPU-only there;
+    3. Linux without a GPU: the configured index's newest torch if it is a CPU build
+       (a mirror of CPU wheels), else the course's tested version from that index if
+       that one is (this machine's case: ``torch==2.13.0`` is a local CPU wheel), else
+       PyTorch's CPU index if it answers;
+    4. otherwise a clear error: no CUDA build is downloaded behind the user's back.
+    """
+    floor = f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}"
+    if has_nvidia_gpu or system != "Linux":
+        return [floor]
+    for requirement in (floor, TESTED_TORCH):
+        requires = candidate(requirement, None)
+        if requires is not None and not is_cuda_build(requires):
+            return [requirement]
+    if cpu_index_reachable():
+        return [floor, "--index-url", CPU_INDEX]
+    raise SystemExit(
+        "[tasks] no CPU-only build of PyTorch is available: the configured package index "
+        f"offers only CUDA builds of torch and {CPU_INDEX} does not answer. Install a "
+        "CPU build yourself (pip install torch --index-url "
+        f"{CPU_INDEX}, or a wheel file), or set TFS_TORCH=cuda to accept the CUDA build "
+        "(several GB), then run this again."
+    )
+
+
+def pip_candidate(requirement: str, index_url: str | None) -> list[str] | None:
+    """What ``pip install requirement`` would take, as its ``Requires-Dist`` (dry run)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet"]
+        cmd += ["--no-deps", "--ignore-installed", "--report", str(report), requirement]
+        if index_url:
+            cmd += ["--index-url", index_url]
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0 or not report.exists():
+            return None
+        installs = json.loads(report.read_text(encoding="utf-8")).get("install", [])
+    if not installs:
+        return None
+    return list(installs[0].get("metadata", {}).get("requires_dist", []) or [])
+
+
+def url_answers(url: str, timeout: float = 5.0) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return True
+    except Exception:
+        return False
+
+
 def ensure_torch() -> None:
     if torch_ok():
         return
-    if shutil.which("nvidia-smi"):
-        say("an NVIDIA GPU is present: installing the default (CUDA) build of PyTorch")
-        pip(f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}")
-        return
-    say("no NVIDIA GPU: installing a CPU-only build of PyTorch")
-    if pip(CPU_TORCH, check=False) != 0:
-        say(f"{CPU_TORCH} is not available here; trying PyTorch's CPU index")
-        pip("torch", "--index-url", CPU_INDEX)
+    has_gpu = shutil.which("nvidia-smi") is not None
+    if os.environ.get("TFS_TORCH") == "cuda":
+        has_gpu = True
+    args = plan_torch_install(
+        has_nvidia_gpu=has_gpu,
+        system=platform.system(),
+        candidate=pip_candidate,
+        cpu_index_reachable=lambda: url_answers(CPU_INDEX + "/torch/"),
+    )
+    kind = "the default (CUDA) build" if has_gpu else "a CPU-only build"
+    say(f"installing {kind} of PyTorch: pip install {' '.join(args)}")
+    pip(*args)
 
 
 def ensure_installed(extra: str) -> None:
@@ -172,10 +252,30 @@ def echo_build(cmd: list[str], env: dict[str, str]) -> int:
     return proc.wait()
 
 
+def active_profile() -> str:
+    """The run profile, by lib.utils.get_profile's one rule (``TFS_PROFILE``, else by the
+    hardware: smoke without CUDA, colab on a pre-Ampere GPU, full on a newer one); an
+    unknown ``TFS_PROFILE`` stops here, before anything is built or started."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from lib.utils import get_profile; print(get_profile())",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["unknown error"])[-1]
+        sys.exit(f"[tasks] {last.removeprefix('ValueError: ')}")
+    return done.stdout.strip()
+
+
 def cmd_book(strict: bool, verbose: bool = False) -> None:
     ensure_installed("book")
     env = dict(os.environ)
-    env.setdefault("TFS_PROFILE", "full" if shutil.which("nvidia-smi") else "smoke")
+    env["TFS_PROFILE"] = active_profile()
     env["NO_COLOR"] = "1"  # Sphinx, and the tools that honour https://no-color.org
     env.pop("FORCE_COLOR", None)
     flags = ["-W", "-n", "--keep-going"] if strict else []
@@ -188,7 +288,8 @@ def cmd_book(strict: bool, verbose: bool = False) -> None:
     cli = "from sphinx.util.console import nocolor; nocolor(); from jupyter_book.cli.main import main; main()"
     say(
         f"rendering the book in the {env['TFS_PROFILE']} profile: chapters changed since the "
-        "last build are executed (a few minutes), the others come from the cache"
+        "last build in this profile are executed (a few minutes; one line each), the "
+        "others come from the profile's cache"
     )
     start = time.monotonic()
     code = echo_build([sys.executable, "-c", cli, "build", ".", *flags], env)
@@ -270,7 +371,7 @@ def cmd_lab(lab_args: list[str]) -> None:
     env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
         p for p in (str(LAB_CONFIG), os.environ.get("JUPYTER_CONFIG_PATH", "")) if p
     )
-    env.setdefault("TFS_PROFILE", "full" if shutil.which("nvidia-smi") else "smoke")
+    env["TFS_PROFILE"] = active_profile()
     say(
         "opening JupyterLab in chapters/: a chapter opens as a notebook (your outputs stay in "
         "the browser; the .md keeps only the code and prose). Ctrl+C stops it."
@@ -320,6 +421,15 @@ def cmd_lint() -> None:
     run(sys.executable, "-m", "ruff", "format", "--check", *nbs, "notebooks")
     run(sys.executable, "tools/tangle.py", "--check")
     run(sys.executable, "tools/notebooks.py", "--check")
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    run(
+        sys.executable,
+        "-m",
+        "check_jsonschema",
+        "--builtin-schema",
+        "vendor.github-workflows",
+        *workflows,
+    )
 
 
 def cmd_fmt() -> None:

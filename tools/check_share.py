@@ -115,8 +115,10 @@ def _check_lines(tree: ast.AST, whole_module: bool) -> set[int]:
             if _raises(node.body):
                 # the test and the raising body; an else branch that is ordinary code is not
                 lines |= set(range(node.lineno, node.body[-1].end_lineno + 1))
-            if node.orelse and _raises(node.orelse) and not isinstance(
-                node.orelse[0], ast.If
+            if (
+                node.orelse
+                and _raises(node.orelse)
+                and not isinstance(node.orelse[0], ast.If)
             ):
                 lines |= set(
                     range(node.orelse[0].lineno - 1, node.orelse[-1].end_lineno + 1)
@@ -143,7 +145,8 @@ def measured_modules() -> list[Path]:
     paths = [
         p
         for p in sorted(LIB.glob("*.py"))
-        if GENERATED_MARK in p.read_text(encoding="utf-8")[:300] or p.name == "_checks.py"
+        if GENERATED_MARK in p.read_text(encoding="utf-8")[:300]
+        or p.name == "_checks.py"
     ]
     return paths
 

@@ -1,0 +1,138 @@
+"""tasks.py: how PyTorch is chosen on a first install, the book's profile, the workflows."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CUDA_REQUIRES = ["filelock", 'nvidia-cudnn-cu13==9.24.0.43; platform_system == "Linux"']
+CPU_REQUIRES = ["filelock", "sympy>=1.13.3"]
+
+
+def load_tasks():
+    spec = importlib.util.spec_from_file_location("tasks_under_test", ROOT / "tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tasks = load_tasks()
+
+
+def plan(*, gpu=False, system="Linux", offers=None, cpu_index=False):
+    """plan_torch_install with a fake index: ``offers`` maps a requirement to what the
+    index would give (its Requires-Dist), or to None when it has no match."""
+    offers = offers or {}
+    asked: list[tuple[str, str | None]] = []
+
+    def candidate(requirement, index_url):
+        asked.append((requirement, index_url))
+        return offers.get(requirement)
+
+    args = tasks.plan_torch_install(
+        has_nvidia_gpu=gpu,
+        system=system,
+        candidate=candidate,
+        cpu_index_reachable=lambda: cpu_index,
+    )
+    return args, asked
+
+
+def test_a_gpu_or_a_non_linux_machine_takes_the_default_build_without_probing():
+    for kwargs in ({"gpu": True}, {"system": "Darwin"}, {"system": "Windows"}):
+        args, asked = plan(**kwargs)
+        assert args == ["torch>=2.4"] and asked == []
+
+
+def test_a_mirror_whose_newest_torch_is_a_cpu_build_is_used_as_it_is():
+    args, _ = plan(offers={"torch>=2.4": CPU_REQUIRES}, cpu_index=True)
+    assert args == ["torch>=2.4"]
+
+
+def test_the_tested_version_is_taken_when_it_is_a_cpu_build_and_the_newest_is_not():
+    # this machine's case: the index's newest torch pulls CUDA, torch==2.13.0 is a CPU wheel
+    offers = {"torch>=2.4": CUDA_REQUIRES, tasks.TESTED_TORCH: CPU_REQUIRES}
+    args, asked = plan(offers=offers, cpu_index=True)
+    assert args == [tasks.TESTED_TORCH]
+    assert [a[0] for a in asked] == ["torch>=2.4", tasks.TESTED_TORCH]
+
+
+def test_pytorchs_cpu_index_is_the_fallback_when_the_index_has_only_cuda_builds():
+    offers = {"torch>=2.4": CUDA_REQUIRES, tasks.TESTED_TORCH: CUDA_REQUIRES}
+    args, _ = plan(offers=offers, cpu_index=True)
+    assert args == ["torch>=2.4", "--index-url", tasks.CPU_INDEX]
+
+
+def test_no_cpu_build_anywhere_is_a_clear_error_not_a_cuda_download():
+    with pytest.raises(SystemExit, match="no CPU-only build of PyTorch"):
+        plan(offers={"torch>=2.4": CUDA_REQUIRES}, cpu_index=False)
+
+
+def test_cuda_builds_are_told_by_their_requirements():
+    assert tasks.is_cuda_build(CUDA_REQUIRES)
+    assert tasks.is_cuda_build(
+        ['cuda-toolkit[cublas]==13.0.3; platform_system == "Linux"']
+    )
+    assert not tasks.is_cuda_build(CPU_REQUIRES)
+    assert not tasks.is_cuda_build([])
+
+
+def test_the_book_refuses_an_unknown_profile_before_building(monkeypatch):
+    monkeypatch.setenv("TFS_PROFILE", "bogus")
+    monkeypatch.setattr(tasks.sys, "executable", sys.executable)
+    with pytest.raises(SystemExit, match="'bogus' is not a profile"):
+        tasks.active_profile()
+    monkeypatch.setenv("TFS_PROFILE", "full")
+    assert tasks.active_profile() == "full"
+
+
+def test_the_profile_extension_keys_the_cache_and_the_environment_on_the_profile(
+    monkeypatch,
+):
+    spec = importlib.util.spec_from_file_location(
+        "book_profile", ROOT / "book/_ext/profile.py"
+    )
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+
+    class Config:
+        pass
+
+    for name in ("smoke", "full"):
+        monkeypatch.setenv("TFS_PROFILE", name)
+        config = Config()
+        ext._config_inited(None, config)
+        assert config.tfs_profile == name
+        assert config.nb_execution_cache_path.endswith(f".jupyter_cache-{name}")
+
+
+def test_workflows_run_ci_and_publish_the_book():
+    workflows = ROOT / ".github" / "workflows"
+    ci = (workflows / "ci.yml").read_text(encoding="utf-8")
+    pages = (workflows / "pages.yml").read_text(encoding="utf-8")
+    assert "run: .ci/run" in ci and "pull_request" in ci and "cache: pip" in ci
+    assert '"3.10"' in ci  # the lowest Python that pyproject.toml admits
+    assert 'requires-python = ">=3.10"' in (ROOT / "pyproject.toml").read_text()
+    assert "tasks.py book" in pages and "deploy-pages" in pages
+    assert "upload-pages-artifact" in pages and "_build/html" in pages
+
+
+def test_workflows_are_valid_against_githubs_schema():
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "check_jsonschema",
+            "--builtin-schema",
+            "vendor.github-workflows",
+            *map(str, (ROOT / ".github/workflows").glob("*.yml")),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
