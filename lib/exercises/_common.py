@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -92,16 +94,28 @@ def expect_tensor(
 
 
 def is_close(
-    got: object, want: torch.Tensor, atol: float = 1e-5, *, equal_nan: bool = False
+    got: object,
+    want: torch.Tensor | float,
+    atol: float = 1e-5,
+    *,
+    rtol: float = 1e-4,
+    equal_nan: bool = False,
 ) -> bool:
-    """Whether ``got`` is a tensor of ``want``'s shape and values (for diagnosing a wrong
-    answer by comparing it with typical mistakes: it never raises)."""
+    """Whether ``got`` is ``want``: a tensor of ``want``'s shape and values, or a number
+    within the tolerances of a number (for diagnosing a wrong answer by comparing it with
+    typical mistakes: it never raises). The one closeness test of every checker."""
+    if not isinstance(want, torch.Tensor):
+        return (
+            isinstance(got, numbers.Real)
+            and not isinstance(got, bool)
+            and math.isclose(got, want, rel_tol=rtol, abs_tol=atol)
+        )
     return (
         isinstance(got, torch.Tensor)
         and got.shape == want.shape
         and bool(
             torch.allclose(
-                got.double(), want.double(), atol=atol, rtol=1e-4, equal_nan=equal_nan
+                got.double(), want.double(), atol=atol, rtol=rtol, equal_nan=equal_nan
             )
         )
     )

@@ -20,17 +20,10 @@ from lib.exercises._common import (
     checker,
     expect_close,
     expect_tensor,
+    is_close,
 )
 
 __all__ = ["check_layer_norm_backward", "check_rms_norm_backward", "check_stream_rms"]
-
-
-def _close(got: object, want: torch.Tensor) -> bool:
-    return (
-        isinstance(got, torch.Tensor)
-        and got.shape == want.shape
-        and bool(torch.allclose(got.double(), want.double(), atol=1e-5, rtol=1e-4))
-    )
 
 
 def _inputs(seed: int, d_model: int = 8):
@@ -74,24 +67,24 @@ def check_layer_norm_backward(fn: Callable[..., tuple]) -> None:
                 )
         expect_close(grad_bias, want_bias, "grad_bias")
         expect_close(grad_weight, want_weight, "grad_weight")
-        if _close(grad_x, want_x):
+        if is_close(grad_x, want_x):
             continue
         mean = x.mean(-1, keepdim=True)
         sigma = torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
         x_hat = (x - mean) / sigma
         g = grad_out * weight
-        if _close(grad_x, g / sigma):
+        if is_close(grad_x, g / sigma):
             raise ExerciseError(
                 "grad_x = g / sigma treats the mean and sigma as constants; both depend on "
                 "x: subtract mean(g) and x_hat * mean(g * x_hat) before dividing by sigma"
             )
-        if _close(grad_x, (g - g.mean(-1, keepdim=True)) / sigma):
+        if is_close(grad_x, (g - g.mean(-1, keepdim=True)) / sigma):
             raise ExerciseError(
                 "grad_x is missing the term from sigma's dependence on x: - x_hat * mean(g * x_hat)"
             )
         dx_no_gain = grad_out - grad_out.mean(-1, keepdim=True)
         dx_no_gain = dx_no_gain - x_hat * (grad_out * x_hat).mean(-1, keepdim=True)
-        if _close(grad_x, dx_no_gain / sigma):
+        if is_close(grad_x, dx_no_gain / sigma):
             raise ExerciseError(
                 "grad_x ignores the gain: the gradient reaching x_hat is grad_out * weight"
             )
@@ -114,11 +107,11 @@ def check_rms_norm_backward(fn: Callable[..., torch.Tensor]) -> None:
         got = call_without_mutation(fn, x, weight, grad_out, eps)
         want = _rms_norm_grad(x, weight, grad_out, eps)
         expect_tensor(got, tuple(x.shape), "grad_x")
-        if _close(got, want):
+        if is_close(got, want):
             continue
         rms = torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
         g = grad_out * weight
-        if _close(got, g / rms):
+        if is_close(got, g / rms):
             raise ExerciseError(
                 "grad_x = g / rms treats the RMS as a constant; it depends on x: "
                 "subtract x * mean(g * x) / rms**3"
@@ -127,7 +120,7 @@ def check_rms_norm_backward(fn: Callable[..., torch.Tensor]) -> None:
         layer_norm_like = (
             g - g.mean(-1, keepdim=True) - x_hat * (g * x_hat).mean(-1, keepdim=True)
         ) / rms
-        if _close(got, layer_norm_like):
+        if is_close(got, layer_norm_like):
             raise ExerciseError(
                 "that is LayerNorm's gradient: RMSNorm subtracts no mean, so there is no "
                 "- mean(g) term"

@@ -22,6 +22,7 @@ from lib.exercises._common import (
     expect_close,
     expect_number,
     expect_tensor,
+    is_close,
 )
 from lib.positions import alibi_slopes
 
@@ -30,10 +31,6 @@ __all__ = [
     "check_ntk_scaled_base",
     "check_sliding_window_alibi",
 ]
-
-
-def _close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-5) -> bool:
-    return a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol)
 
 
 # -- Exercise 1 -------------------------------------------------------------------------------
@@ -74,9 +71,9 @@ def check_interpolated_cos_sin(fn: Callable[[int, int, int, int], tuple]) -> Non
         cos, sin = _as_pair(fn(seq, d_head, trained, target), (seq, d_head), call)
         positions = torch.arange(seq, dtype=torch.float64)
         want_cos, want_sin = _cos_sin(positions * trained / target, d_head)
-        if _close(cos, want_cos) and _close(sin, want_sin):
+        if is_close(cos, want_cos) and is_close(sin, want_sin):
             continue
-        if _close(cos, want_sin) and _close(sin, want_cos):
+        if is_close(cos, want_sin) and is_close(sin, want_cos):
             raise ExerciseError(f"{call}: cos and sin are swapped; return (cos, sin)")
         wrong = {
             "inverted": _cos_sin(positions * target / trained, d_head),
@@ -102,7 +99,7 @@ def check_interpolated_cos_sin(fn: Callable[[int, int, int, int], tuple]) -> Non
             ),
         }
         for name, (other_cos, other_sin) in wrong.items():
-            if _close(cos, other_cos) and _close(sin, other_sin):
+            if is_close(cos, other_cos) and is_close(sin, other_sin):
                 raise ExerciseError(f"{call}: {hints[name]}")
         expect_close(cos, want_cos.to(cos.dtype), f"the cos table of {call}")
         expect_close(sin, want_sin.to(sin.dtype), f"the sin table of {call}")
@@ -183,7 +180,7 @@ def check_sliding_window_alibi(fn: Callable[..., torch.Tensor]) -> None:
         want = _window_alibi(n_heads, q_len, k_len, offset, window)
         masked = torch.isinf(want)
         same_mask = torch.equal(torch.isinf(got) & (got < 0), masked)
-        if same_mask and _close(
+        if same_mask and is_close(
             got.masked_fill(masked, 0), want.masked_fill(masked, 0)
         ):
             continue
