@@ -1,11 +1,18 @@
 """Argument checks shared by the modules of ``lib``: one place, one style of message.
 
-Public functions and constructors call these at their entry points (never inside a
-per-token loop), so that bad input fails at once with a message that names the argument,
-says what was expected and shows what arrived. Every check returns the value (converted
-where it says so) or raises ``TypeError`` (the wrong kind of thing) or ``ValueError``
-(the right kind, a wrong value). The tensor checks read only shapes, dtypes and devices,
-never data, so ``torch.compile`` traces through them without a graph break.
+Configs, constructors of public modules and public functions call these at their front
+door, once, so that bad input fails at once with a message that names the argument, says
+what was expected and shows what arrived; inner layers called by a checked caller do not
+call them again. Every check returns the value (converted where it says so) or raises
+``TypeError`` (the wrong kind of thing) or ``ValueError`` (the right kind, a wrong value).
+
+What they read: the tensor checks read only types, shapes, dtypes and devices, never a
+tensor's values, so they cost no device sync and ``torch.compile`` traces through them
+without a graph break. The one exception is :func:`integer` (and the int checks built on
+it) given a 0-d tensor, whose value it must read. Checks that do read values (token ids
+in range, sequence lengths, beam indices) are not here: they live in the modules, at a
+public function's front door, and read only CPU tensors or run once per call (a prompt),
+never once per decoded token.
 
 Scalars:
 
@@ -18,7 +25,12 @@ Scalars:
   -> ``float``: a finite real number, optionally in a range;
 * :func:`probability` ``(name, p)`` -> ``float``: a dropout probability in ``[0, 1)``;
 * :func:`boolean` ``(name, value)`` -> ``bool``: ``True`` or ``False`` itself (not 0, 1 or a string);
+* :func:`booleans` ``(**values)``: :func:`boolean` on each keyword (several flags in one line);
+* :func:`positive_ints` ``(**values)`` -> ``tuple[int, ...]``: :func:`positive_int` on each
+  keyword, the ints in the keywords' order (several sizes in one line);
 * :func:`string` ``(name, value, *, nonempty=False)`` -> ``str``;
+* :func:`instance` ``(name, value, cls, *, what=None)`` -> the value, which must be an
+  instance of ``cls`` (the message says ``what``, default ``"a <cls name>"``);
 * :func:`one_of` ``(name, value, choices)`` -> the value, which must equal one of ``choices``
   (and have its type: ``True`` is not ``1``).
 
@@ -31,6 +43,9 @@ Tensors:
 * :func:`broadcastable` ``(name, x, axes, **sizes)`` -> ``x``: a tensor that broadcasts to the
   shape the named axes and their sizes give (a mask ``(q_pos k_pos)`` or ``(batch 1 1 k_pos)``
   against ``(batch heads q_pos k_pos)``);
+* :func:`layer_input` ``(name, x, axes, weight, **sizes)`` -> ``x``: a layer's input, a
+  floating-point :func:`tensor` with those axes and sizes, on the device of the layer's
+  ``weight`` and of its dtype (autocast allowed, as :func:`same_dtype_and_device` does);
 * :func:`same_device` ``(**tensors)``: the named tensors are on one device (``ValueError``);
 * :func:`same_dtype_and_device` ``(*, autocast=False, **tensors)``: the named tensors are on
   one device and share a dtype (``TypeError``); with ``autocast=True`` the dtypes may differ
@@ -52,14 +67,18 @@ import torch
 
 __all__ = [
     "boolean",
+    "booleans",
     "broadcastable",
     "even",
     "finite_float",
     "int_at_least",
     "int_in_range",
+    "instance",
     "integer",
+    "layer_input",
     "one_of",
     "positive_int",
+    "positive_ints",
     "probability",
     "same_device",
     "same_dtype_and_device",
@@ -242,6 +261,24 @@ def boolean(
     return value
 
 
+def booleans(
+    *, owner: str | None = None, hint: str | None = None, **values: Any
+) -> None:
+    """Every keyword's value is ``True`` or ``False`` (:func:`boolean` on each, in order)."""
+    for name, value in values.items():
+        boolean(name, value, owner=owner, hint=hint)
+
+
+def positive_ints(
+    *, owner: str | None = None, hint: str | None = None, **values: Any
+) -> tuple[int, ...]:
+    """The keywords' values as ints ``>= 1`` (:func:`positive_int` on each), in order."""
+    return tuple(
+        positive_int(name, value, owner=owner, hint=hint)
+        for name, value in values.items()
+    )
+
+
 def string(
     name: str,
     value: Any,
@@ -258,6 +295,25 @@ def string(
     if nonempty and not value:
         raise ValueError(
             _message(f"{name} must be a non-empty str, got ''", owner, hint)
+        )
+    return value
+
+
+def instance(
+    name: str,
+    value: Any,
+    cls: type | tuple[type, ...],
+    *,
+    what: str | None = None,
+    owner: str | None = None,
+    hint: str | None = None,
+) -> Any:
+    """``value``, which must be an instance of ``cls`` (``TypeError`` naming ``what``)."""
+    if not isinstance(value, cls):
+        names = [c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,))]
+        what = what or "a " + " or a ".join(names)
+        raise TypeError(
+            _message(f"{name} must be {what}, got {_describe(value)}", owner, hint)
         )
     return value
 
@@ -469,3 +525,21 @@ def same_dtype_and_device(
         raise TypeError(
             _message(f"{_names(tensors)} must share a dtype, got {listed}", owner, hint)
         )
+
+
+def layer_input(
+    name: str,
+    x: Any,
+    axes: str,
+    weight: torch.Tensor,
+    *,
+    owner: str | None = None,
+    hint: str | None = None,
+    **sizes: int,
+) -> torch.Tensor:
+    """``x``, the input of a layer whose parameter is ``weight``: a floating-point tensor
+    with the named ``axes`` and ``sizes`` (as :func:`tensor`), on ``weight``'s device and of
+    its dtype, unless autocast is on (as ``same_dtype_and_device(autocast=True)``)."""
+    tensor(name, x, axes, floating=True, owner=owner, hint=hint, **sizes)
+    same_dtype_and_device(autocast=True, owner=owner, **{name: x, "weight": weight})
+    return x

@@ -45,32 +45,28 @@ def init_embedding_(
     check.tensor("weight", weight, "vocab d_model", floating=True)
     std = check.finite_float("std", std, low=0)
     if padding_idx is not None:  # checked before the weight is touched
-        padding_idx = check.int_in_range(
-            "padding_idx",
-            padding_idx,
-            0,
-            weight.shape[0] - 1,
-        )
+        padding_idx = check.int_in_range("padding_idx", padding_idx, 0, len(weight) - 1)
     weight.normal_(0.0, std, generator=generator)
     if padding_idx is not None:
         weight[padding_idx].zero_()
     return weight
 
 
+_IDS_HINT = "token ids are indices: convert them with .long()"
+
+
 def _check_id_range(token_ids: torch.Tensor, vocab_size: int, owner: str) -> None:
-    """A clear error unless every id is in ``0..vocab_size - 1`` (reads the data)."""
-    if token_ids.numel() == 0:
-        return
-    low, high = (int(v) for v in torch.aminmax(token_ids))
+    """A clear error unless every id of a non-empty ``token_ids`` is in ``0..vocab_size -
+    1`` (reads the ids: the caller passes CPU ids only)."""
+    (low, high), top = (int(v) for v in torch.aminmax(token_ids)), vocab_size - 1
     if low < 0:
         raise ValueError(
-            f"{owner}: token id {low} is negative; ids must be in 0..{vocab_size - 1}",
+            f"{owner}: token id {low} is negative; ids must be in 0..{top}"
         )
-    if high >= vocab_size:
+    if high > top:
         raise ValueError(
-            f"{owner}: token id {high} is out of range for vocab_size={vocab_size} "
-            f"(the largest valid id is {vocab_size - 1}); was the tokenizer's "
-            "vocabulary larger than the model's?"
+            f"{owner}: token id {high} is out of range for vocab_size={vocab_size} (the "
+            f"largest valid id is {top}); was the tokenizer's vocabulary the model's?"
         )
 
 
@@ -85,7 +81,8 @@ class TokenEmbedding(nn.Module):
         padding_idx: a token whose row starts at zero and never receives a gradient.
         init_std: standard deviation of the ``N(0, std^2)`` initialisation; the default
             ``1/sqrt(d_model)`` gives rows of norm about 1.
-        check_ids: check every call's ids are integers in ``0..vocab_size-1``.
+        check_ids: check every call's ids are in ``0..vocab_size-1`` when they are on
+            the CPU (ids on a GPU are not read: that would wait for the GPU).
 
     The table is ``self.weight``, shape ``(vocab d_model)``.
     """
@@ -104,16 +101,9 @@ class TokenEmbedding(nn.Module):
         owner = "TokenEmbedding"
         self.vocab_size = check.positive_int("vocab_size", vocab_size, owner=owner)
         self.d_model = check.positive_int("d_model", d_model, owner=owner)
-        if padding_idx is not None:
-            padding_idx = check.int_in_range(
-                "padding_idx",
-                padding_idx,
-                0,
-                vocab_size - 1,
-            )
-        self.padding_idx = padding_idx
-        self.scale = check.boolean("scale", scale, owner=owner)
-        self.check_ids = check.boolean("check_ids", check_ids, owner=owner)
+        check.booleans(scale=scale, check_ids=check_ids, owner=owner)
+        # init_embedding_ (called by reset_parameters) checks padding_idx
+        self.padding_idx, self.scale, self.check_ids = padding_idx, scale, check_ids
         if init_std is None:
             init_std = d_model**-0.5
         self.init_std = check.finite_float("init_std", init_std, low=0, owner=owner)
@@ -130,21 +120,11 @@ class TokenEmbedding(nn.Module):
         dtype, on the table's device; the result is ``(... d_model)`` in the table's
         dtype.
         """
-        hint = "token ids are indices: convert them with .long()"
-        check.tensor(
-            "token_ids",
-            token_ids,
-            integer=True,
-            owner="TokenEmbedding",
-            hint=hint,
-        )
-        check.same_device(
-            token_ids=token_ids,
-            weight=self.weight,
-            owner="TokenEmbedding",
-        )
-        if self.check_ids:
-            _check_id_range(token_ids, self.vocab_size, "TokenEmbedding")
+        owner = "TokenEmbedding"
+        check.tensor("token_ids", token_ids, integer=True, owner=owner, hint=_IDS_HINT)
+        check.same_device(token_ids=token_ids, weight=self.weight, owner=owner)
+        if self.check_ids and token_ids.numel() and token_ids.device.type == "cpu":
+            _check_id_range(token_ids, self.vocab_size, owner)
         # what F.embedding accepts
         if token_ids.dtype not in (torch.int64, torch.int32):
             token_ids = token_ids.long()
@@ -199,17 +179,16 @@ class Unembedding(nn.Module):
             init_std = d_model**-0.5
         init_std = check.finite_float("init_std", init_std, low=0, owner=owner)
         if tie_to is not None:
-            tied_weight = getattr(tie_to, "weight", None)
+            tied_weight, got = getattr(tie_to, "weight", None), type(tie_to).__name__
             if not isinstance(tied_weight, nn.Parameter):
                 raise TypeError(
-                    f"tie_to must be an embedding module with a weight parameter, "
-                    f"got {type(tie_to).__name__}"
+                    f"tie_to must be an embedding module (with a weight), got {got}"
                 )
-            if tuple(tied_weight.shape) != (vocab_size, d_model):
+            shape, wanted = tuple(tied_weight.shape), (vocab_size, d_model)
+            if shape != wanted:
+                got = f"the embedding's weight has shape {shape}"
                 raise ValueError(
-                    "cannot tie: the embedding's weight has shape "
-                    f"{tuple(tied_weight.shape)}, but this layer needs (vocab_size, "
-                    f"d_model) = ({vocab_size}, {d_model})"
+                    f"cannot tie: {got}, not (vocab_size, d_model) = {wanted}"
                 )
             # The same Parameter object: one tensor, two roles.
             self.weight = tied_weight
@@ -226,21 +205,9 @@ class Unembedding(nn.Module):
         the weight's dtype (any dtype under autocast) and on its device; the result is
         ``(... vocab)``.
         """
-        owner = "Unembedding"
-        d_model = self.d_model
-        check.tensor(
-            "hidden",
-            hidden,
-            "... d_model",
-            d_model=d_model,
-            floating=True,
-            owner=owner,
-        )
-        check.same_dtype_and_device(
-            hidden=hidden,
-            weight=self.weight,
-            autocast=True,
-            owner=owner,
+        owner, d_model = "Unembedding", self.d_model
+        check.layer_input(
+            "hidden", hidden, "... d_model", self.weight, d_model=d_model, owner=owner
         )
         logits = einsum(hidden, self.weight, "... d_model, vocab d_model -> ... vocab")
         if self.bias is not None:
@@ -270,12 +237,11 @@ def embedding_param_count(
     segment vectors of width ``d_model`` (0 for sinusoidal positions or no segments); a
     bias per token if ``output_bias``.
     """
-    check.positive_int("vocab_size", vocab_size)
-    check.positive_int("d_model", d_model)
-    check.int_at_least("n_positions", n_positions, 0)
-    check.int_at_least("n_segment_types", n_segment_types, 0)
-    check.boolean("tied", tied)
-    check.boolean("output_bias", output_bias)
+    owner = "embedding_param_count()"
+    check.positive_ints(vocab_size=vocab_size, d_model=d_model, owner=owner)
+    check.int_at_least("n_positions", n_positions, 0, owner=owner)
+    check.int_at_least("n_segment_types", n_segment_types, 0, owner=owner)
+    check.booleans(tied=tied, output_bias=output_bias, owner=owner)
     token_tables = 1 if tied else 2
     return (
         token_tables * vocab_size * d_model

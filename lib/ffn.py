@@ -102,21 +102,8 @@ class FeedForward(nn.Module):
         Shapes: ``x`` is ``(... d_model)``, typically ``(batch seq d_model)``, in the
         weights' dtype (any dtype under autocast); the result is ``(... d_model)``.
         """
-        owner = "FeedForward"
-        check.tensor(
-            "x",
-            x,
-            "... d_model",
-            d_model=self.d_model,
-            floating=True,
-            owner=owner,
-        )
-        check.same_dtype_and_device(
-            x=x,
-            weight=self.w_in.weight,
-            autocast=True,
-            owner=owner,
-        )
+        owner, weight, d_model = "FeedForward", self.w_in.weight, self.d_model
+        check.layer_input("x", x, "... d_model", weight, d_model=d_model, owner=owner)
         hidden = FFN_ACTIVATIONS[self.activation](self.w_in(x))  # (... d_ff)
         return self.w_out(self.dropout(hidden))  # (... d_model)
 
@@ -149,12 +136,9 @@ def gated_ffn_hidden_size(d_model: int, multiple_of: int = 64) -> int:
     ``floor(8/3 · d_model)`` (three matrices instead of two), rounded up to a multiple
     of ``multiple_of`` as LLaMA does; ``gated_ffn_hidden_size(4096, 256) == 11008``.
     """
-    d_model = check.positive_int("d_model", d_model, owner="gated_ffn_hidden_size()")
-    multiple_of = check.positive_int(
-        "multiple_of",
-        multiple_of,
-        owner="gated_ffn_hidden_size()",
-    )
+    owner = "gated_ffn_hidden_size()"
+    d_model = check.positive_int("d_model", d_model, owner=owner)
+    multiple_of = check.positive_int("multiple_of", multiple_of, owner=owner)
     hidden = 8 * d_model // 3  # 2/3 of the plain FFN's 4·d_model
     # round up (ceiling division), never down
     return multiple_of * -(-hidden // multiple_of)
@@ -189,11 +173,7 @@ class GatedFeedForward(nn.Module):
         d_ff = check.positive_int("d_ff", d_ff, owner=owner)
         hint = "a plain FFN is FeedForward's" if activation in FFN_ACTIVATIONS else None
         check.one_of(
-            "activation",
-            activation,
-            GATED_FFN_ACTIVATIONS,
-            owner=owner,
-            hint=hint,
+            "activation", activation, GATED_FFN_ACTIVATIONS, owner=owner, hint=hint
         )
         check.boolean("bias", bias, owner=owner)
         dropout = check.probability("dropout", dropout, owner=owner)
@@ -208,21 +188,8 @@ class GatedFeedForward(nn.Module):
         Shapes: ``x`` is ``(... d_model)``, typically ``(batch seq d_model)``, in the
         weights' dtype (any dtype under autocast); the result is ``(... d_model)``.
         """
-        owner = "GatedFeedForward"
-        check.tensor(
-            "x",
-            x,
-            "... d_model",
-            d_model=self.d_model,
-            floating=True,
-            owner=owner,
-        )
-        check.same_dtype_and_device(
-            x=x,
-            weight=self.w_in.weight,
-            autocast=True,
-            owner=owner,
-        )
+        owner, weight, d_model = "GatedFeedForward", self.w_in.weight, self.d_model
+        check.layer_input("x", x, "... d_model", weight, d_model=d_model, owner=owner)
         gate, value = rearrange(
             self.w_in(x),
             "... (branch d_ff) -> branch ... d_ff",
@@ -248,10 +215,9 @@ def ffn_param_count(
     Gated (``gated=True``): ``3·d_model·d_ff`` weights, plus ``2·d_ff + d_model``
     biases.
     """
-    check.positive_int("d_model", d_model, owner="ffn_param_count()")
-    check.positive_int("d_ff", d_ff, owner="ffn_param_count()")
-    check.boolean("gated", gated, owner="ffn_param_count()")
-    check.boolean("bias", bias, owner="ffn_param_count()")
+    owner = "ffn_param_count()"
+    check.positive_ints(d_model=d_model, d_ff=d_ff, owner=owner)
+    check.booleans(gated=gated, bias=bias, owner=owner)
     n_in = 2 * d_ff if gated else d_ff  # a gated FFN projects to gate and value
     weights = d_model * n_in + d_ff * d_model
     biases = n_in + d_model if bias else 0
@@ -305,18 +271,11 @@ class TransformerParamConfig:
             check.boolean(field, getattr(self, field), owner=owner)
         if self.d_ff is not None:
             check.positive_int("d_ff", self.d_ff, owner=owner)
+        positive = dict(low=0, low_open=True, owner=owner)
         if self.published is not None:
-            check.finite_float(
-                "published",
-                self.published,
-                low=0,
-                low_open=True,
-                owner=owner,
-            )
+            check.finite_float("published", self.published, **positive)
         if self.n_encoder_layers + self.n_decoder_layers == 0:
-            raise ValueError(
-                f"{owner}: a transformer needs at least one encoder or decoder layer",
-            )
+            raise ValueError(f"{owner}: it needs at least one encoder or decoder layer")
 
 
 def transformer_param_breakdown(config: TransformerParamConfig) -> dict[str, int]:
@@ -325,10 +284,7 @@ def transformer_param_breakdown(config: TransformerParamConfig) -> dict[str, int
     Returns ``{"embeddings", "attention", "ffn", "norms", "head"}`` (``head``: an untied
     output projection and BERT's pooler); the total is the sum of the values.
     """
-    if not isinstance(config, TransformerParamConfig):
-        raise TypeError(
-            f"expected a TransformerParamConfig, got {type(config).__name__}",
-        )
+    check.instance("config", config, TransformerParamConfig)
     d, c = config.d_model, config
     d_ff = 4 * d if c.d_ff is None else c.d_ff
     n_blocks = c.n_encoder_layers + c.n_decoder_layers

@@ -36,12 +36,20 @@ __all__ = [
 
 NORM_POSITIONS = ("pre", "post")
 NORM_KINDS = ("layernorm", "rmsnorm")
-_EPS_HINT = "it keeps the division away from zero"
+_EPS = dict(low=0, low_open=True, hint="it keeps the division away from zero")
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     """fp32 for fp32 and half-precision inputs, fp64 for fp64: never less than fp32."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _check_features(module: nn.Module, x: torch.Tensor) -> None:
+    """``x`` is a float ``(... d_model)`` tensor on the device of ``module.weight``."""
+    owner, d_model = type(module).__name__, module.d_model
+    check.tensor("x", x, "... d_model", d_model=d_model, floating=True, owner=owner)
+    if getattr(module, "weight", None) is not None:
+        check.same_device(x=x, weight=module.weight, owner=owner)
 
 
 class LayerNorm(nn.Module):
@@ -76,16 +84,11 @@ class LayerNorm(nn.Module):
         super().__init__()
         owner = "LayerNorm"
         self.d_model = check.positive_int("d_model", d_model, owner=owner)
-        self.eps = check.finite_float(
-            "eps", eps, low=0, low_open=True, owner=owner, hint=_EPS_HINT
+        self.eps = check.finite_float("eps", eps, owner=owner, **_EPS)
+        check.booleans(
+            owner=owner, elementwise_affine=elementwise_affine, bias=bias, fused=fused
         )
-        self.elementwise_affine = check.boolean(
-            "elementwise_affine",
-            elementwise_affine,
-            owner=owner,
-        )
-        check.boolean("bias", bias, owner=owner)
-        self.fused = check.boolean("fused", fused, owner=owner)
+        self.elementwise_affine, self.fused = elementwise_affine, fused
         self.weight = nn.Parameter(torch.ones(d_model)) if elementwise_affine else None
         with_bias = elementwise_affine and bias
         self.bias = nn.Parameter(torch.zeros(d_model)) if with_bias else None
@@ -96,16 +99,7 @@ class LayerNorm(nn.Module):
         Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is ``(...
         d_model)``, in ``x``'s dtype.
         """
-        check.tensor(
-            "x",
-            x,
-            "... d_model",
-            d_model=self.d_model,
-            floating=True,
-            owner="LayerNorm",
-        )
-        if self.weight is not None:
-            check.same_device(x=x, weight=self.weight, owner="LayerNorm")
+        _check_features(self, x)
         dtype = _compute_dtype(x)
         xc = x.to(dtype)
         weight = None if self.weight is None else self.weight.to(dtype)
@@ -161,15 +155,9 @@ class RMSNorm(nn.Module):
         super().__init__()
         owner = "RMSNorm"
         self.d_model = check.positive_int("d_model", d_model, owner=owner)
-        self.eps = check.finite_float(
-            "eps", eps, low=0, low_open=True, owner=owner, hint=_EPS_HINT
-        )
-        self.elementwise_affine = check.boolean(
-            "elementwise_affine",
-            elementwise_affine,
-            owner=owner,
-        )
-        self.fused = check.boolean("fused", fused, owner=owner)
+        self.eps = check.finite_float("eps", eps, owner=owner, **_EPS)
+        check.booleans(owner=owner, elementwise_affine=elementwise_affine, fused=fused)
+        self.elementwise_affine, self.fused = elementwise_affine, fused
         self.weight = nn.Parameter(torch.ones(d_model)) if elementwise_affine else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -178,11 +166,7 @@ class RMSNorm(nn.Module):
         Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is ``(...
         d_model)``, in ``x``'s dtype.
         """
-        check.tensor(
-            "x", x, "... d_model", d_model=self.d_model, floating=True, owner="RMSNorm"
-        )
-        if self.weight is not None:
-            check.same_device(x=x, weight=self.weight, owner="RMSNorm")
+        _check_features(self, x)
         dtype = _compute_dtype(x)
         xc = x.to(dtype)
         weight = None if self.weight is None else self.weight.to(dtype)
@@ -249,15 +233,14 @@ class ResidualSublayer(nn.Module):
         super().__init__()
         owner = "ResidualSublayer"
         if not isinstance(sublayer, nn.Module):
-            why = "(so its parameters are registered)"
-            got = type(sublayer).__name__
-            raise TypeError(f"{owner}: sublayer must be an nn.Module {why}, got {got}")
-        self.d_model = check.positive_int("d_model", d_model, owner=owner)
+            got = f"(so its parameters are registered), got {type(sublayer).__name__}"
+            raise TypeError(f"{owner}: sublayer must be an nn.Module {got}")
         self.position = check.one_of("position", position, NORM_POSITIONS, owner=owner)
         check.one_of("norm", norm, NORM_KINDS, owner=owner)
         dropout = check.probability("dropout", dropout, owner=owner)
         self.sublayer = sublayer
-        self.norm = make_norm(norm, d_model, eps)
+        self.norm = make_norm(norm, d_model, eps)  # the norm checks d_model and eps
+        self.d_model = self.norm.d_model
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, *args, **kwargs):
@@ -266,14 +249,7 @@ class ResidualSublayer(nn.Module):
         Shapes: ``x`` is ``(... d_model)``; the result is ``(... d_model)``, or
         ``(that, *extras)`` when the sublayer returns ``(out, *extras)``.
         """
-        check.tensor(
-            "x",
-            x,
-            "... d_model",
-            d_model=self.d_model,
-            floating=True,
-            owner="ResidualSublayer",
-        )
+        _check_features(self, x)
         if self.position == "pre":
             out, extras = self._branch(self.norm(x), x, *args, **kwargs)
             y = x + self.dropout(out)
@@ -290,14 +266,11 @@ class ResidualSublayer(nn.Module):
         if isinstance(out, tuple) and len(out) > 0:
             out, extras = out[0], out[1:]
         if not isinstance(out, torch.Tensor) or out.shape != x.shape:
-            is_tensor = isinstance(out, torch.Tensor)
-            got = tuple(out.shape) if is_tensor else type(out).__name__
-            name = type(self.sublayer).__name__
-            expected = f"a tensor of the input's shape {tuple(x.shape)}"
+            got = tuple(out.shape) if torch.is_tensor(out) else type(out).__name__
+            name, shape = type(self.sublayer).__name__, tuple(x.shape)
             raise ValueError(
-                f"the sublayer {name} must return {expected} "
-                "(or a tuple starting with one) for the residual sum, "
-                f"but returned {got}"
+                f"the sublayer {name} must return a tensor of the input's shape {shape} "
+                f"(or a tuple starting with one) for the residual sum, but returned {got}"
             )
         return out, extras
 

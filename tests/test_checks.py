@@ -153,12 +153,38 @@ def test_boolean():
             check.boolean("bias", bad)
 
 
+def test_booleans_checks_each_flag_in_order():
+    assert check.booleans(a=True, b=False) is None
+    with pytest.raises(TypeError, match="M: b must be True or False, got int 1"):
+        check.booleans(a=True, b=1, c="no", owner="M")
+
+
+def test_positive_ints_returns_the_ints_in_order():
+    sizes = check.positive_ints(d_model=np.int64(8), n_heads=2)
+    assert sizes == (8, 2) and all(type(size) is int for size in sizes)
+    with pytest.raises(ValueError, match="M: n_heads must be an int >= 1, got 0"):
+        check.positive_ints(d_model=8, n_heads=0, owner="M")
+    with pytest.raises(TypeError, match="d_model must be an int, got float 8.0"):
+        check.positive_ints(d_model=8.0)
+
+
 def test_string():
     assert check.string("text", "") == ""
     with pytest.raises(ValueError, match="text must be a non-empty str, got ''"):
         check.string("text", "", nonempty=True)
     with pytest.raises(TypeError, match="text must be a str, got bytes b'abc'"):
         check.string("text", b"abc")
+
+
+def test_instance():
+    marker = object()
+    assert check.instance("x", marker, object) is marker
+    with pytest.raises(TypeError, match="M: past must be a dict, got tuple"):
+        check.instance("past", (1,), dict, owner="M")
+    with pytest.raises(TypeError, match="model must be an nn.Module, got str 'a'"):
+        check.instance("model", "a", torch.nn.Module, what="an nn.Module")
+    with pytest.raises(TypeError, match="n must be a int or a float, got str"):
+        check.instance("n", "1", (int, float))
 
 
 def test_one_of():
@@ -326,6 +352,23 @@ def test_same_device():
     with pytest.raises(ValueError, match="ids and weight must be on one device"):
         check.same_device(
             ids=torch.zeros(2, dtype=torch.long, device="meta"), weight=torch.ones(1)
+        )
+
+
+def test_layer_input_checks_axes_dtype_and_device_against_the_weight():
+    weight, x = torch.zeros(4, 8), torch.zeros(2, 3, 8)
+    assert check.layer_input("x", x, "... d_model", weight, d_model=8) is x
+    with pytest.raises(ValueError, match=r"L: x must have shape \(\.\.\. d_model\)"):
+        check.layer_input("x", x, "... d_model", weight, d_model=4, owner="L")
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        check.layer_input("x", x.long(), "... d_model", weight)
+    with pytest.raises(TypeError, match="x and weight must share a dtype"):
+        check.layer_input("x", x.double(), "... d_model", weight)
+    with pytest.raises(ValueError, match="x and weight must be on one device"):
+        check.layer_input("x", x.to("meta"), "... d_model", weight)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert (
+            check.layer_input("x", x.bfloat16(), "... d_model", weight).shape == x.shape
         )
 
 
