@@ -4,7 +4,9 @@ fields), so that tests and tools need nothing beyond the standard library."""
 from __future__ import annotations
 
 import re
+from collections import Counter
 from pathlib import Path
+from string import ascii_lowercase
 
 BIB = Path(__file__).resolve().parent.parent / "book" / "references.bib"
 
@@ -71,16 +73,50 @@ def surnames(entry: dict[str, str]) -> list[str]:
     return names
 
 
-def author_year(entry: dict[str, str]) -> str:
-    """The label the book prints: ``Gage, 1994``; ``Press and Wolf, 2017``; ``Vaswani et
-    al., 2017`` (book/_ext/bibstyle.py, without its a/b suffixes for equal labels)."""
-    names = surnames(entry)
-    year = entry.get("year", "n.d.")
+def label(names: list[str], year: str) -> str:
+    """The one author-year label of the book, from surnames (``"others"`` for *et al.*):
+    ``Gage, 1994``; ``Press and Wolf, 2017``; ``Vaswani et al., 2017``. The bibliography's
+    style (book/_ext/bibstyle.py) and the Colab notebooks' citations both use it."""
+    real = [n for n in names if n.lower() != "others"] or ["Anonymous"]
     if len(names) == 1:
-        return f"{names[0]}, {year}"
-    if len(names) == 2 and "others" not in names:
-        return f"{names[0]} and {names[1]}, {year}"
-    return f"{names[0]} et al., {year}"
+        return f"{real[0]}, {year}"
+    if len(names) == 2 and len(real) == 2:
+        return f"{real[0]} and {real[1]}, {year}"
+    return f"{real[0]} et al., {year}"
+
+
+def suffixed(labels: list[str]) -> list[str]:
+    """Labels in the bibliography's order, with ``a``, ``b``, ... added to those that
+    occur more than once (``Chen et al., 2023a``), as the book prints them."""
+    counts = Counter(labels)
+    seen: Counter[str] = Counter()
+    out = []
+    for base in labels:
+        if counts[base] == 1:
+            out.append(base)
+        else:
+            out.append(base + ascii_lowercase[seen[base]])
+            seen[base] += 1
+    return out
+
+
+def author_year(entry: dict[str, str]) -> str:
+    """An entry's label without the a/b suffix (:func:`labels` adds it)."""
+    return label(surnames(entry), entry.get("year", "n.d."))
+
+
+def labels(entries: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Every entry's label as the book prints it, suffixes included: the entries in the
+    bibliography's order (surnames, year, title), then :func:`suffixed`."""
+
+    def order(key: str):
+        entry = entries[key]
+        names = [re.sub(r"\W", "", n.lower()) for n in surnames(entry)]
+        title = _plain(entry.get("title", "")).lower()
+        return (names, entry.get("year", "n.d."), title)
+
+    keys = sorted(entries, key=order)
+    return dict(zip(keys, suffixed([author_year(entries[k]) for k in keys])))
 
 
 def link(entry: dict[str, str]) -> str | None:

@@ -43,7 +43,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `tools` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tools.bib import BIB, author_year, link, parse_bib
+from tools.bib import BIB, labels, link, parse_bib
 from tools.tangle import chapter_files, ruff_format
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -231,9 +231,16 @@ def bib_entries() -> dict[str, dict[str, str]]:
     return parse_bib(BIB.read_text(encoding="utf-8"))
 
 
+@functools.cache
+def book_labels() -> dict[str, str]:
+    """Each entry's label as the book prints it (a/b suffixes included)."""
+    return labels(bib_entries())
+
+
 def plain_markdown(text: str, figures: dict[str, int]) -> str:
     """MyST roles as Markdown that Colab and Jupyter render (see the module docstring)."""
     entries = bib_entries()
+    printed = book_labels()
 
     def replace(match: re.Match[str]) -> str:
         role, target = match.groups()
@@ -242,7 +249,7 @@ def plain_markdown(text: str, figures: dict[str, int]) -> str:
             for key in (k.strip() for k in target.split(",")):
                 if key not in entries:
                     raise SystemExit(f"{{cite}}`{key}`: no such entry in {BIB.name}")
-                label, url = author_year(entries[key]), link(entries[key])
+                label, url = printed[key], link(entries[key])
                 cited.append(f"[{label}]({url})" if url else label)
             return "(" + "; ".join(cited) + ")"
         if role == "numref":

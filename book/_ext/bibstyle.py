@@ -14,8 +14,8 @@ Loaded from ``_config.yml`` (``sphinx: local_extensions``); selected with
 from __future__ import annotations
 
 import re
-from collections import Counter
-from string import ascii_lowercase
+import sys
+from pathlib import Path
 
 from pybtex.plugin import register_plugin
 from pybtex.richtext import Text
@@ -23,21 +23,20 @@ from pybtex.style.formatting.plain import Style as PlainStyle
 from pybtex.style.labels import BaseLabelStyle
 from pybtex.style.sorting import BaseSortingStyle
 
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from tools import bib  # noqa: E402 - after the repository root is importable
+
 
 def _plain(latex: str) -> str:
     """LaTeX name or title as plain text: ``Lebr{\\'o}n`` -> ``Lebrón``, ``{NVIDIA}`` -> ``NVIDIA``."""
     return Text.from_latex(latex).render_as("text").strip()
 
 
-def _authors(entry) -> str:
+def _surnames(entry) -> list[str]:
     persons = entry.persons.get("author") or entry.persons.get("editor") or []
-    names = [_plain(" ".join(p.prelast_names + p.last_names)) for p in persons]
-    names = [n for n in names if n.lower() != "others"] or ["Anonymous"]
-    if len(names) == 1 and len(persons) == 1:
-        return names[0]
-    if len(names) == 2 and len(persons) == 2:
-        return f"{names[0]} and {names[1]}"
-    return f"{names[0]} et al."
+    return [_plain(" ".join(p.prelast_names + p.last_names)) for p in persons]
 
 
 def _year(entry) -> str:
@@ -63,15 +62,10 @@ class AuthorYearLabels(BaseLabelStyle):
     """``Gage, 1994``; ``Press and Wolf, 2017``; ``Vaswani et al., 2017``; ``..., 2023a``."""
 
     def format_labels(self, sorted_entries):
-        bases = [f"{_authors(e)}, {_year(e)}" for e in sorted_entries]
-        counts = Counter(bases)
-        seen: Counter[str] = Counter()
-        for base in bases:
-            if counts[base] == 1:
-                yield base
-            else:
-                yield base + ascii_lowercase[seen[base]]
-                seen[base] += 1
+        # tools/bib.py makes the labels, for this list and the Colab notebooks alike
+        yield from bib.suffixed(
+            [bib.label(_surnames(e), _year(e)) for e in sorted_entries]
+        )
 
 
 class AuthorYearStyle(PlainStyle):
