@@ -20,7 +20,8 @@ Scalars:
 * :func:`int_at_least` ``(name, value, minimum)`` -> ``int``: an int ``>= minimum``;
 * :func:`positive_int` ``(name, value)`` -> ``int``: an int ``>= 1``;
 * :func:`int_in_range` ``(name, value, low, high)`` -> ``int``: an int in ``low..high`` (both included);
-* :func:`even` ``(name, value)`` -> ``int``: an even int (sin/cos or rotation pairs);
+* :func:`even` ``(name, value, *, positive=False)`` -> ``int``: an even int (sin/cos or
+  rotation pairs), ``>= 2`` with ``positive=True``;
 * :func:`finite_float` ``(name, value, *, low=None, high=None, low_open=False, high_open=False)``
   -> ``float``: a finite real number, optionally in a range;
 * :func:`probability` ``(name, p)`` -> ``float``: a dropout probability in ``[0, 1)``;
@@ -177,10 +178,18 @@ def int_in_range(
 
 
 def even(
-    name: str, value: Any, *, owner: str | None = None, hint: str | None = None
+    name: str,
+    value: Any,
+    *,
+    positive: bool = False,
+    owner: str | None = None,
+    hint: str | None = None,
 ) -> int:
-    """``value`` as an even int."""
-    value = integer(name, value, owner=owner, hint=hint)
+    """``value`` as an even int (``>= 2`` too with ``positive=True``: a size)."""
+    if positive:
+        value = int_at_least(name, value, 1, owner=owner, hint=hint)
+    else:
+        value = integer(name, value, owner=owner, hint=hint)
     if value % 2:
         raise ValueError(_message(f"{name} must be even, got {value}", owner, hint))
     return value

@@ -42,15 +42,8 @@ __all__ = [
 ]
 
 
-def _check_base(base: float) -> float:
-    """Every scheme's ``base`` (10000 in the papers): a finite number > 1."""
-    return check.finite_float(
-        "base",
-        base,
-        low=1,
-        low_open=True,
-        hint="the papers use 10000",
-    )
+# Every scheme's ``base`` (10000 in the papers): a finite number > 1.
+_BASE = dict(low=1, low_open=True, hint="the papers use 10000")
 
 
 def _finer_than_tables(dtype: torch.dtype) -> bool:
@@ -76,12 +69,8 @@ def sinusoidal_positions(
     dimensions come in (sin, cos) pairs.
     """
     n_positions = check.int_at_least("n_positions", n_positions, 0)
-    d_model = check.even(
-        "d_model",
-        check.positive_int("d_model", d_model),
-        hint="sin/cos pairs",
-    )
-    base = _check_base(base)
+    d_model = check.even("d_model", d_model, positive=True, hint="sin/cos pairs")
+    base = check.finite_float("base", base, **_BASE)
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
     position = torch.arange(n_positions, dtype=torch.float64)
@@ -105,12 +94,8 @@ def sinusoidal_offset_matrix(
     result is ``(d_model d_model)``, float32.
     """
     k = check.integer("k", k)  # any sign: a negative offset moves back
-    d_model = check.even(
-        "d_model",
-        check.positive_int("d_model", d_model),
-        hint="sin/cos pairs",
-    )
-    base = _check_base(base)
+    d_model = check.even("d_model", d_model, positive=True, hint="sin/cos pairs")
+    base = check.finite_float("base", base, **_BASE)
     frequency = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     cos, sin = (k * frequency).cos(), (k * frequency).sin()
     blocks = torch.stack(
@@ -136,15 +121,11 @@ class SinusoidalPositionalEncoding(nn.Module):
         base: float = 10000.0,
     ) -> None:
         super().__init__()
-        self.d_model = check.positive_int("d_model", d_model)
         self.max_len = check.positive_int("max_len", max_len)
-        self.base = _check_base(base)
         dropout = check.probability("dropout", dropout)
-        self.register_buffer(
-            "pe",
-            sinusoidal_positions(max_len, d_model, base),
-            persistent=False,
-        )
+        table = sinusoidal_positions(max_len, d_model, base)  # checks d_model and base
+        self.register_buffer("pe", table, persistent=False)
+        self.d_model, self.base = table.shape[-1], float(base)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -153,14 +134,9 @@ class SinusoidalPositionalEncoding(nn.Module):
         Shapes: ``x`` is ``(batch seq d_model)`` (any leading axes work), floating
         point, on the module's device; the result has the shape and dtype of ``x``.
         """
-        owner = "SinusoidalPositionalEncoding"
+        owner, d_model = "SinusoidalPositionalEncoding", self.d_model
         check.tensor(
-            "x",
-            x,
-            "... seq d_model",
-            d_model=self.d_model,
-            floating=True,
-            owner=owner,
+            "x", x, "... seq d_model", d_model=d_model, floating=True, owner=owner
         )
         check.same_device(x=x, pe=self.pe, owner=owner)
         offset = check.int_at_least("offset", offset, 0, owner=owner)
@@ -199,25 +175,18 @@ class LearnedPositionalEmbedding(nn.Module):
         Shapes: ``x`` is ``(batch seq d_model)`` (any leading axes work), floating
         point, on the module's device; the result has the shape and dtype of ``x``.
         """
-        owner = "LearnedPositionalEmbedding"
+        owner, d_model = "LearnedPositionalEmbedding", self.d_model
         weight = self.embedding.weight
         check.tensor(
-            "x",
-            x,
-            "... seq d_model",
-            d_model=self.d_model,
-            floating=True,
-            owner=owner,
+            "x", x, "... seq d_model", d_model=d_model, floating=True, owner=owner
         )
         check.same_device(x=x, weight=weight, owner=owner)
         offset = check.int_at_least("offset", offset, 0, owner=owner)
         end = offset + x.shape[-2]
         if end > self.max_len:
             raise ValueError(
-                f"LearnedPositionalEmbedding: positions {offset}..{end - 1} "
-                f"(offset={offset}, seq={x.shape[-2]}) go past max_len={self.max_len}; "
-                f"a learned table has no row for position {self.max_len} or later. Use "
-                "a shorter input or a larger max_len."
+                f"{owner}: positions {offset}..{end - 1} go past max_len={self.max_len}: "
+                f"a learned table has no row for position {self.max_len} or later"
             )
         positions = torch.arange(offset, end, device=weight.device)
         return x + self.embedding(positions).to(x.dtype)
@@ -232,8 +201,8 @@ def rope_frequencies(d_head: int, base: float = 10000.0) -> torch.Tensor:
     Shapes: the result is ``(pair)`` with ``pair = d_head / 2``, float64.
     """
     hint = "RoPE rotates pairs of dimensions"
-    d_head = check.even("d_head", check.positive_int("d_head", d_head), hint=hint)
-    base = _check_base(base)
+    d_head = check.even("d_head", d_head, positive=True, hint=hint)
+    base = check.finite_float("base", base, **_BASE)
     return base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
 
 
@@ -277,6 +246,12 @@ def _rope_cos_sin(
     return angle.cos(), angle.sin()
 
 
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """:func:`rope_rotate_half` without its checks, for callers that made them."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
 def rope_rotate_half(x: torch.Tensor) -> torch.Tensor:
     """``[x1, x2] -> [-x2, x1]`` on the halves of the last axis: ``(... d) -> (... d)``.
 
@@ -285,8 +260,7 @@ def rope_rotate_half(x: torch.Tensor) -> torch.Tensor:
     """
     check.tensor("x", x, "... d", owner="rope_rotate_half()")
     check.even("the last axis of x", x.shape[-1], owner="rope_rotate_half()")
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+    return _rotate_half(x)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -303,10 +277,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     if cos.shape != sin.shape or cos.shape[-2:] != x.shape[-2:]:
         raise ValueError(
             f"{owner}: cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must both end "
-            f"in (seq d_head) = {tuple(x.shape[-2:])}, the last two axes of x "
-            f"{tuple(x.shape)}"
+            f"in (seq d_head) = {tuple(x.shape[-2:])}, as x {tuple(x.shape)} does"
         )
-    return x * cos + rope_rotate_half(x) * sin
+    return x * cos + _rotate_half(x) * sin
 
 
 class RotaryEmbedding(nn.Module):
@@ -323,15 +296,10 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, d_head: int, max_len: int = 4096, base: float = 10000.0) -> None:
         super().__init__()
-        hint = "RoPE rotates pairs of dimensions"
-        self.d_head = check.even(
-            "d_head",
-            check.positive_int("d_head", d_head),
-            hint=hint,
-        )
         self.max_len = check.positive_int("max_len", max_len)
-        self.base = _check_base(base)
-        cos, sin = _rope_cos_sin(torch.arange(max_len), d_head, self.base)
+        # rope_frequencies (called by _rope_cos_sin) checks d_head and base
+        cos, sin = _rope_cos_sin(torch.arange(max_len), d_head, base)
+        self.d_head, self.base = cos.shape[-1], float(base)
         # Tables of shape (pos d_head), not saved in the state dict.
         self.register_buffer("cos_cached", cos.float(), persistent=False)
         self.register_buffer("sin_cached", sin.float(), persistent=False)
@@ -341,9 +309,16 @@ class RotaryEmbedding(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``(seq d_head)`` cos and sin rows of the positions
         ``offset .. offset + seq - 1``, in ``dtype`` (default: the tables' dtype)."""
-        offset = check.int_at_least("offset", offset, 0)
-        end = offset + check.int_at_least("seq", seq, 0)
-        table = self.cos_cached
+        owner = "RotaryEmbedding.cos_sin()"
+        offset = check.int_at_least("offset", offset, 0, owner=owner)
+        seq = check.int_at_least("seq", seq, 0, owner=owner)
+        return self._cos_sin(offset, seq, dtype)
+
+    def _cos_sin(
+        self, offset: int, seq: int, dtype: torch.dtype | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`cos_sin` without its checks, for callers that made them."""
+        end, table = offset + seq, self.cos_cached
         dtype = table.dtype if dtype is None else dtype
         if end <= self.max_len and not _finer_than_tables(dtype):
             cos, sin = self.cos_cached[offset:end], self.sin_cached[offset:end]
@@ -359,19 +334,15 @@ class RotaryEmbedding(nn.Module):
         floating point, on the module's device; the result has the shape and dtype of
         ``x``.
         """
-        owner = "RotaryEmbedding"
+        owner, d_head = "RotaryEmbedding", self.d_head
         check.tensor(
-            "x",
-            x,
-            "... seq d_head",
-            d_head=self.d_head,
-            floating=True,
-            owner=owner,
+            "x", x, "... seq d_head", d_head=d_head, floating=True, owner=owner
         )
         check.same_device(x=x, cos_cached=self.cos_cached, owner=owner)
         offset = check.int_at_least("offset", offset, 0, owner=owner)
-        cos, sin = self.cos_sin(offset, x.shape[-2], x.dtype)
-        return apply_rotary(x, cos, sin)
+        # checked: rotate with the unchecked helpers (apply_rotary's formula)
+        cos, sin = self._cos_sin(offset, x.shape[-2], x.dtype)
+        return x * cos + _rotate_half(x) * sin
 
     def extra_repr(self) -> str:
         return f"d_head={self.d_head}, max_len={self.max_len}, base={self.base:g}"
@@ -401,8 +372,7 @@ def _query_key_distance(
     device: torch.device,
 ) -> torch.Tensor:
     """``i - j`` for query ``i = offset + row`` and key ``j``: ``(q_pos k_pos)``."""
-    q_len = check.positive_int("q_len", q_len)
-    k_len = check.positive_int("k_len", k_len)
+    q_len, k_len = check.positive_ints(q_len=q_len, k_len=k_len)
     offset = check.int_at_least("offset", offset, 0)
     query = torch.arange(offset, offset + q_len, device=device)
     key = torch.arange(k_len, device=device)
@@ -422,9 +392,9 @@ class ALiBi(nn.Module):
 
     def __init__(self, n_heads: int, causal: bool = True) -> None:
         super().__init__()
-        self.n_heads = check.positive_int("n_heads", n_heads)
         self.causal = check.boolean("causal", causal)
-        slopes = alibi_slopes(n_heads)  # (heads)
+        slopes = alibi_slopes(n_heads)  # (heads); checks n_heads
+        self.n_heads = len(slopes)
         self.register_buffer("slopes", slopes, persistent=False)
 
     def forward(self, q_len: int, k_len: int, offset: int = 0) -> torch.Tensor:
@@ -447,6 +417,25 @@ class ALiBi(nn.Module):
         return f"n_heads={self.n_heads}, causal={self.causal}"
 
 
+def _check_buckets(
+    bidirectional: bool, num_buckets: int, max_distance: int
+) -> tuple[bool, int, int]:
+    """T5's bucket settings, checked: ``max_distance`` must exceed the exact range."""
+    bidirectional = check.boolean("bidirectional", bidirectional)
+    least = 4 if bidirectional else 2  # two buckets a direction, at least
+    num_buckets = check.int_at_least("num_buckets", num_buckets, least)
+    if bidirectional:
+        check.even("num_buckets", num_buckets, hint="bidirectional buckets: two halves")
+    max_distance = check.positive_int("max_distance", max_distance)
+    per_direction = num_buckets // 2 if bidirectional else num_buckets
+    if max_distance <= (max_exact := per_direction // 2):
+        raise ValueError(
+            f"max_distance={max_distance} must exceed the exact range max_exact="
+            f"{max_exact} (half of the {per_direction} buckets per direction)"
+        )
+    return bidirectional, num_buckets, max_distance
+
+
 def t5_relative_position_bucket(
     relative_position: torch.Tensor | int,
     bidirectional: bool = True,
@@ -467,19 +456,17 @@ def t5_relative_position_bucket(
     if not isinstance(relative_position, torch.Tensor):
         relative_position = torch.as_tensor(relative_position)
     check.tensor("relative_position", relative_position, integer=True)
-    bidirectional = check.boolean("bidirectional", bidirectional)
-    num_buckets = check.int_at_least(
-        "num_buckets",
-        num_buckets,
-        4 if bidirectional else 2,
-    )
-    if bidirectional:
-        check.even(
-            "num_buckets",
-            num_buckets,
-            hint="bidirectional buckets come in two halves",
-        )
-    max_distance = check.positive_int("max_distance", max_distance)
+    settings = _check_buckets(bidirectional, num_buckets, max_distance)
+    return _bucket(relative_position, *settings)
+
+
+def _bucket(
+    relative_position: torch.Tensor,
+    bidirectional: bool,
+    num_buckets: int,
+    max_distance: int,
+) -> torch.Tensor:
+    """:func:`t5_relative_position_bucket` for checked arguments (the formula)."""
     distance = -relative_position.long()  # how far back the key is: > 0 for past keys
     bucket = torch.zeros_like(distance)
     if bidirectional:
@@ -488,12 +475,7 @@ def t5_relative_position_bucket(
         distance = distance.abs()
     else:
         distance = distance.clamp(min=0)  # future keys: bucket 0
-    max_exact = num_buckets // 2
-    if max_distance <= max_exact:
-        raise ValueError(
-            f"max_distance={max_distance} must exceed the exact range "
-            f"max_exact={max_exact} (half of the {num_buckets} buckets per direction)"
-        )
+    max_exact = num_buckets // 2  # below max_distance: _check_buckets saw to it
     # Past max_exact the bucket grows with log(distance): max_exact at max_exact,
     # num_buckets at max_distance.
     log_ratio = torch.log(distance.clamp(min=max_exact).float() / max_exact) / math.log(
@@ -523,12 +505,9 @@ class T5RelativePositionBias(nn.Module):
     ) -> None:
         super().__init__()
         self.n_heads = check.positive_int("n_heads", n_heads)
-        self.bidirectional = check.boolean("bidirectional", bidirectional)
-        self.num_buckets = check.integer("num_buckets", num_buckets)
-        self.max_distance = check.integer("max_distance", max_distance)
+        settings = _check_buckets(bidirectional, num_buckets, max_distance)
+        self.bidirectional, self.num_buckets, self.max_distance = settings
         init_std = check.finite_float("init_std", init_std, low=0)
-        # Bucket one dummy position, only to check num_buckets and max_distance now.
-        t5_relative_position_bucket(0, bidirectional, num_buckets, max_distance)
         self.relative_attention_bias = nn.Embedding(self.num_buckets, self.n_heads)
         nn.init.normal_(self.relative_attention_bias.weight, std=init_std)
 
@@ -541,7 +520,7 @@ class T5RelativePositionBias(nn.Module):
         device = self.relative_attention_bias.weight.device
         # key_pos - query_pos
         relative = -_query_key_distance(q_len, k_len, offset, device)
-        bucket = t5_relative_position_bucket(
+        bucket = _bucket(
             relative, self.bidirectional, self.num_buckets, self.max_distance
         )
         bias = self.relative_attention_bias(bucket)  # (q_pos k_pos heads)

@@ -69,6 +69,12 @@ def test_even():
         check.even("d_head", 7, hint="RoPE rotates pairs")
     with pytest.raises(TypeError, match="d_head must be an int, got float 8.0"):
         check.even("d_head", 8.0)
+    assert check.even("d_head", 2, positive=True) == 2
+    for bad in (0, -2):
+        with pytest.raises(ValueError, match=f"d_head must be an int >= 1, got {bad}"):
+            check.even("d_head", bad, positive=True)
+    with pytest.raises(ValueError, match="d_head must be even, got 3"):
+        check.even("d_head", 3, positive=True)
 
 
 # -- real numbers, probabilities, booleans, strings, choices ---------------------------------------
