@@ -54,8 +54,8 @@ def test_self_import_detector_and_export_targets(tmp_path: Path, monkeypatch):
     modules = tangle.export_cells_by_module(chapter)
     assert set(modules) == {"demo", "other", "third"}
     assert modules["other"][0].startswith(
-        "from lib.demo import f\ndef g():"
-    )  # uncommented
+        "# From chapters/07-demo.md.\nfrom lib.demo import f\ndef g():"
+    )  # uncommented, after the origin comment
     assert tangle.self_imports(chapter) == [
         "from lib.demo import f",
         "from lib.other import g",
@@ -119,3 +119,51 @@ def test_duplicate_detector_catches_a_redefinition(tmp_path: Path):
     module.write_text("def f():\n    return 1\n\n\ndef f():\n    return 2\n")
     names = [name for name, _ in _top_level_names(module)]
     assert names.count("f") == 2
+
+
+def test_each_exported_cell_says_where_it_was_written(tmp_path: Path):
+    chapter = tmp_path / "07-demo.md"
+    chapter.write_text(
+        "---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n---\n\n"
+        "# 7. Demo\n\n```{code-cell} ipython3\n:tags: [export]\n\nimport math\n```\n\n"
+        "## The `first` part\n\nText.\n\n```python\n# not a heading\n```\n\n"
+        "```{code-cell} ipython3\n:tags: [export]\n\ndef first():\n    return 1\n```\n\n"
+        "```{code-cell} ipython3\nhelper = 2\n```\n\n"
+        "### Second\n\n```{code-cell} ipython3\n:tags: [export]\n\nLIMIT = 3\n"
+        "_private = 4\n\n\nclass Second:\n    pass\n```\n",
+        encoding="utf-8",
+    )
+    text = tangle.render_all(chapter)["demo"]
+    assert '# From chapters/07-demo.md, section "7. Demo".\nimport math' in text
+    assert '# From chapters/07-demo.md, section "The first part".\ndef first' in text
+    assert '# From chapters/07-demo.md, section "Second".\nLIMIT = 3' in text
+    # __all__ lists what the export cells define, in order, and nothing private
+    namespace: dict = {}
+    exec(compile(text, "demo.py", "exec"), namespace)
+    assert namespace["__all__"] == ["first", "LIMIT", "Second"]
+    assert text.index("import math") < text.index("__all__") < text.index("def first")
+
+
+@pytest.mark.parametrize("module", sorted(LIB.glob("*.py")), ids=lambda p: p.name)
+def test_every_generated_module_names_the_origin_of_each_cell(module: Path):
+    text = module.read_text(encoding="utf-8")
+    if "# This file is generated from" not in text[:200]:
+        pytest.skip("hand-written")
+    tree = ast.parse(text)
+    lines = text.splitlines()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            above = [line for line in lines[: first - 1] if line.startswith("# From ")]
+            assert above, f"{module.name}: {node.name} has no origin comment above it"
+    exported = ast.literal_eval(
+        next(
+            n.value
+            for n in tree.body
+            if isinstance(n, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)
+        )
+    )
+    assert exported == tangle.public_names([text]), (
+        f"{module.name}: __all__ is not the list of its public top-level names"
+    )

@@ -31,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LIB = ROOT / "lib"
-GENERATED_MARK = "is generated from"
+GENERATED_MARK = "# This file is generated from"
 
 
 @dataclass(frozen=True)

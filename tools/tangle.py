@@ -23,6 +23,7 @@ import GPT``: in the notebook the names already exist, and the tangle uncomments
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import re
 import subprocess
@@ -101,14 +102,38 @@ def cell_target(tags: list[str], default: str) -> str | None:
     return targets[0] if targets else None
 
 
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*$")
+
+
+def _last_heading(markdown: str) -> str | None:
+    """The last Markdown heading of a cell (code fences skipped), as plain text."""
+    heading, fenced = None, False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and (match := HEADING.match(line)):
+            heading = match.group(1).replace("`", "")
+    return heading
+
+
+def origin_comment(chapter: Path, section: str | None) -> str:
+    """The one-line comment put before each exported cell's code in ``lib``."""
+    where = f"chapters/{chapter.name}"
+    return f'# From {where}, section "{section}".' if section else f"# From {where}."
+
+
 def export_cells_by_module(chapter: Path) -> dict[str, list[str]]:
-    """The source of every exported code cell, grouped by target module, in order."""
+    """The source of every exported code cell, grouped by target module, in order, each
+    preceded by a comment naming the chapter and the section it is written in."""
     import jupytext
 
     notebook = jupytext.read(chapter)
     default = module_name(chapter)
     modules: dict[str, list[str]] = {}
+    section = None
     for index, cell in enumerate(notebook.cells):
+        if cell.cell_type == "markdown":
+            section = _last_heading(cell.source) or section
         if cell.cell_type != "code":
             continue
         target = cell_target(list(cell.metadata.get("tags", [])), default)
@@ -121,8 +146,52 @@ def export_cells_by_module(chapter: Path) -> dict[str, list[str]]:
                     f"{chapter.name}, cell {index}: an exported cell must be plain Python, "
                     f"but has the notebook line {line.strip()!r}"
                 )
-        modules.setdefault(target, []).append(LIB_ONLY.sub(r"\1\2", source))
+        code = LIB_ONLY.sub(r"\1\2", source)
+        modules.setdefault(target, []).append(
+            origin_comment(chapter, section) + "\n" + code
+        )
     return modules
+
+
+def public_names(cells: list[str]) -> list[str]:
+    """The names a module exports, in the order its cells define them: every top-level
+    function, class and assignment whose name does not start with ``_``."""
+    names: list[str] = []
+    for node in ast.parse("\n\n".join(cells)).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            found = [node.name]
+        elif isinstance(node, ast.Assign):
+            found = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            found = [node.target.id]
+        else:
+            continue
+        names += [n for n in found if not n.startswith("_") and n not in names]
+    return names
+
+
+def _without_all(cell: str) -> str:
+    """The cell without a hand-kept ``__all__ = [...]`` (TRANSITIONAL)."""
+    lines = cell.splitlines()
+    for node in ast.parse(cell).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            del lines[node.lineno - 1 : node.end_lineno]
+            return "\n".join(lines)
+    return cell
+
+
+def with_derived_all(cells: list[str], chapter: Path) -> list[str]:
+    """The cells with ``__all__`` generated from :func:`public_names` and put after the
+    first cell (the module docstring and imports). A chapter does not keep it by hand."""
+    cells = [_without_all(cell) for cell in cells]
+    listed = "".join(f"    {name!r},\n" for name in public_names(cells))
+    generated = (
+        "# The public names: every top-level name the export cells define (tools/tangle.py).\n"
+        f"__all__ = [\n{listed}]"
+    )
+    return [cells[0], generated, *cells[1:]]
 
 
 def export_cells(chapter: Path) -> list[str]:
@@ -176,7 +245,9 @@ def render_all(chapter: Path) -> dict[str, str]:
     source = f"chapters/{chapter.name}"
     return {
         name: HEADER.format(source=source)
-        + ruff_format("\n\n\n".join(cells) + "\n", f"lib/{name}.py")
+        + ruff_format(
+            "\n\n\n".join(with_derived_all(cells, chapter)) + "\n", f"lib/{name}.py"
+        )
         for name, cells in modules.items()
     }
 
