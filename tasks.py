@@ -300,6 +300,7 @@ def cmd_book(strict: bool, verbose: bool = False) -> None:
     if strict:
         check_figures()
         check_colab_buttons()
+        check_offline_maths()
     checked = "no warnings, " if strict else ""
     say(
         f"built in {time.monotonic() - start:.0f} s, {checked}at {ROOT / '_build/html/index.html'}"
@@ -329,6 +330,23 @@ def check_figures() -> None:
     say("every chapter's figures are in the rendered book")
 
 
+def check_offline_maths() -> None:
+    """Fail if a chapter page loads MathJax from anywhere but the book's own copy."""
+    wrong = []
+    mathjax = ROOT / "_build" / "html" / "_static" / "mathjax" / "tex-chtml.js"
+    if not mathjax.exists():
+        wrong.append(f"{mathjax.relative_to(ROOT)} is missing")
+    for chapter in toc_chapters():
+        page = ROOT / "_build" / "html" / "chapters" / f"{chapter.stem}.html"
+        html = page.read_text(encoding="utf-8") if page.exists() else ""
+        scripts = re.findall(r'<script[^>]*src="([^"]*mathjax[^"]*)"', html, re.I)
+        if not scripts or any(not s.startswith("../_static/mathjax/") for s in scripts):
+            wrong.append(f"{chapter.name}: MathJax from {scripts or 'nowhere'}")
+    if wrong:
+        sys.exit("[tasks] maths would not render offline:\n  " + "\n  ".join(wrong))
+    say("every chapter page loads the book's own copy of MathJax (maths works offline)")
+
+
 def check_colab_buttons() -> None:
     """Fail if a chapter page's Colab button does not open its committed notebook."""
     from tools.notebooks import colab_url
@@ -350,15 +368,11 @@ def check_colab_buttons() -> None:
 LAB_CONFIG = ROOT / "_build" / "jupyter-config"
 
 
-def cmd_lab(lab_args: list[str]) -> None:
-    """Open JupyterLab on the chapters; Jupytext makes each ``.md`` open as a notebook.
-
-    The default viewer of Markdown and MyST files is set to Jupytext's notebook in a config
-    directory of this project (``_build/jupyter-config``, put on ``JUPYTER_CONFIG_PATH``), not
-    in ``~/.jupyter``: a setting of your own in JupyterLab still wins.
-    """
-    ensure_installed("notebooks")
-    overrides = LAB_CONFIG / "labconfig" / "default_setting_overrides.json"
+def write_lab_config(config_dir: Path = LAB_CONFIG) -> Path:
+    """JupyterLab settings of this project: Markdown and MyST files open as Jupytext
+    notebooks. (jupyterlab-myst, in the ``notebooks`` extra, renders the MyST roles and
+    directives of their Markdown cells: ``{cite}``, ``{numref}``, ``{figure}``, maths.)"""
+    overrides = config_dir / "labconfig" / "default_setting_overrides.json"
     overrides.parent.mkdir(parents=True, exist_ok=True)
     viewers = {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}
     overrides.write_text(
@@ -367,6 +381,18 @@ def cmd_lab(lab_args: list[str]) -> None:
         ),
         encoding="utf-8",
     )
+    return overrides
+
+
+def cmd_lab(lab_args: list[str]) -> None:
+    """Open JupyterLab on the chapters; Jupytext makes each ``.md`` open as a notebook.
+
+    The default viewer of Markdown and MyST files is set to Jupytext's notebook in a config
+    directory of this project (``_build/jupyter-config``, put on ``JUPYTER_CONFIG_PATH``), not
+    in ``~/.jupyter``: a setting of your own in JupyterLab still wins.
+    """
+    ensure_installed("notebooks")
+    write_lab_config()
     env = dict(os.environ)
     env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(
         p for p in (str(LAB_CONFIG), os.environ.get("JUPYTER_CONFIG_PATH", "")) if p

@@ -136,3 +136,22 @@ def test_workflows_are_valid_against_githubs_schema():
         text=True,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_lab_opens_chapters_as_notebooks_and_renders_myst(tmp_path):
+    import json
+
+    overrides = tasks.write_lab_config(tmp_path)
+    settings = json.loads(overrides.read_text(encoding="utf-8"))
+    viewers = settings["@jupyterlab/docmanager-extension:plugin"]["defaultViewers"]
+    assert viewers == {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    notebooks_extra = pyproject.split("notebooks = [", 1)[1].split("]", 1)[0]
+    assert '"jupyterlab-myst' in notebooks_extra and '"jupytext' in notebooks_extra
+
+
+def test_the_book_serves_its_own_mathjax():
+    config = (ROOT / "_config.yml").read_text(encoding="utf-8")
+    assert "- sphinx-mathjax-offline" in config
+    book_extra = (ROOT / "pyproject.toml").read_text().split("book = [", 1)[1]
+    assert '"sphinx-mathjax-offline' in book_extra.split("]", 1)[0]
