@@ -1,5 +1,5 @@
-"""Benchmark: chapter 8's training step for the character GPT, with and without activation
-checkpointing and ``torch.compile``.
+"""Benchmark: chapter 8's training step for the character GPT (sizes from
+``lib.runs.run_sizes``), with and without activation checkpointing and ``torch.compile``.
 
 For each configuration prints milliseconds per optimiser step (median after a warm-up),
 tokens per second, the model FLOPs utilisation on a GPU that ``lib.training.peak_flops``
@@ -20,8 +20,8 @@ import time
 import torch
 
 from lib.models import GPT, TransformerConfig
+from lib.runs import run_sizes
 from lib.training import (
-    RUN_SIZES,
     clip_grad_norm,
     enable_activation_checkpointing,
     make_optimizer,
@@ -108,7 +108,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     profile = args.profile or get_profile()
-    sizes = RUN_SIZES["gpt"][profile]
+    sizes = run_sizes("gpt", profile)
     device = get_device()
     cfg = TransformerConfig(
         vocab_size=65,

@@ -1,5 +1,6 @@
 # This file is generated from chapters/08-training.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/08-training.md, section "8. Training".
 """Training (chapter 8 of the course): from a loss to three trained model families.
 
 * Loss: :func:`cross_entropy` (from logits, with an ignore index and label smoothing).
@@ -12,10 +13,10 @@
 * The loop: :func:`lm_batches`, :func:`model_loss`, :func:`evaluate`, :func:`train`
   (mixed precision, accumulation, clipping, evaluation, checkpoints, DDP, compile).
 * Memory and speed: :func:`enable_activation_checkpointing`,
-  :func:`training_flops_per_token`, :func:`peak_flops`.
-* Runs: :func:`char_gpt_run`, :func:`bert_run`, :func:`t5_run`, their cost
-  (:func:`run_flops`, :func:`estimate_run_seconds`, :func:`gpu_seconds`), and
-  :func:`main` for ``python -m lib.training`` or ``torchrun -m lib.training --``.
+  :func:`training_flops_per_token`, :func:`peak_flops`, :func:`gpu_seconds`.
+* Several processes: :func:`distributed_setup`, :func:`shard_batch`.
+
+The chapter's three experiments (a character GPT, a BERT, a T5) are in ``lib.runs``.
 
 A batch is a dict of tensors whose first axis is ``batch``: ``inputs`` ``(batch seq)``,
 ``targets`` (``IGNORE_INDEX`` where there is no loss), optionally ``mask``
@@ -24,19 +25,17 @@ A batch is a dict of tensors whose first axis is ``batch``: ``inputs`` ``(batch 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import csv
-import json
+import hashlib
 import math
+import numbers
 import os
 import random
-import shlex
-import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
@@ -45,37 +44,16 @@ import torch.distributed as dist
 from einops import rearrange, reduce
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.nn.utils.rnn import pad_sequence
 from torch.utils.checkpoint import checkpoint as checkpoint_call
 from tqdm import tqdm
 
 from lib import _checks as check
-from lib.datasets import load_gutenberg, load_tatoeba_pairs, load_tiny_shakespeare
-from lib.generation import beam_search, generate
-from lib.models import (
-    BERT,
-    GPT,
-    T5,
-    TransformerBlock,
-    TransformerConfig,
-    count_parameters,
-)
-from lib.objectives import (
-    IGNORE_INDEX,
-    ObjectiveBatch,
-    causal_lm_batch,
-    masked_lm_batch,
-)
-from lib.utils import (
-    PROFILES,
-    Precision,
-    autocast,
-    get_device,
-    get_precision,
-    get_profile,
-    git_commit,
-)
+from lib.models import T5, TransformerBlock, count_parameters
+from lib.objectives import IGNORE_INDEX, ObjectiveBatch, causal_lm_batch
+from lib.utils import Precision, autocast, get_device, get_precision, get_profile
 
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "cross_entropy",
     "adamw_step",
@@ -88,6 +66,7 @@ __all__ = [
     "CheckpointError",
     "rng_states",
     "set_rng_states",
+    "unwrap_model",
     "save_checkpoint",
     "load_checkpoint",
     "latest_checkpoint",
@@ -95,32 +74,22 @@ __all__ = [
     "as_batch",
     "lm_batches",
     "lm_eval_batches",
-    "shard_batch",
     "model_loss",
+    "shard_batch",
     "evaluate",
     "TrainHistory",
     "NonFiniteLossError",
     "train",
-    "unwrap_model",
     "enable_activation_checkpointing",
     "disable_activation_checkpointing",
     "training_flops_per_token",
     "peak_flops",
-    "distributed_setup",
-    "CharVocabulary",
-    "SequenceClassifier",
-    "split_pairs_by_source",
-    "RUN_SIZES",
-    "char_gpt_run",
-    "bert_run",
-    "t5_run",
-    "run_flops",
     "gpu_seconds",
-    "estimate_run_seconds",
-    "main",
+    "distributed_setup",
 ]
 
 
+# From chapters/08-training.md, section "The loss: cross-entropy from logits".
 def cross_entropy(
     logits: torch.Tensor,
     targets: torch.Tensor,
@@ -166,6 +135,7 @@ def cross_entropy(
     return (per_position * keep).sum() / n_kept
 
 
+# From chapters/08-training.md, section "The optimiser: Adam, AdamW and what to decay".
 def adamw_step(
     param: torch.Tensor,
     grad: torch.Tensor,
@@ -185,7 +155,15 @@ def adamw_step(
     """
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ValueError(f"step counts from 1, got {step!r}")
-    beta1, beta2 = betas
+    beta1, beta2 = _check_adam(lr, betas, eps, weight_decay)
+    tensors = dict(param=param, grad=grad, exp_avg=exp_avg, exp_avg_sq=exp_avg_sq)
+    for name, x in tensors.items():
+        check.tensor(name, x, floating=True, owner="adamw_step")
+    if len({tuple(x.shape) for x in tensors.values()}) > 1:
+        shapes = {name: tuple(x.shape) for name, x in tensors.items()}
+        raise ValueError(
+            f"adamw_step: the four tensors must share a shape, got {shapes}"
+        )
     param = param * (1.0 - lr * weight_decay)  # decoupled: the moments never see it
     exp_avg = beta1 * exp_avg + (1.0 - beta1) * grad
     exp_avg_sq = beta2 * exp_avg_sq + (1.0 - beta2) * grad * grad
@@ -194,12 +172,44 @@ def adamw_step(
     return param - lr * m_hat / (v_hat.sqrt() + eps), exp_avg, exp_avg_sq
 
 
+def _check_adam(lr, betas, eps, weight_decay) -> tuple[float, float]:
+    """Adam's settings, checked once: ``lr``, ``weight_decay`` >= 0, ``eps`` > 0,
+    ``betas`` two numbers in [0, 1) (1 never forgets; the bias correction divides by 0).
+    """
+    check.finite_float("lr", lr, low=0.0)
+    check.finite_float("weight_decay", weight_decay, low=0.0)
+    check.finite_float("eps", eps, low=0.0, low_open=True)
+    if not isinstance(betas, tuple | list) or len(betas) != 2:
+        raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+    return tuple(
+        check.finite_float(f"betas[{i}]", b, low=0.0, high=1.0, high_open=True)
+        for i, b in enumerate(betas)
+    )
+
+
+def _check_module(name: str, value: Any) -> None:
+    if not isinstance(value, nn.Module):
+        raise TypeError(f"{name} must be a torch.nn.Module, got {value!r:.60}")
+
+
+def _check_max_norm(max_norm: float) -> None:
+    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real):
+        raise TypeError(f"max_norm must be a number, got {max_norm!r}")
+    if not max_norm > 0:  # a negative one would flip the gradients; NaN fails too
+        raise ValueError(
+            f"max_norm must be > 0 (math.inf: only measure), got {max_norm}"
+        )
+
+
+# From chapters/08-training.md, section "The optimiser: Adam, AdamW and what to decay".
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Two optimiser groups: linear layers' weight matrices (decayed) and the rest.
 
     The rest, with ``weight_decay=0``: biases, norm gains, embeddings and position
     tables (and a head tied to the embedding). Frozen parameters are left out.
     """
+    _check_module("model", model)
+    check.finite_float("weight_decay", weight_decay, low=0.0)
     matrices = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     decay, no_decay = [], []
     for p in model.parameters():  # each parameter once, even when tied
@@ -211,6 +221,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
     ]
 
 
+# From chapters/08-training.md, section "The optimiser: Adam, AdamW and what to decay".
 def make_optimizer(
     model: nn.Module,
     lr: float,
@@ -221,18 +232,21 @@ def make_optimizer(
     fused: bool | None = None,
 ) -> torch.optim.AdamW:
     """AdamW over :func:`parameter_groups`; ``fused`` defaults to True on CUDA."""
+    _check_adam(lr, betas, eps, weight_decay)
     groups = parameter_groups(model, weight_decay)
     if fused is None:
         fused = all(p.is_cuda for g in groups for p in g["params"]) or None
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
 
 
+# From chapters/08-training.md, section "The optimiser: Adam, AdamW and what to decay".
 def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Scale all gradients by ``min(1, max_norm / global_norm)`` in place.
 
     Returns the global 2-norm before clipping (float32), as
     ``torch.nn.utils.clip_grad_norm_`` does; ``max_norm=math.inf`` only measures it.
     """
+    _check_max_norm(max_norm)
     grads = [p.grad for p in parameters if p.grad is not None]
     if not grads:
         return torch.tensor(0.0)
@@ -245,6 +259,7 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float) -> torch
     return total
 
 
+# From chapters/08-training.md, section "Learning-rate schedules".
 @dataclass(frozen=True)
 class NoamSchedule:
     """``d_model^-0.5 · min(n^-0.5, n · warmup^-1.5)`` at optimiser step
@@ -276,11 +291,8 @@ class WarmupCosineSchedule:
 
     def __post_init__(self) -> None:
         check.positive_int("total", self.total)
-        if isinstance(self.warmup, bool) or not 0 <= self.warmup <= self.total:
-            message = f"warmup must be in 0..total={self.total}, got {self.warmup!r}"
-            raise ValueError(message)
-        if not 0.0 <= self.min_ratio <= 1.0:
-            raise ValueError(f"min_ratio must be in [0, 1], got {self.min_ratio!r}")
+        check.int_in_range("warmup", self.warmup, 0, self.total, hint="(0..total)")
+        check.finite_float("min_ratio", self.min_ratio, low=0.0, high=1.0)
 
     def __call__(self, step: int) -> float:
         if step < self.warmup:
@@ -294,11 +306,25 @@ def make_scheduler(
     optimizer: torch.optim.Optimizer, schedule: Callable[[int], float]
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A ``LambdaLR`` that multiplies each group's base rate by ``schedule(step)``."""
+    if not isinstance(optimizer, torch.optim.Optimizer) or not callable(schedule):
+        raise TypeError(
+            f"make_scheduler takes an optimizer and a schedule step -> multiplier, got "
+            f"{type(optimizer).__name__} and {type(schedule).__name__}"
+        )
     return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
 
+# From chapters/08-training.md, section "Checkpoints".
 class CheckpointError(RuntimeError):
-    """A checkpoint cannot be used: unreadable, or saved from a different model."""
+    """A checkpoint cannot be used: unreadable or damaged (then ``damaged`` is True),
+    saved from another model or configuration, or asked to hold what it cannot."""
+
+    def __init__(self, message: str, *, damaged: bool = False) -> None:
+        super().__init__(message)
+        self.damaged = damaged
+
+
+_FORMAT = "lib.training/2"  # 2: with a sha256 of the content
 
 
 def rng_states() -> dict[str, Any]:
@@ -319,6 +345,13 @@ def rng_states() -> dict[str, Any]:
 
 def set_rng_states(states: Mapping[str, Any]) -> None:
     """Restore the generators from :func:`rng_states`."""
+    if not isinstance(states, Mapping) or set(states) != {
+        "python",
+        "numpy",
+        "torch",
+        "cuda",
+    }:
+        raise ValueError(f"states must be a dict of rng_states(), got {states!r:.80}")
     random.setstate(states["python"])
     numpy_state = states["numpy"]
     np.random.set_state(
@@ -337,6 +370,7 @@ def set_rng_states(states: Mapping[str, Any]) -> None:
 
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The plain module inside ``torch.compile`` and ``DistributedDataParallel``."""
+    _check_module("model", model)
     while True:
         if hasattr(model, "_orig_mod"):  # torch.compile
             model = model._orig_mod
@@ -344,6 +378,55 @@ def unwrap_model(model: nn.Module) -> nn.Module:
             model = model.module
         else:
             return model
+
+
+def _plain_state(value: Any, where: str) -> Any:
+    """``value`` made of what ``torch.load(weights_only=True)`` reads back: tensors,
+    numbers, strings, lists, tuples and dicts. NumPy numbers become Python numbers,
+    arrays tensors, paths strings; anything else is refused now, naming where it is,
+    rather than making a checkpoint that cannot be loaded."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value.copy())
+    if isinstance(value, PurePath):
+        return str(value)
+    if value is None or isinstance(value, bool | int | float | str | torch.Tensor):
+        return value
+    if isinstance(value, Mapping):
+        return {k: _plain_state(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        items = [_plain_state(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return items if isinstance(value, list) else tuple(items)
+    raise CheckpointError(
+        f"cannot save {where}, a {type(value).__name__} ({value!r:.60}): a checkpoint "
+        "holds tensors, numbers, strings, lists and dicts only (weights_only loading)"
+    )
+
+
+def _sha256(state: Any) -> str:
+    """A digest of everything in ``state``: each tensor's dtype, shape and bytes, every
+    other value's ``repr``, in a fixed order (a flipped byte changes it)."""
+    digest = hashlib.sha256()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            data = value.detach().cpu().contiguous().reshape(-1)
+            digest.update(f"tensor {data.dtype} {tuple(value.shape)}".encode())
+            digest.update(data.view(torch.uint8).numpy())
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                digest.update(f"key {key!r}".encode())
+                walk(item)
+        elif isinstance(value, list | tuple):
+            digest.update(f"list {len(value)}".encode())
+            for item in value:
+                walk(item)
+        else:
+            digest.update(f"value {value!r}".encode())
+
+    walk(state)
+    return digest.hexdigest()
 
 
 def save_checkpoint(
@@ -359,21 +442,24 @@ def save_checkpoint(
     """Write a checkpoint atomically: a temporary file in the same folder, then rename.
 
     Holds the model, optimiser, scheduler and scaler states, ``step`` (the next step to
-    run, which is also the position in the data), every RNG state and ``extra`` (plain
-    values and tensors only, so that ``weights_only`` loading accepts it).
+    run, which is also the position in the data), every RNG state, ``extra`` (plain
+    values and tensors only: NumPy values and paths are converted, other objects
+    refused) and a sha256 of all of it, which :func:`load_checkpoint` verifies.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check.int_at_least("step", step, 0, owner="save_checkpoint")
     state = {
-        "format": "lib.training/1",
+        "format": _FORMAT,
         "step": int(step),
         "model": unwrap_model(model).state_dict(),
         "optimizer": None if optimizer is None else optimizer.state_dict(),
         "scheduler": None if scheduler is None else scheduler.state_dict(),
         "scaler": None if scaler is None else scaler.state_dict(),
         "rng": rng_states(),
-        "extra": dict(extra or {}),
+        "extra": _plain_state(dict(extra or {}), "extra"),
     }
+    state["sha256"] = _sha256(state)
+    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         torch.save(state, temporary)
@@ -394,18 +480,19 @@ def _check_compatible(
     problems = []
     missing = [k for k in own if k not in saved]
     unexpected = [k for k in saved if k not in own]
-    shapes = []
-    for k in own:
-        if k in saved and tuple(own[k].shape) != tuple(saved[k].shape):
-            theirs, ours = tuple(saved[k].shape), tuple(own[k].shape)
-            shapes.append(f"{k} {theirs} in the checkpoint, {ours} in the model")
-    for what, items in (("missing keys", missing), ("unexpected keys", unexpected)):
+    shapes = [
+        f"{k} {tuple(saved[k].shape)} in the checkpoint, {tuple(own[k].shape)} in the model"
+        for k in own
+        if k in saved and tuple(own[k].shape) != tuple(saved[k].shape)
+    ]
+    for what, items in (
+        ("missing keys", missing),
+        ("unexpected keys", unexpected),
+        ("shape mismatches", shapes),
+    ):
         if items:
             more = f" (and {len(items) - 5} more)" if len(items) > 5 else ""
             problems.append(f"{what}: {', '.join(items[:5])}{more}")
-    if shapes:
-        more = f" (and {len(shapes) - 5} more)" if len(shapes) > 5 else ""
-        problems.append(f"shape mismatches: {'; '.join(shapes[:5])}{more}")
     if problems:
         raise CheckpointError(
             f"{path} was saved from a model of another configuration: "
@@ -413,6 +500,54 @@ def _check_compatible(
             + ". Build the model with the checkpoint's configuration (train() "
             "stores it under extra['config'])."
         )
+
+
+def _check_same_config(saved: Any, config: Mapping[str, Any], path: Path) -> None:
+    """Refuse to resume under another configuration, naming the fields that differ."""
+    if saved is None:
+        return
+    config, absent = _plain_state(dict(config), "config"), "(absent)"
+    differ = [
+        f"{k}: {saved.get(k, absent)!r} in the checkpoint, {config.get(k, absent)!r} now"
+        for k in sorted(saved.keys() | config.keys())
+        if saved.get(k, absent) != config.get(k, absent)
+    ]
+    if differ:
+        raise CheckpointError(
+            f"{path} was saved with another configuration; {'; '.join(differ)}"
+        )
+
+
+def _restore_settings_and_position(optimizer, scheduler, state: Mapping) -> None:
+    """Resume *this* run's settings at the saved position (the rule in the prose):
+    the saved moments and step counts, the caller's learning rates, betas, weight decay
+    and schedule (``LambdaLR.load_state_dict`` would overwrite the schedule and the
+    base rates with the saved ones)."""
+    if optimizer is not None:
+        settings = [
+            {k: v for k, v in g.items() if k != "params"}
+            for g in optimizer.param_groups
+        ]
+        optimizer.load_state_dict(state["optimizer"])
+        for group, kept in zip(optimizer.param_groups, settings):
+            group.update(kept)
+    if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+        position = {
+            k: v
+            for k, v in state["scheduler"].items()
+            if k not in ("base_lrs", "_last_lr")
+        }
+        scheduler.load_state_dict(
+            {**position, "lr_lambdas": [None] * len(position["lr_lambdas"])}
+        )
+        groups = scheduler.optimizer.param_groups
+        for group, base, schedule in zip(
+            groups, scheduler.base_lrs, scheduler.lr_lambdas
+        ):
+            group["lr"] = base * schedule(scheduler.last_epoch)
+        scheduler._last_lr = [group["lr"] for group in groups]
+    elif scheduler is not None:
+        scheduler.load_state_dict(state["scheduler"])
 
 
 def load_checkpoint(
@@ -424,38 +559,59 @@ def load_checkpoint(
     scaler: torch.amp.GradScaler | None = None,
     map_location: str | torch.device = "cpu",
     restore_rng: bool = True,
+    config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Load a checkpoint of :func:`save_checkpoint` into the given objects (in place).
 
-    Loads with ``torch.load(weights_only=True)``. Raises :class:`CheckpointError`
-    naming the problem: an unreadable (truncated, corrupted) file, with the other
-    checkpoints of its folder; or a model of another configuration, with the
-    mismatched keys and shapes.
-    Returns the whole state (``state["step"]``, ``state["extra"]``, ...).
+    Loads with ``torch.load(weights_only=True)`` and verifies the sha256. Raises
+    :class:`CheckpointError` naming the problem: an unreadable (truncated) or damaged
+    (checksum) file, with the other checkpoints of its folder; another ``config``
+    (the fields that differ from ``extra["config"]``); a model of another shape (the
+    mismatched keys and shapes). The optimiser and a ``LambdaLR`` scheduler keep the
+    caller's settings (rates, betas, weight decay, schedule) and take the saved state
+    and position. Returns the whole state (``state["step"]``, ``state["extra"]``...).
     """
     path = Path(path)
+    _check_module("model", model)
+    check.boolean("restore_rng", restore_rng, owner="load_checkpoint")
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
+    others = sorted(p.name for p in path.parent.glob("step-*.pt") if p != path)
+    hint = (
+        f" Other checkpoints in {path.parent}: {', '.join(others)}." if others else ""
+    )
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:
-        others = sorted(p.name for p in path.parent.glob("*.pt") if p != path)
-        hint = f" Other checkpoints in {path.parent}: {', '.join(others)}."
         raise CheckpointError(
-            f"{path} is not a readable checkpoint (truncated or corrupted?): "
-            f"{type(err).__name__}: {str(err)[:200]}.{hint if others else ''}"
+            f"{path} is not a readable checkpoint (truncated or corrupted?).{hint} "
+            f"The cause, in full: {type(err).__name__}: {err}",
+            damaged=True,
         ) from err
-    if not isinstance(state, dict) or state.get("format") != "lib.training/1":
-        raise CheckpointError(f"{path} is not a checkpoint written by lib.training")
+    if not isinstance(state, dict) or state.get("format") != _FORMAT:
+        got = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise CheckpointError(
+            f"{path} is not a checkpoint written by lib.training (format {got!r}, "
+            f"expected {_FORMAT!r})"
+        )
+    if state.pop("sha256", None) != _sha256(state):
+        raise CheckpointError(
+            f"{path} is damaged: its content differs from the sha256 stored when it "
+            f"was saved (a changed byte).{hint}",
+            damaged=True,
+        )
+    if config is not None:
+        _check_same_config(state["extra"].get("config"), config, path)
     target = unwrap_model(model)
     _check_compatible(target, state["model"], path)
-    target.load_state_dict(state["model"])
     parts = {"optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
     for name, obj in parts.items():
-        if obj is not None:
-            if state[name] is None:
-                raise CheckpointError(f"{path} holds no {name} state to resume from")
-            obj.load_state_dict(state[name])
+        if obj is not None and state[name] is None:
+            raise CheckpointError(f"{path} holds no {name} state to resume from")
+    target.load_state_dict(state["model"])
+    _restore_settings_and_position(optimizer, scheduler, state)
+    if scaler is not None:
+        scaler.load_state_dict(state["scaler"])
     if restore_rng:
         set_rng_states(state["rng"])
     return state
@@ -463,11 +619,11 @@ def load_checkpoint(
 
 def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
     """The checkpoint ``step-*.pt`` with the highest step in ``directory``, or None."""
-    found = _checkpoints(directory)
+    found = _saved_checkpoints(directory)
     return found[-1][1] if found else None
 
 
-def _checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
+def _saved_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     """``(step, path)`` of every ``step-*.pt`` in ``directory``, oldest first."""
     found = []
     for p in Path(directory).glob("step-*.pt"):
@@ -477,6 +633,7 @@ def _checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+# From chapters/08-training.md, section "The training loop".
 Batch = dict[str, torch.Tensor]
 
 
@@ -487,9 +644,14 @@ def as_batch(
     """The tensors of an ``ObjectiveBatch`` (or a dict) as a dict, with ``more``."""
     if isinstance(batch, ObjectiveBatch):
         items = {f.name: getattr(batch, f.name) for f in fields(batch)}
-    else:
+    elif isinstance(batch, Mapping):
         items = dict(batch)
-    return {k: v for k, v in {**items, **more}.items() if v is not None}
+    else:
+        raise TypeError(f"batch must be an ObjectiveBatch or a dict, got {batch!r:.60}")
+    items = {k: v for k, v in {**items, **more}.items() if v is not None}
+    for name, value in items.items():
+        check.tensor(name, value, owner="as_batch")
+    return items
 
 
 def _step_generator(seed: int, step: int) -> torch.Generator:
@@ -498,6 +660,8 @@ def _step_generator(seed: int, step: int) -> torch.Generator:
 
 
 def _token_stream(tokens: torch.Tensor | list[int], seq_len: int) -> torch.Tensor:
+    if isinstance(tokens, torch.Tensor) and tokens.is_floating_point():
+        raise TypeError(f"tokens must be integer ids, got dtype {tokens.dtype}")
     tokens = torch.as_tensor(tokens, dtype=torch.long)
     if tokens.dim() != 1:
         shape = tuple(tokens.shape)
@@ -510,6 +674,15 @@ def _token_stream(tokens: torch.Tensor | list[int], seq_len: int) -> torch.Tenso
             "shorter seq_len or more text"
         )
     return tokens
+
+
+def _check_batching(batch_size: int, seed: int, objective: Any) -> None:
+    check.positive_int("batch_size", batch_size)
+    check.int_at_least("seed", seed, 0)
+    if objective is not None and not callable(objective):
+        raise TypeError(
+            f"objective must be (windows, generator) -> batch, got {objective!r}"
+        )
 
 
 def lm_batches(
@@ -528,7 +701,7 @@ def lm_batches(
     random choices depend on ``(seed, step)`` only.
     """
     tokens = _token_stream(tokens, seq_len)
-    check.positive_int("batch_size", batch_size)
+    _check_batching(batch_size, seed, objective)
     offsets = torch.arange(seq_len + 1)
 
     def batch_at(step: int) -> Batch:
@@ -554,7 +727,7 @@ def lm_eval_batches(
     """The whole stream as consecutive windows (each token predicted once), in batches:
     what a final, honest evaluation uses. Arguments as :func:`lm_batches`."""
     tokens = _token_stream(tokens, seq_len)
-    check.positive_int("batch_size", batch_size)
+    _check_batching(batch_size, seed, objective)
     n_windows = (len(tokens) - 1) // seq_len
     starts = torch.arange(n_windows) * seq_len
     windows = tokens[rearrange(starts, "w -> w 1") + torch.arange(seq_len + 1)]
@@ -569,6 +742,7 @@ def lm_eval_batches(
     return batches
 
 
+# From chapters/08-training.md, section "The training loop".
 def model_loss(
     model: nn.Module,
     batch: Batch,
@@ -581,6 +755,9 @@ def model_loss(
     ``model(inputs, decoder_inputs, mask, decoder_mask)``; the others
     ``model(inputs, mask)``.
     """
+    if not isinstance(batch, Mapping) or not {"inputs", "targets"} <= set(batch):
+        keys = sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__
+        raise ValueError(f"a batch is a dict with 'inputs' and 'targets', got {keys}")
     if "decoder_inputs" in batch:
         logits = model(
             batch["inputs"],
@@ -602,17 +779,35 @@ def _rows(batch: Batch) -> int:
     return sizes.pop()
 
 
-def shard_batch(batch: Batch, rank: int, world_size: int) -> Batch:
-    """Process ``rank``'s rows (contiguous) of a batch shared by ``world_size``."""
+def _n_targets(batch: Batch) -> int:
+    """How many targets a batch's mean loss is over (``IGNORE_INDEX`` left out), its
+    weight in a larger batch; rows when it has no ``targets``. Counted where batches
+    are made, on the CPU: no device sync."""
+    targets = batch.get("targets")
+    return _rows(batch) if targets is None else int((targets != IGNORE_INDEX).sum())
+
+
+def shard_batch(
+    batch: Batch, rank: int, world_size: int, *, even: bool = True
+) -> Batch:
+    """Process ``rank``'s rows (contiguous) of a batch shared by ``world_size``.
+
+    With ``even=False`` the shards may differ by one row (some may be empty):
+    :func:`train` and :func:`evaluate` weight each by its number of targets.
+    """
     n = _rows(batch)
-    if n % world_size:
+    world_size = check.positive_int("world_size", world_size, owner="shard_batch")
+    rank = check.int_in_range("rank", rank, 0, world_size - 1, owner="shard_batch")
+    if even and n % world_size:
         raise ValueError(
             f"a batch of {n} rows does not divide across {world_size} processes; "
-            "each must get as many rows (DDP averages their gradients with equal "
-            f"weight): use a batch size that is a multiple of {world_size}"
+            "use a batch size that is a multiple of it, or even=False for shards that "
+            "differ by a row"
         )
-    per = n // world_size
-    return {k: v[rank * per : (rank + 1) * per] for k, v in batch.items()}
+    return {
+        k: v[n * rank // world_size : n * (rank + 1) // world_size]
+        for k, v in batch.items()
+    }
 
 
 def _micro_batches(batch: Batch, n_micro: int) -> list[Batch]:
@@ -648,29 +843,39 @@ def evaluate(
 ) -> float:
     """Mean loss over ``n_batches`` batches (all of a list by default), in eval mode.
 
-    Under DDP each process takes its shard of every batch and the means are averaged.
+    Under DDP each process takes its shard of every batch (of any size: the shards may
+    differ by a row, or be empty) and the shards' losses are weighted by their numbers
+    of targets, so the result equals one process's.
     """
+    _check_module("model", model)
+    if n_batches is None:
+        if callable(batches) or not isinstance(batches, list | tuple) or not batches:
+            raise ValueError(
+                "evaluate takes a non-empty list of batches, or a function with "
+                f"n_batches; got {type(batches).__name__} and n_batches=None"
+            )
+        n_batches = len(batches)
+    check.positive_int("n_batches", n_batches, owner="evaluate")
     device = next(model.parameters()).device
     precision = precision or get_precision(device)
-    if n_batches is None:
-        if callable(batches):
-            raise ValueError("evaluate needs n_batches when batches is a function")
-        n_batches = len(batches)
     rank, world = _distributed()
     was_training = model.training
     model.eval()
     total = torch.zeros((), device=device)
     for i in range(n_batches):
-        batch = batches(i) if callable(batches) else batches[i]
-        batch = _to_device(shard_batch(batch, rank, world), device)
-        with autocast(device, precision):
-            total += loss_fn(model, batch).float()
+        whole = batches(i) if callable(batches) else batches[i]
+        shard = shard_batch(whole, rank, world, even=False)
+        if _rows(shard):
+            with autocast(device, precision):
+                loss = loss_fn(model, _to_device(shard, device)).float()
+            total += loss * (_n_targets(shard) / max(_n_targets(whole), 1))
     if world > 1:
         dist.all_reduce(total)
     model.train(was_training)
-    return total.item() / (n_batches * world)
+    return total.item() / n_batches
 
 
+# From chapters/08-training.md, section "The training loop".
 @dataclass
 class TrainHistory:
     """What a run records: per logged step the loss, learning rate and gradient norm
@@ -691,20 +896,97 @@ class TrainHistory:
 
 
 class NonFiniteLossError(FloatingPointError):
-    """The loss (or the gradient norm) became NaN or infinite; no update was applied."""
+    """The loss (or the gradient norm) became NaN or infinite; it reached neither the
+    weights nor a checkpoint."""
 
-    def __init__(self, step: int, what: str, value: float, checkpoint: Path | None):
+    def __init__(
+        self,
+        step: int,
+        what: str,
+        value: float,
+        checkpoint: Path | None,
+        *,
+        found_at: int | None = None,
+    ):
         self.step, self.value, self.checkpoint = step, value, checkpoint
         where = f"the last good checkpoint is {checkpoint}"
+        if found_at is None or found_at == step:
+            applied = "the run stopped before updating the weights"
+        else:  # found at a later read: the bad step and those after it were zeroed
+            applied = (
+                f"found at step {found_at}: the gradients of step {step} and after "
+                "were zeroed, so no non-finite value reached the weights"
+            )
         super().__init__(
-            f"the {what} is {value} at step {step}; the run stopped before updating "
-            f"the weights, and {where if checkpoint else 'there is no checkpoint'}. "
+            f"the {what} is {value} at step {step}; {applied}, and "
+            f"{where if checkpoint else 'there is no checkpoint'}. "
             "Lower the learning rate, clip gradients, or check the data."
         )
 
 
 def _tokens_in(batch: Batch) -> int:
     return sum(batch[k].numel() for k in ("inputs", "decoder_inputs") if k in batch)
+
+
+def _check_train_options(model, batches, optimizer, loss_fn, options) -> None:
+    """:func:`train`'s arguments, checked once at its front door."""
+    _check_module("model", model)
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer, got {optimizer!r:.60}"
+        )
+    if not callable(batches) or not callable(loss_fn):
+        raise TypeError(
+            "batches (step -> batch) and loss_fn (model, batch) -> loss must be callable"
+        )
+    check.positive_ints(
+        **{
+            k: options[k]
+            for k in ("n_steps", "grad_accum", "log_every", "keep_checkpoints")
+        }
+    )
+    for name in ("eval_every", "checkpoint_every"):
+        check.int_at_least(name, options[name], 0, owner="train")
+    check.booleans(resume=options["resume"], compile=options["compile"], owner="train")
+    if options["max_grad_norm"] is not None:
+        _check_max_norm(options["max_grad_norm"])
+    if (options["checkpoint_every"] or options["resume"]) and options[
+        "checkpoint_dir"
+    ] is None:
+        raise ValueError("checkpoint_every and resume need a checkpoint_dir")
+    eval_batches = options["eval_batches"]
+    if options["eval_every"] and eval_batches is None:
+        raise ValueError("eval_every needs eval_batches to evaluate on")
+    if (
+        options["eval_every"]
+        and callable(eval_batches)
+        and options["eval_iters"] is None
+    ):
+        raise ValueError("eval_batches given as a function needs eval_iters")
+    if options["eval_iters"] is not None:
+        check.positive_int("eval_iters", options["eval_iters"], owner="train")
+
+
+def _resume(
+    directory: Path, **objects: Any
+) -> tuple[dict[str, Any] | None, Path | None]:
+    """Load the newest intact checkpoint of ``directory`` into ``objects``; a damaged
+    one is skipped with a warning. ``(None, None)`` when there is none."""
+    found = _saved_checkpoints(directory)
+    errors = []
+    for _, path in reversed(found):
+        try:
+            return load_checkpoint(path, **objects), path
+        except CheckpointError as err:
+            if not err.damaged:
+                raise
+            warnings.warn(f"resuming from an older checkpoint: {err}", stacklevel=3)
+            errors.append(str(err))
+    if errors:
+        raise CheckpointError(
+            f"no intact checkpoint in {directory}: {' | '.join(errors)}"
+        )
+    return None, None
 
 
 def train(
@@ -731,37 +1013,45 @@ def train(
 ) -> TrainHistory:
     """Train ``model`` (already on its device) for steps ``0 .. n_steps-1``.
 
-    ``batches(step)`` gives the whole (global) batch of a step; under DDP (a process
-    group started by :func:`distributed_setup`) each process trains on its
-    :func:`shard_batch` and gradients are averaged. ``precision`` defaults to
-    ``get_precision``: bf16 or fp16 autocast (fp16 with a ``GradScaler``) on a GPU, fp32
-    on a CPU. Gradients are clipped to ``max_grad_norm`` (None: not clipped).
-    ``resume=True`` continues from the latest checkpoint in ``checkpoint_dir``, if any.
-    The loss is read (and checked) every ``log_every`` steps. ``progress``: a tqdm bar
-    (default: in the colab and full profiles, not in smoke).
+    ``batches(step)`` gives the whole (global) batch of a step, on the CPU; under DDP
+    (a process group started by :func:`distributed_setup`) each process trains on its
+    :func:`shard_batch` (shards may differ by a row). The loss of a step is the mean
+    over all its targets, whatever the processes and ``grad_accum`` micro-batches:
+    ``loss_fn`` returns the mean over its batch's targets, weighted here by their share.
+    ``precision`` defaults to ``get_precision``: bf16 or fp16 autocast (fp16 with a
+    ``GradScaler``) on a GPU, fp32 on a CPU. Gradients are clipped to ``max_grad_norm``
+    (None: not clipped). ``resume=True`` continues from the newest intact checkpoint in
+    ``checkpoint_dir``, if any, with this call's settings (:func:`load_checkpoint`).
+    The loss is read every ``log_every`` steps, and before an evaluation or a
+    checkpoint. ``progress``: a tqdm bar (default: in the colab and full profiles).
     Raises :class:`NonFiniteLossError` on a NaN or infinite loss or gradient norm.
     """
-    check.positive_int("n_steps", n_steps)
-    check.positive_int("grad_accum", grad_accum)
-    check.positive_int("log_every", log_every)
+    options = dict(locals())
+    _check_train_options(model, batches, optimizer, loss_fn, options)
     device = next(model.parameters()).device
     precision = precision or get_precision(device)
     scaler = torch.amp.GradScaler(device.type) if precision.use_grad_scaler else None
+    config = getattr(unwrap_model(model), "cfg", None)
+    config = asdict(config) if config is not None else None
     history, start, last_checkpoint = TrainHistory(), 0, None
-    if checkpoint_dir is not None and resume:
-        found = latest_checkpoint(checkpoint_dir)
-        if found is not None:
-            state = load_checkpoint(
-                found,
-                model=model,
-                optimizer=optimizer,
-                scheduler=scheduler,
-                scaler=scaler,
-                map_location=device,
-            )
-            start, last_checkpoint = state["step"], found
-            history = TrainHistory(**state["extra"].get("history", {}))
     rank, world = _distributed()
+    if checkpoint_dir is not None:
+        checkpoint_dir = Path(checkpoint_dir)
+        for stale in checkpoint_dir.glob(".step-*.pt.*.tmp") if rank == 0 else ():
+            stale.unlink(missing_ok=True)  # a save killed inside torch.save
+    if resume:
+        state, last_checkpoint = _resume(
+            checkpoint_dir,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scaler=scaler,
+            map_location=device,
+            config=config,
+        )
+        if state is not None:
+            start = state["step"]
+            history = TrainHistory(**state["extra"].get("history", {}))
     ddp = None
     if world > 1:
         ddp = DistributedDataParallel(
@@ -770,7 +1060,6 @@ def train(
     net = ddp if ddp is not None else model
     if compile:
         net = torch.compile(net)
-    config = getattr(unwrap_model(model), "cfg", None)
     show = get_profile() != "smoke" if progress is None else progress
     model.train()
     bar = tqdm(
@@ -781,33 +1070,68 @@ def train(
         dynamic_ncols=True,
         desc="train",
     )
+    # Finiteness is tracked on the device, read only when the loss is read anyway.
+    healthy = torch.ones((), dtype=torch.bool, device=device)
+    first_bad = torch.zeros((), dtype=torch.long, device=device)  # 0: none yet
+    bad_values = torch.zeros(2, device=device)  # (loss, gradient norm) of first_bad
     for step in bar:
         began = time.perf_counter()
-        batch = shard_batch(batches(step), rank, world)
+        whole = batches(step)
+        n_targets, n_rows = max(_n_targets(whole), 1), _rows(whole)
+        if n_rows < world:
+            raise ValueError(
+                f"step {step}: a batch of {n_rows} rows cannot feed {world} processes"
+            )
+        batch = shard_batch(whole, rank, world, even=False)
         micro_batches = _micro_batches(batch, grad_accum)
         loss_sum = torch.zeros((), device=device)
         for i, micro in enumerate(micro_batches):
             last = i == len(micro_batches) - 1
             synced = ddp is None or last  # DDP averages once, after the last one
+            share = _n_targets(micro) / n_targets  # of the step's targets
             with contextlib.nullcontext() if synced else ddp.no_sync():
                 with autocast(device, precision):
-                    loss = loss_fn(net, _to_device(micro, device)) / grad_accum
+                    mean = loss_fn(net, _to_device(micro, device))
+                loss = mean * (
+                    share * world
+                )  # DDP divides the sum of gradients by world
                 (scaler.scale(loss) if scaler is not None else loss).backward()
-            loss_sum += loss.detach().float()
+            loss_sum += mean.detach().float() * share
         if world > 1:
-            dist.all_reduce(loss_sum)
-            loss_sum /= world
+            dist.all_reduce(loss_sum)  # the step's loss: every process gets the sum
         if scaler is not None:
             scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
         norm = clip_grad_norm(model.parameters(), max_grad_norm or math.inf)
+        finite = torch.isfinite(loss_sum) & (
+            torch.isfinite(norm) | (scaler is not None)
+        )
+        first_bad = torch.where(healthy & ~finite, step + 1, first_bad)
+        bad_values = torch.where(
+            healthy & ~finite, torch.stack([loss_sum, norm]), bad_values
+        )
+        healthy &= finite
+        done = step + 1
+        due_eval = eval_every and (done % eval_every == 0 or done == n_steps)
+        due_save = checkpoint_every and (
+            done % checkpoint_every == 0 or done == n_steps
+        )
         logged = step % log_every == 0 or step == n_steps - 1
-        if logged:
+        if logged or due_eval or due_save:  # a read: stop before the update
+            if not healthy.item():
+                bad, (loss_bad, norm_bad) = int(first_bad), bad_values.tolist()
+                what, value = (
+                    ("loss", loss_bad)
+                    if not math.isfinite(loss_bad)
+                    else ("gradient norm", norm_bad)
+                )
+                raise NonFiniteLossError(
+                    bad, what, value, last_checkpoint, found_at=done
+                )
             loss_value, norm_value = loss_sum.item(), float(norm)
-            if not math.isfinite(loss_value):
-                raise NonFiniteLossError(step + 1, "loss", loss_value, last_checkpoint)
-            if scaler is None and not math.isfinite(norm_value):
-                what = "gradient norm"
-                raise NonFiniteLossError(step + 1, what, norm_value, last_checkpoint)
+        else:  # no read, no sync: a non-finite step (and all after it) updates nothing
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad.nan_to_num_(0.0, 0.0, 0.0).mul_(healthy)
         lr = optimizer.param_groups[0]["lr"]
         if scaler is not None:
             scaler.step(optimizer)  # skipped if the scaled gradients overflowed
@@ -817,8 +1141,7 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         if scheduler is not None:
             scheduler.step()
-        done = step + 1
-        history.tokens += _tokens_in(batch) * world
+        history.tokens += _tokens_in(whole)
         if logged:
             history.steps.append(done)
             history.losses.append(loss_value)
@@ -826,8 +1149,7 @@ def train(
             history.grad_norms.append(norm_value)
             bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}", refresh=False)
         history.train_seconds += time.perf_counter() - began
-        due = eval_every and (done % eval_every == 0 or done == n_steps)
-        if eval_batches is not None and due:
+        if due_eval:
             eval_loss = evaluate(
                 model,
                 eval_batches,
@@ -838,17 +1160,16 @@ def train(
             history.eval_losses.append(eval_loss)
             history.eval_steps.append(done)
             model.train()
-        if (
-            checkpoint_dir is not None
-            and checkpoint_every
-            and (done % checkpoint_every == 0 or done == n_steps)
-        ):
-            extra = {"history": asdict(history), "data_position": done}
-            if config is not None:
-                extra["config"] = asdict(config)
+        if due_save:
+            extra = {
+                "history": asdict(history),
+                "data_position": done,
+                "config": config,
+            }
+            last_checkpoint = checkpoint_dir / f"step-{done:08d}.pt"
             if rank == 0:
-                last_checkpoint = save_checkpoint(
-                    Path(checkpoint_dir) / f"step-{done:08d}.pt",
+                save_checkpoint(
+                    last_checkpoint,
                     model=model,
                     step=done,
                     optimizer=optimizer,
@@ -856,7 +1177,7 @@ def train(
                     scaler=scaler,
                     extra=extra,
                 )
-                _prune(Path(checkpoint_dir), keep_checkpoints)
+                _prune(checkpoint_dir, keep_checkpoints)
             if world > 1:
                 dist.barrier()
     bar.close()
@@ -865,12 +1186,13 @@ def train(
 
 def _prune(directory: Path, keep: int) -> None:
     """Delete all but the ``keep`` newest ``step-*.pt`` checkpoints."""
-    found = _checkpoints(directory)
+    found = _saved_checkpoints(directory)
     for _, old in found[: max(0, len(found) - keep)]:
         old.unlink(missing_ok=True)
 
 
-def _checkpointed_block_forward(self: TransformerBlock, x: torch.Tensor, *args, **kw):
+# From chapters/08-training.md, section "Memory: activation checkpointing".
+def _recomputing_block_forward(self: TransformerBlock, x: torch.Tensor, *args, **kw):
     plain = type(self).forward
     if kw.get("use_cache") or not torch.is_grad_enabled():
         return plain(self, x, *args, **kw)  # generation, evaluation: nothing to save
@@ -892,7 +1214,7 @@ def enable_activation_checkpointing(model: nn.Module) -> int:
     of blocks."""
     blocks = _blocks(model)
     for block in blocks:
-        block.forward = _checkpointed_block_forward.__get__(block)  # a bound method
+        block.forward = _recomputing_block_forward.__get__(block)  # a bound method
     return len(blocks)
 
 
@@ -904,6 +1226,7 @@ def disable_activation_checkpointing(model: nn.Module) -> int:
     return len(blocks)
 
 
+# From chapters/08-training.md, section "Speed: compilation, fused kernels, and how busy the GPU is".
 # Dense bf16/fp16 tensor-core peaks (FLOP/s), NVIDIA's data sheets; matched in order.
 _PEAK_FLOPS = (
     ("H100 PCIe", 756e12),
@@ -922,6 +1245,7 @@ _PEAK_FLOPS = (
 def training_flops_per_token(model: nn.Module, seq_len: int) -> float:
     """Training FLOPs per token: ``6·N`` for the parameters (forward 2, backward 4) plus
     ``12·L·d·T`` for attention (PaLM's appendix B); position tables do no products."""
+    check.positive_int("seq_len", seq_len, owner="training_flops_per_token")
     model = unwrap_model(model)
     cfg = model.cfg
     n_params = count_parameters(model)
@@ -938,631 +1262,6 @@ def peak_flops(device: torch.device | str | None = None) -> float | None:
         return None
     name = torch.cuda.get_device_name(device)
     return next((flops for key, flops in _PEAK_FLOPS if key in name), None)
-
-
-def distributed_setup(backend: str | None = None) -> tuple[int, int, torch.device]:
-    """Join the process group that ``torchrun`` describes in the environment, if any.
-
-    Returns ``(rank, world_size, device)``: ``(0, 1, get_device())`` without torchrun;
-    under torchrun, CUDA device ``LOCAL_RANK`` with NCCL, or the CPU with gloo.
-    """
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
-        return 0, 1, get_device()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available() and backend in (None, "nccl"):
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        device, backend = torch.device("cpu"), backend or "gloo"
-    if not dist.is_initialized():
-        dist.init_process_group(backend)
-    return dist.get_rank(), dist.get_world_size(), device
-
-
-class CharVocabulary:
-    """The characters of a text, numbered after some special tokens.
-
-    ``vocab["<pad>"]`` is a token's id; ``encode(text)`` and ``decode(ids)`` convert
-    (``decode`` drops special tokens unless ``skip_specials=False``).
-    """
-
-    def __init__(self, text: str, specials: Iterable[str] = ()) -> None:
-        self.specials = tuple(specials)
-        self.tokens = [*self.specials, *sorted(set(text) - set(self.specials))]
-        self.ids = {token: i for i, token in enumerate(self.tokens)}
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.tokens)
-
-    def __getitem__(self, token: str) -> int:
-        if token not in self.ids:
-            raise KeyError(f"{token!r} is not in the vocabulary ({self.specials=})")
-        return self.ids[token]
-
-    def encode(self, text: str) -> list[int]:
-        try:
-            return [self.ids[c] for c in text]
-        except KeyError as err:
-            character = err.args[0]
-            raise ValueError(f"{character!r} is not in the vocabulary") from None
-
-    def decode(self, ids: Iterable[int], *, skip_specials: bool = True) -> str:
-        n_special = len(self.specials) if skip_specials else 0
-        return "".join(self.tokens[i] for i in ids if i >= n_special)
-
-
-class SequenceClassifier(nn.Module):
-    """BERT's embeddings and encoder with a linear head on the mean of the outputs.
-
-    ``forward(ids, mask=None)``: ``ids`` ``(batch seq)``, ``mask`` ``(batch seq)``
-    True for real tokens -> logits ``(batch n_classes)``. The MLM head is not used.
-    """
-
-    def __init__(self, bert: BERT, n_classes: int, dropout: float = 0.1) -> None:
-        super().__init__()
-        self.cfg = bert.cfg
-        self.embed, self.encoder = bert.embed, bert.encoder
-        self.dropout = nn.Dropout(dropout)
-        self.head = nn.Linear(
-            bert.cfg.d_model, check.positive_int("n_classes", n_classes)
-        )
-        nn.init.normal_(self.head.weight, std=0.02)
-        nn.init.zeros_(self.head.bias)
-
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None):
-        hidden = self.encoder(self.embed(ids), mask)  # (batch seq d_model)
-        if mask is None:
-            pooled = reduce(hidden, "batch seq d_model -> batch d_model", "mean")
-        else:
-            weights = rearrange(mask.to(hidden.dtype), "batch seq -> batch seq 1")
-            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-        return self.head(self.dropout(pooled))
-
-
-def split_pairs_by_source(
-    pairs: list[tuple[str, str]], test_fraction: float, seed: int = 0
-) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """Split ``(source, target)`` pairs so that no source sentence is in both parts.
-
-    All translations of one source go to the same side; ``test_fraction`` of the
-    distinct sources (in a seeded random order) go to the test part.
-    """
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction!r}")
-    sources = sorted({source for source, _ in pairs})
-    random.Random(seed).shuffle(sources)
-    test_sources = set(sources[: max(1, round(test_fraction * len(sources)))])
-    train_part = [p for p in pairs if p[0] not in test_sources]
-    test_part = [p for p in pairs if p[0] in test_sources]
-    return train_part, test_part
-
-
-RUN_SIZES: dict[str, dict[str, dict[str, Any]]] = {
-    "gpt": {
-        "smoke": dict(d_model=64, n_heads=4, n_layers=2, seq_len=64, batch_size=16,
-                      n_steps=200, lr=3e-3, warmup=20, dropout=0.0, eval_every=50,
-                      eval_iters=2),
-        "colab": dict(d_model=384, n_heads=6, n_layers=6, seq_len=256, batch_size=128,
-                      n_steps=600, lr=2e-3, warmup=100, dropout=0.1, eval_every=200,
-                      eval_iters=10),
-        "full": dict(d_model=384, n_heads=6, n_layers=6, seq_len=256, batch_size=128,
-                     n_steps=1500, lr=2e-3, warmup=100, dropout=0.1, eval_every=500,
-                     eval_iters=20),
-    },
-    "bert": {
-        "smoke": dict(d_model=64, n_heads=4, n_layers=2, seq_len=64, batch_size=16,
-                      n_steps=150, lr=2e-3, warmup=15, finetune_steps=80,
-                      finetune_lr=1e-3, test_per_book=16, dropout=0.0, eval_every=50,
-                      eval_iters=2),
-        "colab": dict(d_model=256, n_heads=4, n_layers=4, seq_len=128, batch_size=128,
-                      n_steps=2000, lr=1e-3, warmup=200, finetune_steps=300,
-                      finetune_lr=3e-4, test_per_book=200, dropout=0.1, eval_every=500,
-                      eval_iters=10),
-        "full": dict(d_model=256, n_heads=4, n_layers=4, seq_len=128, batch_size=128,
-                     n_steps=4000, lr=1e-3, warmup=200, finetune_steps=600,
-                     finetune_lr=3e-4, test_per_book=200, dropout=0.1, eval_every=500,
-                     eval_iters=10),
-    },
-    "t5": {
-        "smoke": dict(d_model=64, n_heads=4, n_layers=2, batch_size=32, n_steps=250,
-                      lr=3e-3, warmup=25, dropout=0.0, test_fraction=0.1, beam_size=4,
-                      eval_every=125, label_smoothing=0.1),
-        "colab": dict(d_model=256, n_heads=4, n_layers=3, batch_size=128, n_steps=1500,
-                      lr=1e-3, warmup=200, dropout=0.1, test_fraction=0.1, beam_size=4,
-                      eval_every=500, label_smoothing=0.1),
-        "full": dict(d_model=256, n_heads=4, n_layers=3, batch_size=128, n_steps=3000,
-                     lr=1e-3, warmup=200, dropout=0.1, test_fraction=0.1, beam_size=4,
-                     eval_every=500, label_smoothing=0.1),
-    },
-}  # fmt: skip
-
-
-def _sizes(run: str, profile: str | None, n_steps: int | None) -> dict[str, Any]:
-    profile = profile or get_profile()
-    if profile not in PROFILES:
-        raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
-    if run not in RUN_SIZES:
-        raise ValueError(f"run must be one of {tuple(RUN_SIZES)}, got {run!r}")
-    sizes = {**RUN_SIZES[run][profile], "profile": profile}
-    if n_steps is not None:  # for BERT, both pre-training and fine-tuning
-        sizes["n_steps"] = check.positive_int("n_steps", n_steps)
-        if "finetune_steps" in sizes:
-            sizes["finetune_steps"] = n_steps
-        sizes["warmup"] = min(sizes["warmup"], n_steps)
-    return sizes
-
-
-def _run_config(
-    run: str, sizes: Mapping[str, Any], vocab_size: int
-) -> TransformerConfig:
-    """The ``TransformerConfig`` of a run's model at these sizes."""
-    common = dict(
-        vocab_size=vocab_size,
-        d_model=sizes["d_model"],
-        n_heads=sizes["n_heads"],
-        n_layers=sizes["n_layers"],
-        dropout=sizes["dropout"],
-    )
-    if run == "gpt":
-        return TransformerConfig(**common, max_len=sizes["seq_len"])
-    if run == "bert":
-        return TransformerConfig(
-            **common, max_len=sizes["seq_len"], embedding_norm=True
-        )
-    return TransformerConfig(  # T5
-        **common,
-        n_decoder_layers=sizes["n_layers"],
-        positions="t5",
-        norm="rmsnorm",
-        activation="relu",
-        bias=False,
-        attn_scale=1.0,
-        max_len=128,
-    )
-
-
-def _curves(history: TrainHistory) -> dict[str, Any]:
-    return {
-        "train": {"step": history.steps, "loss": history.losses, "lr": history.lrs},
-        "eval": {"step": history.eval_steps, "loss": history.eval_losses},
-    }
-
-
-def _speed(model: nn.Module, history: TrainHistory, seq_len: int) -> dict[str, Any]:
-    """Tokens per second; on a known GPU also the model FLOPs utilisation and memory."""
-    device = next(model.parameters()).device
-    speed: dict[str, Any] = {"tokens_per_second": history.tokens_per_second}
-    peak = peak_flops(device)
-    if peak is not None:
-        flops = training_flops_per_token(model, seq_len) * history.tokens_per_second
-        speed["mfu"] = flops / peak
-    if device.type == "cuda":
-        speed["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
-    return speed
-
-
-@torch.no_grad()
-def _sample(model: GPT, decode: Callable, prompt: torch.Tensor, n_new: int, seed: int):
-    was_training = model.training
-    model.eval()
-    generator = torch.Generator(prompt.device).manual_seed(seed)
-    ids = generate(model, prompt, n_new, temperature=0.8, generator=generator)
-    model.train(was_training)
-    return decode(ids[0].tolist())
-
-
-def char_gpt_run(
-    profile: str | None = None,
-    *,
-    device: torch.device | str | None = None,
-    compile: bool = False,
-    progress: bool | None = None,
-    seed: int = 0,
-    n_steps: int | None = None,
-) -> dict[str, Any]:
-    """A character-level GPT on Tiny Shakespeare: 90 % to train, the last 10 % held
-    out."""
-    sizes = _sizes("gpt", profile, n_steps)
-    seq_len, batch_size = sizes["seq_len"], sizes["batch_size"]
-    device = torch.device(device) if device is not None else get_device()
-    torch.manual_seed(seed)
-    text = load_tiny_shakespeare()
-    vocab = CharVocabulary(text)
-    ids = torch.tensor(vocab.encode(text))
-    split = int(0.9 * len(ids))
-    train_ids, val_ids = ids[:split], ids[split:]
-    cfg = _run_config("gpt", sizes, vocab.vocab_size)
-    model = GPT(cfg).to(device)
-    prompt = torch.tensor([vocab.encode("\n")], device=device)
-    n_new = seq_len - 1  # learned positions: no further than the context
-    before = _sample(model, vocab.decode, prompt, n_new, seed)
-    optimizer = make_optimizer(model, sizes["lr"], betas=(0.9, 0.99), eps=1e-8)
-    schedule = WarmupCosineSchedule(sizes["warmup"], sizes["n_steps"], min_ratio=0.1)
-    history = train(
-        model,
-        lm_batches(train_ids, batch_size, seq_len, seed=seed),
-        optimizer=optimizer,
-        scheduler=make_scheduler(optimizer, schedule),
-        n_steps=sizes["n_steps"],
-        eval_batches=lm_batches(val_ids, batch_size, seq_len, seed=seed + 1),
-        eval_every=sizes["eval_every"],
-        eval_iters=sizes["eval_iters"],
-        compile=compile,
-        progress=progress,
-    )
-    val_loss = evaluate(model, lm_eval_batches(val_ids, 4 * batch_size, seq_len))
-    return {
-        "run": "gpt",
-        "sizes": sizes,
-        "config": asdict(cfg),
-        "parameters": count_parameters(model),
-        "metrics": {
-            "val_loss": val_loss,
-            "train_seconds": history.train_seconds,
-            **_speed(model, history, seq_len),
-        },
-        "curves": _curves(history),
-        "examples": {
-            "before": before,
-            "after": _sample(model, vocab.decode, prompt, n_new, seed),
-        },
-    }
-
-
-def _book_batches(books: list[torch.Tensor], batch_size: int, seq_len: int, seed: int):
-    """``step -> batch`` of passages: a book drawn uniformly, then a window of it."""
-
-    def batch_at(step: int) -> Batch:
-        generator = _step_generator(seed, step)
-        labels = torch.randint(len(books), (batch_size,), generator=generator)
-        rows = []
-        for label in labels.tolist():
-            book = books[label]
-            high = len(book) - seq_len + 1
-            start = int(torch.randint(high, (1,), generator=generator))
-            rows.append(book[start : start + seq_len])
-        return {"inputs": torch.stack(rows), "targets": labels}
-
-    return batch_at
-
-
-def _book_test_set(books: list[torch.Tensor], per_book: int, seq_len: int, size: int):
-    """``per_book`` evenly spaced passages of each (held-out) book, in batches."""
-    rows, labels = [], []
-    for label, ids in enumerate(books):
-        starts = torch.linspace(0, len(ids) - seq_len, per_book).long()
-        for start in starts.tolist():
-            rows.append(ids[start : start + seq_len])
-            labels.append(label)
-    inputs, targets = torch.stack(rows), torch.tensor(labels)
-    pieces = zip(inputs.split(size), targets.split(size))
-    return [{"inputs": i, "targets": t} for i, t in pieces]
-
-
-@torch.no_grad()
-def _accuracy(model: nn.Module, batches: list[Batch]) -> float:
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    right = total = 0
-    for batch in batches:
-        batch = _to_device(batch, device)
-        predicted = model(batch["inputs"], batch.get("mask")).argmax(-1)
-        right += int((predicted == batch["targets"]).sum())
-        total += len(batch["targets"])
-    model.train(was_training)
-    return right / total
-
-
-def bert_run(
-    profile: str | None = None,
-    *,
-    device: torch.device | str | None = None,
-    compile: bool = False,
-    progress: bool | None = None,
-    seed: int = 0,
-    n_steps: int | None = None,
-) -> dict[str, Any]:
-    """Masked-LM pre-training on six Gutenberg books, then book classification of
-    held-out passages, against the same classifier trained from scratch."""
-    sizes = _sizes("bert", profile, n_steps)
-    device = torch.device(device) if device is not None else get_device()
-    torch.manual_seed(seed)
-    books = load_gutenberg()
-    vocab = CharVocabulary("".join(books.values()), specials=("<pad>", "<mask>"))
-    pad, mask_id = vocab["<pad>"], vocab["<mask>"]
-    encoded = [torch.tensor(vocab.encode(text)) for text in books.values()]
-    seen = [ids[: int(0.9 * len(ids))] for ids in encoded]
-    held_out = [ids[int(0.9 * len(ids)) :] for ids in encoded]
-    seq_len, batch_size = sizes["seq_len"], sizes["batch_size"]
-
-    def mlm(windows: torch.Tensor, generator: torch.Generator) -> ObjectiveBatch:
-        return masked_lm_batch(
-            windows,
-            mask_id=mask_id,
-            vocab_size=vocab.vocab_size,
-            generator=generator,
-            special_ids=(pad,),
-        )
-
-    cfg = _run_config("bert", sizes, vocab.vocab_size)
-    bert = BERT(cfg).to(device)
-    optimizer = make_optimizer(bert, sizes["lr"], betas=(0.9, 0.98), eps=1e-9)
-    pre_history = train(
-        bert,
-        lm_batches(torch.cat(seen), batch_size, seq_len - 1, seed=seed, objective=mlm),
-        optimizer=optimizer,
-        scheduler=make_scheduler(
-            optimizer, WarmupCosineSchedule(sizes["warmup"], sizes["n_steps"])
-        ),
-        n_steps=sizes["n_steps"],
-        eval_batches=lm_batches(
-            torch.cat(held_out), batch_size, seq_len - 1, seed=seed + 1, objective=mlm
-        ),
-        eval_every=sizes["eval_every"],
-        eval_iters=sizes["eval_iters"],
-        compile=compile,
-        progress=progress,
-    )
-    test_set = _book_test_set(held_out, sizes["test_per_book"], seq_len, 4 * batch_size)
-    finetuned, curves = {}, {"pretraining": _curves(pre_history)}
-    scratch = BERT(cfg).to(device)
-    steps = sizes["finetune_steps"]
-    for name, encoder in (("pretrained", bert), ("from_scratch", scratch)):
-        torch.manual_seed(seed + 1)  # the same head and dropout masks for both
-        classifier = SequenceClassifier(encoder, len(books), sizes["dropout"])
-        classifier = classifier.to(device)
-        optimizer = make_optimizer(
-            classifier,
-            sizes["finetune_lr"],
-            betas=(0.9, 0.98),
-            eps=1e-9,
-        )
-        schedule = WarmupCosineSchedule(steps // 10, steps)
-        history = train(
-            classifier,
-            _book_batches(seen, batch_size, seq_len, seed + 2),
-            optimizer=optimizer,
-            scheduler=make_scheduler(optimizer, schedule),
-            n_steps=steps,
-            eval_batches=test_set,
-            eval_every=max(1, steps // 4),
-            compile=compile,
-            progress=progress,
-        )
-        finetuned[name] = _accuracy(classifier, test_set)
-        curves[name] = _curves(history)
-    return {
-        "run": "bert",
-        "sizes": sizes,
-        "config": asdict(cfg),
-        "parameters": count_parameters(bert),
-        "metrics": {
-            "mlm_val_loss": pre_history.eval_losses[-1],
-            "accuracy_pretrained": finetuned["pretrained"],
-            "accuracy_from_scratch": finetuned["from_scratch"],
-            "chance": 1 / len(books),
-            "test_passages": sum(len(b["targets"]) for b in test_set),
-            **_speed(bert, pre_history, seq_len),
-        },
-        "curves": curves,
-        "examples": {"books": list(books)},
-    }
-
-
-def _pair_batch(sources: list[torch.Tensor], targets: list[torch.Tensor], pad: int):
-    """Right-padded source and target rows; the decoder reads ``pad``, then the
-    target shifted right."""
-    inputs = pad_sequence(sources, batch_first=True, padding_value=pad)
-    labels = pad_sequence(targets, batch_first=True, padding_value=IGNORE_INDEX)
-    shifted = torch.cat([torch.full_like(labels[:, :1], pad), labels[:, :-1]], dim=1)
-    decoder_inputs = shifted.masked_fill(shifted == IGNORE_INDEX, pad)
-    return {
-        "inputs": inputs,
-        "mask": inputs != pad,
-        "decoder_inputs": decoder_inputs,
-        "targets": labels,
-    }
-
-
-@torch.no_grad()
-def _translate(model: T5, sources: list[str], vocab: CharVocabulary, beam_size: int):
-    """Greedy (``beam_size=1``) or beam-search translations of ``sources``."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    pad, eos = vocab["<pad>"], vocab["</s>"]
-    out = []
-    for start in range(0, len(sources), 256):
-        texts = sources[start : start + 256]
-        chunk = [torch.tensor([*vocab.encode(text), eos]) for text in texts]
-        src = pad_sequence(chunk, batch_first=True, padding_value=pad).to(device)
-        bound = model.bind(src, src != pad)
-        prompt = torch.full((len(chunk), 1), pad, device=device)
-        max_new = 2 * src.shape[1] + 10
-        stop = dict(stop_ids=[eos], pad_id=pad)
-        if beam_size == 1:
-            ids = generate(bound, prompt, max_new, temperature=0, **stop)
-        else:
-            ids = beam_search(bound, prompt, max_new, beam_size=beam_size, **stop)
-        for row in ids[:, 1:].tolist():
-            out.append(vocab.decode(row[: row.index(eos)] if eos in row else row))
-    model.train(was_training)
-    return out
-
-
-def _t5_data(sizes: Mapping[str, Any], seed: int):
-    """``(vocab, train_pairs, test_pairs, batch_at, test_batches)`` of the T5 run:
-    ``batch_at(step)`` draws training pairs, ``test_batches`` holds all test pairs."""
-    pairs = load_tatoeba_pairs()
-    train_pairs, test_pairs = split_pairs_by_source(pairs, sizes["test_fraction"], seed)
-    vocab = CharVocabulary("".join(e + f for e, f in pairs), specials=("<pad>", "</s>"))
-    pad, eos = vocab["<pad>"], vocab["</s>"]
-
-    def encoded(pairs: list[tuple[str, str]]) -> tuple[list, list]:
-        return (
-            [torch.tensor([*vocab.encode(e), eos]) for e, _ in pairs],
-            [torch.tensor([*vocab.encode(f), eos]) for _, f in pairs],
-        )
-
-    sources, targets = encoded(train_pairs)
-
-    def batch_at(step: int) -> Batch:
-        generator = _step_generator(seed, step)
-        rows = torch.randint(len(sources), (sizes["batch_size"],), generator=generator)
-        return _pair_batch([sources[i] for i in rows], [targets[i] for i in rows], pad)
-
-    test_sources, test_targets = encoded(test_pairs)
-    test_batches = [
-        _pair_batch(test_sources[i : i + 256], test_targets[i : i + 256], pad)
-        for i in range(0, len(test_pairs), 256)
-    ]
-    return vocab, train_pairs, test_pairs, batch_at, test_batches
-
-
-def t5_run(
-    profile: str | None = None,
-    *,
-    device: torch.device | str | None = None,
-    compile: bool = False,
-    progress: bool | None = None,
-    seed: int = 0,
-    n_steps: int | None = None,
-) -> dict[str, Any]:
-    """T5 on Tatoeba English -> French, split by English sentence; BLEU (sacrebleu) of
-    greedy and beam-search translations of the held-out sentences."""
-    import sacrebleu  # the chapters' extra; the standard BLEU
-
-    sizes = _sizes("t5", profile, n_steps)
-    device = torch.device(device) if device is not None else get_device()
-    torch.manual_seed(seed)
-    vocab, train_pairs, test_pairs, batch_at, test_batches = _t5_data(sizes, seed)
-    pad = vocab["<pad>"]
-    cfg = _run_config("t5", sizes, vocab.vocab_size)
-    model = T5(cfg, start_id=pad).to(device)
-    optimizer = make_optimizer(model, sizes["lr"], betas=(0.9, 0.98), eps=1e-9)
-    smoothing = sizes["label_smoothing"]
-    history = train(
-        model,
-        batch_at,
-        optimizer=optimizer,
-        scheduler=make_scheduler(
-            optimizer, WarmupCosineSchedule(sizes["warmup"], sizes["n_steps"])
-        ),
-        n_steps=sizes["n_steps"],
-        loss_fn=lambda net, batch: model_loss(net, batch, label_smoothing=smoothing),
-        eval_batches=test_batches,
-        eval_every=sizes["eval_every"],
-        compile=compile,
-        progress=progress,
-    )
-    references: dict[str, list[str]] = {}
-    for english, french in test_pairs:
-        references.setdefault(english, []).append(french)
-    english = list(references)
-    n_refs = max(len(r) for r in references.values())
-    # sacrebleu takes one stream per reference; None where a sentence has fewer
-    ref_streams = []
-    for k in range(n_refs):
-        ref_streams.append([r[k] if k < len(r) else None for r in references.values()])
-    metrics: dict[str, Any] = {"test_loss": history.eval_losses[-1]}
-    translations = {}
-    for name, beam in (("greedy", 1), ("beam", sizes["beam_size"])):
-        translations[name] = _translate(model, english, vocab, beam)
-        bleu = sacrebleu.corpus_bleu(translations[name], ref_streams)
-        metrics[f"bleu_{name}"] = bleu.score
-    metrics.update(
-        train_pairs=len(train_pairs),
-        test_sentences=len(english),
-        **_speed(model, history, 32),
-    )
-    examples = [
-        {"english": s, "greedy": g, "beam": b, "references": references[s]}
-        for s, g, b in zip(english[:8], translations["greedy"], translations["beam"])
-    ]
-    return {
-        "run": "t5",
-        "sizes": sizes,
-        "config": asdict(cfg),
-        "parameters": count_parameters(model),
-        "metrics": metrics,
-        "curves": _curves(history),
-        "examples": examples,
-    }
-
-
-def _on_meta(make: Callable[[], nn.Module]) -> nn.Module:
-    """A model built on the meta device: shapes only, no memory, no initialisation."""
-    with torch.device("meta"):
-        return make()
-
-
-def _n_evaluations(n_steps: int, every: int) -> int:
-    """How often :func:`train` evaluates: every ``every`` steps and after the last."""
-    return n_steps // every + (n_steps % every != 0) if every else 0
-
-
-def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
-    """The work of one of the three runs at a profile's sizes, counted, not run.
-
-    Returns ``train_tokens`` (forward and backward), ``forward_tokens`` (evaluation
-    only, a third of the cost), ``flops``, the sum of each model's
-    :func:`training_flops_per_token` times its tokens, and ``steps``, the optimiser
-    steps of every model the run trains (BERT: pre-training and both fine-tunings).
-    Decoding, sampling and data preparation are not counted.
-    """
-    sizes = _sizes(run, profile, None)
-    batch_size, n_steps = sizes["batch_size"], sizes["n_steps"]
-    n_evals = _n_evaluations(n_steps, sizes["eval_every"])
-    parts = []  # (model, seq_len, train_tokens, forward_tokens, optimiser steps)
-    if run == "gpt":
-        text = load_tiny_shakespeare()
-        seq_len = sizes["seq_len"]
-        cfg = _run_config(run, sizes, CharVocabulary(text).vocab_size)
-        n_val = len(text) - int(0.9 * len(text))
-        tokens = batch_size * seq_len
-        final = (n_val - 1) // seq_len * seq_len  # lm_eval_batches's windows
-        forward = n_evals * sizes["eval_iters"] * tokens + final
-        gpt = _on_meta(lambda: GPT(cfg))
-        parts.append((gpt, seq_len, n_steps * tokens, forward, n_steps))
-    elif run == "bert":
-        books = load_gutenberg()
-        vocab = CharVocabulary("".join(books.values()), specials=("<pad>", "<mask>"))
-        seq_len, steps = sizes["seq_len"], sizes["finetune_steps"]
-        cfg = _run_config(run, sizes, vocab.vocab_size)
-        bert = _on_meta(lambda: BERT(cfg))
-        tokens = batch_size * seq_len
-        forward = n_evals * sizes["eval_iters"] * tokens
-        parts.append((bert, seq_len, n_steps * tokens, forward, n_steps))
-        test_tokens = len(books) * sizes["test_per_book"] * seq_len
-        ft_evals = _n_evaluations(steps, max(1, steps // 4)) + 1  # + the accuracy
-        classifier = _on_meta(lambda: SequenceClassifier(bert, len(books)))
-        for _ in ("pretrained", "from_scratch"):
-            ft_tokens = ft_evals * test_tokens
-            parts.append((classifier, seq_len, steps * tokens, ft_tokens, steps))
-    else:
-        vocab, _, _, batch_at, test_batches = _t5_data(sizes, 0)
-        sample = range(0, n_steps, max(1, n_steps // 64))
-        per_batch = sum(_tokens_in(batch_at(s)) for s in sample) / len(sample)
-        seq_len = max(1, round(per_batch / (2 * batch_size)))  # per stack
-        test_tokens = sum(_tokens_in(b) for b in test_batches)
-        cfg = _run_config(run, sizes, vocab.vocab_size)
-        model = _on_meta(lambda: T5(cfg, start_id=0))
-        forward = n_evals * test_tokens
-        parts.append((model, seq_len, n_steps * per_batch, forward, n_steps))
-    flops = sum(
-        training_flops_per_token(model, seq_len) * (train + forward / 3)
-        for model, seq_len, train, forward, _ in parts
-    )
-    return {
-        "train_tokens": float(sum(part[2] for part in parts)),
-        "forward_tokens": float(sum(part[3] for part in parts)),
-        "flops": flops,
-        "steps": float(sum(part[4] for part in parts)),
-    }
 
 
 def gpu_seconds(
@@ -1585,6 +1284,8 @@ def gpu_seconds(
             known = [key for key, _ in _PEAK_FLOPS]
             raise ValueError(f"unknown GPU {peak!r}; known: {known}, or give FLOP/s")
         peak = found[0]
+    check.finite_float("flops", flops, low=0.0, owner="gpu_seconds")
+    check.finite_float("steps", steps, low=0.0, owner="gpu_seconds")
     if not peak > 0:
         raise ValueError(f"peak must be positive FLOP/s, got {peak!r}")
     if not 0.0 < mfu <= 1.0:
@@ -1594,134 +1295,24 @@ def gpu_seconds(
     return flops / (peak * mfu) + steps * step_overhead
 
 
-def estimate_run_seconds(
-    run: str,
-    profile: str | None = None,
-    *,
-    peak: float | str = "T4",
-    mfu: float = 0.3,
-    step_overhead: float = 0.0,
-) -> float:
-    """Seconds of GPU time for :func:`run_flops` by :func:`gpu_seconds`."""
-    work = run_flops(run, profile)
-    return gpu_seconds(
-        work["flops"], work["steps"], peak=peak, mfu=mfu, step_overhead=step_overhead
-    )
+# From chapters/08-training.md, section "Data parallelism".
+def distributed_setup(backend: str | None = None) -> tuple[int, int, torch.device]:
+    """Join the process group that ``torchrun`` describes in the environment, if any.
 
-
-_RUNS: dict[str, Callable[..., dict[str, Any]]] = {
-    "gpt": char_gpt_run,
-    "bert": bert_run,
-    "t5": t5_run,
-}
-
-
-def _seconds_since_process_start() -> float | None:
-    """Wall-clock seconds since this process started (Linux), for 'time from start'."""
-    try:
-        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
-            started_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-            seconds_up = float(uptime.read().split()[0])
-            return seconds_up - started_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _write_results(record: dict[str, Any], out: Path) -> None:
-    """``metrics.json``, one CSV per curve and ``loss.png`` under ``out``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
-    curves = record["curves"]
-    if "train" in curves:
-        curves = {record["run"]: curves}
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for name, curve in curves.items():
-        for part in ("train", "eval"):
-            columns = curve[part]
-            with open(out / f"{name}_{part}.csv", "w", newline="") as f:
-                writer = csv.writer(f)
-                writer.writerow(list(columns))
-                writer.writerows(zip(*columns.values()))
-            ax.plot(
-                columns["step"],
-                columns["loss"],
-                "-" if part == "train" else "o-",
-                lw=1,
-                label=f"{name} {part}",
-            )
-    ax.set(xlabel="step", ylabel="loss")
-    ax.legend()
-    fig.savefig(out / "loss.png", dpi=150, bbox_inches="tight")
-    plt.close(fig)
-
-
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """``python -m lib.training --run gpt|bert|t5 [--profile P] [--out DIR]``, or
-    ``torchrun --nproc_per_node=N -m lib.training -- --run ...`` (the ``--`` keeps
-    torchrun from reading ``--run`` as its own ``--run-path``). Returns the record."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
-        prog="python -m lib.training",
-        description="Train chapter 8's GPT, BERT or T5 and record the results.",
-    )
-    parser.add_argument("--run", choices=sorted(_RUNS), required=True)
-    parser.add_argument(
-        "--profile",
-        choices=PROFILES,
-        default=None,
-        help="sizes (default: TFS_PROFILE, else smoke on a CPU, colab on a GPU older "
-        "than Ampere such as a T4, full on a newer one)",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="results folder (default: book/results/08-training-RUN)",
-    )
-    parser.add_argument("--steps", type=int, help="override the number of steps")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-compile", action="store_true", help="no torch.compile")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
-    began = time.time()
-    rank, world, device = distributed_setup()
-    result = _RUNS[args.run](
-        args.profile,
-        device=device,
-        compile=device.type == "cuda" and not args.no_compile,
-        progress=not args.quiet,
-        seed=args.seed,
-        n_steps=args.steps,
-    )
-    torchrun = f"torchrun --standalone --nproc_per_node={world} -m lib.training --"
-    launcher = "python -m lib.training" if world == 1 else torchrun
-    record = {
-        **result,
-        "command": f"{launcher} {shlex.join(argv)}",
-        "wall_seconds": time.time() - began,
-        "seconds_since_process_start": _seconds_since_process_start(),
-        "device": str(device),
-        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-        "precision": get_precision(device).name,
-        "world_size": world,
-        "torch": torch.__version__,
-        "commit": git_commit(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-    }
-    if rank == 0:
-        out = args.out or Path("book") / "results" / f"08-training-{args.run}"
-        _write_results(record, out)
-        print(f"{args.run}: {json.dumps(result['metrics'])} -> {out}")
-    if world > 1:
-        dist.destroy_process_group()
-    return record
-
-
-# (in a notebook, __name__ is "__main__" too: do not start a run there)
-if __name__ == "__main__" and "ipykernel" not in sys.modules:
-    main()
+    Returns ``(rank, world_size, device)``: ``(0, 1, get_device())`` without torchrun;
+    under torchrun, CUDA device ``LOCAL_RANK`` with NCCL, or the CPU with gloo.
+    """
+    check.one_of("backend", backend, (None, "nccl", "gloo"), owner="distributed_setup")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1, get_device()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available() and backend in (None, "nccl"):
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device, backend = torch.device("cpu"), backend or "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size(), device

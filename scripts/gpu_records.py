@@ -11,17 +11,16 @@ Run on a machine with an NVIDIA GPU, from the repository root, after `pip instal
     python scripts/gpu_records.py vit          # chapter 10's ViT on the shipped MNIST split
     python scripts/gpu_records.py throughput   # our GPT against GPT2LMHeadModel, eager/compiled
 
-Each step writes under book/results/<name>/ a metrics.json holding the metrics, the wall
-time, the GPU, the torch and Triton versions, the commit and the exact command, so that
+Each step writes under book/results/<name>/ a metrics.json of one schema
+(lib.utils.write_record: the metrics, the wall time, the GPU, the torch and Triton versions,
+the commit and the exact command), so that
 `python scripts/rerun_record.py book/results/<name>/metrics.json` repeats it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -34,38 +33,17 @@ if str(ROOT) not in sys.path:  # run as a script: lib and tools come from this c
     sys.path.insert(0, str(ROOT))
 
 
-def environment() -> dict[str, str | None]:
-    """The hardware and software a record was made with."""
-    import torch
+def record(name: str, metrics: dict, command: list[str], wall_s: float) -> Path:
+    """Write book/results/<name>/ with lib.utils.write_record, the course's one schema."""
+    from lib.utils import write_record
 
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
-    from lib.utils import git_commit
-
-    return {
-        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        "torch": torch.__version__,
-        "triton": triton_version,
-        "python": platform.python_version(),
-        "commit": git_commit(),
-    }
-
-
-def write_record(name: str, metrics: dict, command: list[str], wall_s: float) -> Path:
-    folder = RESULTS / name
-    folder.mkdir(parents=True, exist_ok=True)
-    record = {
-        "metrics": metrics,
-        "wall_time_s": round(wall_s, 1),
-        "command": shlex.join(command),
-        **environment(),
-    }
-    path = folder / "metrics.json"
-    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    path = write_record(
+        RESULTS / name,
+        name=name,
+        command=shlex.join(command),
+        wall_seconds=round(wall_s, 1),
+        metrics=metrics,
+    )
     print(f"wrote {path.relative_to(ROOT)}")
     return path
 
@@ -102,7 +80,7 @@ def step_notebooks() -> None:
             "wall_time_s": round(seconds, 1),
         }
     total = sum(c["wall_time_s"] for c in per_chapter.values())
-    write_record(
+    record(
         "full-profile-notebooks",
         {
             "chapters": per_chapter,
@@ -114,9 +92,9 @@ def step_notebooks() -> None:
 
 
 def step_training() -> None:
-    """Chapter 8's three runs; lib.training writes their records itself."""
+    """Chapter 8's three runs; lib.runs writes their records itself."""
     for name in ("gpt", "bert", "t5"):
-        run([sys.executable, "-m", "lib.training", "--run", name, "--profile", "full"])
+        run([sys.executable, "-m", "lib.runs", "--run", name, "--profile", "full"])
 
 
 def step_flash() -> None:
@@ -158,7 +136,7 @@ def step_throughput() -> None:
         code, seconds, output = run(command)
         total += seconds
         lines[mode] = {"exit_code": code, "output": output.strip().splitlines()[-12:]}
-    write_record(
+    record(
         "08-training-throughput",
         lines,
         [sys.executable, "scripts/gpu_records.py", "throughput"],

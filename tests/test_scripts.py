@@ -50,3 +50,23 @@ def test_rerun_record_explains_a_bad_record(tmp_path: Path):
 def test_gpu_records_refuse_to_run_without_a_gpu():
     done = _script("gpu_records.py", "notebooks")
     assert done.returncode != 0 and "no CUDA GPU here" in done.stderr
+
+
+def test_gpu_records_write_the_one_schema(tmp_path: Path, monkeypatch):
+    import importlib.util
+
+    from lib.utils import read_record
+
+    spec = importlib.util.spec_from_file_location(
+        "gpu_records", ROOT / "scripts" / "gpu_records.py"
+    )
+    gpu_records = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_records)
+    monkeypatch.setattr(gpu_records, "RESULTS", tmp_path)
+    monkeypatch.setattr(gpu_records, "ROOT", tmp_path)
+    command = [sys.executable, "scripts/gpu_records.py", "throughput"]
+    path = gpu_records.record("throughput", {"eager": {"exit_code": 0}}, command, 3.14)
+    saved = read_record(path)
+    assert saved["name"] == "throughput" and saved["wall_seconds"] == 3.1
+    assert saved["metrics"] == {"eager": {"exit_code": 0}}
+    assert saved["command"].endswith("scripts/gpu_records.py throughput")

@@ -1,9 +1,8 @@
-"""lib.training: loss, optimiser, schedules, checkpoints, the loop, DDP, the runs' plumbing."""
+"""lib.training: loss, optimiser, schedules, checkpoints, the loop, DDP."""
 
 from __future__ import annotations
 
 import copy
-import json
 import math
 import os
 import socket
@@ -17,16 +16,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from lib.datasets import load_tiny_shakespeare
 from lib.models import BERT, GPT, T5, TransformerConfig
 from lib.objectives import IGNORE_INDEX
+from lib.runs import SequenceClassifier
 from lib.training import (
-    RUN_SIZES,
-    CharVocabulary,
     CheckpointError,
     NoamSchedule,
     NonFiniteLossError,
-    SequenceClassifier,
     WarmupCosineSchedule,
     adamw_step,
     as_batch,
@@ -35,27 +31,24 @@ from lib.training import (
     disable_activation_checkpointing,
     distributed_setup,
     enable_activation_checkpointing,
-    estimate_run_seconds,
     evaluate,
     gpu_seconds,
     latest_checkpoint,
     lm_batches,
     lm_eval_batches,
     load_checkpoint,
-    main,
     make_optimizer,
     make_scheduler,
     model_loss,
     parameter_groups,
     peak_flops,
-    run_flops,
     save_checkpoint,
+    set_rng_states,
     shard_batch,
-    split_pairs_by_source,
     train,
     training_flops_per_token,
+    unwrap_model,
 )
-from lib.utils import PROFILES
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -327,17 +320,20 @@ def test_damaged_checkpoint_is_a_clear_error_and_the_previous_one_survives(
         CheckpointError, match=r"not a readable checkpoint.*step-00000002\.pt"
     ):
         load_checkpoint(latest, model=fresh()[0])
-    with pytest.raises(
-        CheckpointError, match="not a readable checkpoint"
-    ):  # resume says so too
-        train(
-            fresh()[0],
+    # resume says so too, and falls back to the newest intact checkpoint (issue 19)
+    model, optimizer, _ = fresh()
+    with pytest.warns(
+        UserWarning, match="older checkpoint: .*not a readable checkpoint"
+    ):
+        history = train(
+            model,
             BATCHES,
-            optimizer=fresh()[1],
+            optimizer=optimizer,
             n_steps=6,
             checkpoint_dir=tmp_path,
             resume=True,
         )
+    assert history.steps == [1, 2, 3, 4, 5, 6]  # 1, 2 from step-2's history, then 3..6
     assert load_checkpoint(tmp_path / "step-00000002.pt", model=fresh()[0])["step"] == 2
 
 
@@ -594,75 +590,6 @@ def test_flops_and_peak():
     assert peak_flops("cpu") is None
 
 
-# --- runs' plumbing ----------------------------------------------------------------------------
-
-
-def test_char_vocabulary_and_pair_split():
-    vocab = CharVocabulary("hello", specials=("<pad>", "</s>"))
-    assert vocab["<pad>"] == 0 and vocab.vocab_size == 2 + 4
-    assert vocab.decode([*vocab.encode("hole"), 1]) == "hole"
-    assert vocab.decode([0, *vocab.encode("he")], skip_specials=False) == "<pad>he"
-    with pytest.raises(ValueError, match="'z' is not in the vocabulary"):
-        vocab.encode("zoo")
-    pairs = [(f"s{i % 40}", f"t{i}") for i in range(100)]
-    train_part, test_part = split_pairs_by_source(pairs, 0.25, seed=3)
-    assert sorted(train_part + test_part) == sorted(pairs)
-    assert not {s for s, _ in train_part} & {s for s, _ in test_part}
-    assert len({s for s, _ in test_part}) == 10
-
-
-def test_every_run_has_every_profile_and_colab_keeps_the_full_models():
-    for run, by_profile in RUN_SIZES.items():
-        assert set(by_profile) == set(PROFILES), run
-        colab, full = by_profile["colab"], by_profile["full"]
-        assert set(colab) == set(full), run
-        for key in ("d_model", "n_heads", "n_layers", "seq_len"):
-            assert colab.get(key) == full.get(key), (run, key)
-        assert colab["n_steps"] < full["n_steps"]
-
-
-def test_progress_bar_in_colab_and_full_not_in_smoke(monkeypatch, capsys):
-    for profile, shown in (("smoke", False), ("colab", True), ("full", True)):
-        monkeypatch.setenv("TFS_PROFILE", profile)
-        model, optimizer, scheduler = fresh()
-        train(model, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=2)
-        assert ("train:" in capsys.readouterr().err) == shown, profile
-
-
-def test_run_flops_counts_the_gpt_run_tokens():
-    sizes = RUN_SIZES["gpt"]["smoke"]
-    batch, seq, steps = sizes["batch_size"], sizes["seq_len"], sizes["n_steps"]
-    work = run_flops("gpt", "smoke")
-    assert work["train_tokens"] == steps * batch * seq
-    assert work["steps"] == steps
-    n_evals = steps // sizes["eval_every"]  # 200 steps, every 50: 4, the last at 200
-    n_text = len(load_tiny_shakespeare())  # characters: one token each
-    n_val = n_text - int(0.9 * n_text)
-    final = (n_val - 1) // seq * seq
-    assert work["forward_tokens"] == n_evals * sizes["eval_iters"] * batch * seq + final
-    cfg = TransformerConfig(
-        vocab_size=65,
-        d_model=sizes["d_model"],
-        n_heads=sizes["n_heads"],
-        n_layers=sizes["n_layers"],
-        max_len=seq,
-    )
-    per_token = training_flops_per_token(GPT(cfg), seq)
-    expected = per_token * (work["train_tokens"] + work["forward_tokens"] / 3)
-    assert work["flops"] == pytest.approx(expected)
-
-
-def test_run_flops_samples_t5_batches_close_to_the_exact_count():
-    from lib.training import _t5_data, _tokens_in
-
-    sizes = RUN_SIZES["t5"]["smoke"]
-    _, _, _, batch_at, _ = _t5_data(sizes, 0)
-    exact = sum(_tokens_in(batch_at(step)) for step in range(sizes["n_steps"]))
-    work = run_flops("t5", "smoke")
-    assert work["train_tokens"] == pytest.approx(exact, rel=0.05)
-    assert work["steps"] == sizes["n_steps"]
-
-
 def test_gpu_seconds():
     assert gpu_seconds(6.5e13, peak="T4", mfu=0.5) == pytest.approx(2.0)
     assert gpu_seconds(1e15, 400, peak=1e15, mfu=1.0, step_overhead=0.005) == (
@@ -672,69 +599,6 @@ def test_gpu_seconds():
         gpu_seconds(1e12, peak="TPU")
     with pytest.raises(ValueError, match="mfu must be in"):
         gpu_seconds(1e12, mfu=1.5)
-
-
-def test_estimate_run_seconds():
-    flops = run_flops("bert", "colab")["flops"]
-    assert estimate_run_seconds("bert", "colab") == pytest.approx(flops / (65e12 * 0.3))
-    seconds = estimate_run_seconds("bert", "colab", peak=1e15, mfu=0.5)
-    assert seconds == pytest.approx(flops / 5e14)
-    h100 = estimate_run_seconds("bert", "colab", peak="H100", mfu=0.3)
-    assert h100 == pytest.approx(flops / (989e12 * 0.3))
-    # step_overhead: seconds per optimiser step on top of the FLOPs' time
-    sizes = RUN_SIZES["bert"]["colab"]
-    steps = sizes["n_steps"] + 2 * sizes["finetune_steps"]  # pre-training, 2 fine-tunes
-    assert run_flops("bert", "colab")["steps"] == steps
-    slow = estimate_run_seconds("bert", "colab", mfu=0.1, step_overhead=0.005)
-    assert slow == pytest.approx(flops / (65e12 * 0.1) + steps * 0.005)
-    overhead_only = slow - estimate_run_seconds("bert", "colab", mfu=0.1)
-    assert overhead_only == pytest.approx(steps * 0.005)
-    for run in RUN_SIZES:  # more work in colab than in smoke, less than in full
-        smoke, colab, full = (run_flops(run, p) for p in PROFILES)
-        assert smoke["flops"] < colab["flops"] < full["flops"]
-        assert colab["steps"] < full["steps"]
-    with pytest.raises(ValueError, match="unknown GPU 'TPU'"):
-        estimate_run_seconds("gpt", "colab", peak="TPU")
-    with pytest.raises(ValueError, match="mfu must be in"):
-        estimate_run_seconds("gpt", "colab", mfu=0.0)
-    with pytest.raises(ValueError, match="peak must be positive"):
-        estimate_run_seconds("gpt", "colab", peak=-1.0)
-    with pytest.raises(ValueError, match="step_overhead must be"):
-        estimate_run_seconds("gpt", "colab", step_overhead=-0.001)
-    with pytest.raises(ValueError, match="profile must be one of"):
-        run_flops("gpt", "tpu")
-    with pytest.raises(ValueError, match="run must be one of"):
-        run_flops("gpt2", "smoke")
-
-
-def test_main_rejects_an_unknown_profile(capsys):
-    with pytest.raises(SystemExit):
-        main(["--run", "gpt", "--profile", "tpu"])
-    assert "invalid choice: 'tpu'" in capsys.readouterr().err
-
-
-def test_main_writes_the_record(tmp_path, monkeypatch):
-    monkeypatch.setenv("TFS_PROFILE", "smoke")
-    record = main(["--run", "gpt", "--steps", "2", "--out", str(tmp_path), "--quiet"])
-    saved = json.loads((tmp_path / "metrics.json").read_text())
-    for key in (
-        "metrics",
-        "wall_seconds",
-        "gpu",
-        "torch",
-        "commit",
-        "command",
-        "curves",
-    ):
-        assert key in saved
-    assert (
-        saved["command"]
-        == f"python -m lib.training --run gpt --steps 2 --out {tmp_path} --quiet"
-    )
-    assert saved["torch"] == torch.__version__ and record["metrics"] == saved["metrics"]
-    assert (tmp_path / "loss.png").is_file() and (tmp_path / "gpt_train.csv").is_file()
-    lines = (tmp_path / "gpt_train.csv").read_text().splitlines()
-    assert lines[0] == "step,loss,lr" and len(lines) == 3
 
 
 # --- data parallel: two CPU processes with gloo ------------------------------------------------
@@ -794,3 +658,230 @@ def test_two_process_ddp_equals_one_process_on_the_combined_batch(tmp_path):
     assert parallel["losses"] == pytest.approx(history.losses, rel=1e-5)
     for got, want in zip(parallel["params"], single.state_dict().values()):
         assert torch.allclose(got, want, atol=1e-5)
+
+
+# --- issue 19: training you can trust --------------------------------------------------------
+
+
+def test_non_finite_step_between_logs_reaches_neither_weights_nor_checkpoints(tmp_path):
+    model, optimizer, _ = fresh()
+    calls = iter(range(100))
+
+    def going_bad(net, batch):  # step 5 (unlogged with log_every=3) goes NaN
+        loss = model_loss(net, batch)
+        return loss * math.nan if next(calls) == 4 else loss
+
+    with pytest.raises(
+        NonFiniteLossError, match=r"loss is nan at step 5; found at step 6"
+    ) as info:
+        train(model, BATCHES, optimizer=optimizer, n_steps=8, loss_fn=going_bad,
+              log_every=3, checkpoint_dir=tmp_path, checkpoint_every=2)  # fmt: skip
+    assert (
+        info.value.step == 5 and info.value.checkpoint == tmp_path / "step-00000004.pt"
+    )
+    assert "no non-finite value reached the weights" in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step-00000002.pt",
+        "step-00000004.pt",
+    ]  # no checkpoint after the bad step
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    state = load_checkpoint(info.value.checkpoint, model=fresh()[0])
+    assert all(torch.isfinite(v).all() for v in state["model"].values())
+
+
+def test_non_finite_gradient_between_logs_is_found_at_the_end():
+    model, optimizer, _ = fresh()
+    calls = iter(range(100))
+
+    def nan_gradient_at_step_2(net, batch):
+        loss = model_loss(net, batch)
+        if next(calls) == 1:  # a finite loss whose gradient is NaN (sqrt at 0)
+            loss = loss + torch.sqrt(net.embed.tokens.weight[0, 0] * 0.0)
+        return loss
+
+    with pytest.raises(NonFiniteLossError, match="gradient norm is nan at step 2"):
+        train(model, BATCHES, optimizer=optimizer, n_steps=3, log_every=5,
+              loss_fn=nan_gradient_at_step_2)  # fmt: skip
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_checkpoint_options_are_checked(tmp_path):
+    model, optimizer, _ = fresh()
+    common = dict(optimizer=optimizer, n_steps=1)
+    for options, message in (
+        (dict(checkpoint_every=1), "checkpoint_every and resume need a checkpoint_dir"),
+        (dict(resume=True), "checkpoint_every and resume need a checkpoint_dir"),
+        (dict(eval_every=1), "eval_every needs eval_batches"),
+        (dict(eval_every=1, eval_batches=BATCHES), "needs eval_iters"),
+        (dict(checkpoint_dir=tmp_path, keep_checkpoints=0), "keep_checkpoints must be"),
+        (
+            dict(checkpoint_dir=tmp_path, keep_checkpoints=-1),
+            "keep_checkpoints must be",
+        ),
+        (dict(max_grad_norm=-1.0), "max_norm must be > 0"),
+        (dict(eval_every=-1), "eval_every must be an int >= 0"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            train(model, BATCHES, **common, **options)
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer"):
+        train(model, BATCHES, optimizer=model.parameters(), n_steps=1)
+    with pytest.raises(TypeError, match="resume must be True or False"):
+        train(model, BATCHES, **common, checkpoint_dir=tmp_path, resume="yes")
+    with pytest.raises(TypeError, match="must be callable"):
+        train(model, [BATCHES(0)], **common)
+
+
+def test_checkpoint_extra_is_made_plain_or_refused(tmp_path):
+    import numpy as np
+
+    extra = {
+        "n": np.int64(3),
+        "x": np.float32(0.5),
+        "where": tmp_path,
+        "a": np.arange(3),
+    }
+    path = save_checkpoint(tmp_path / "c.pt", model=tiny_gpt(), step=1, extra=extra)
+    state = load_checkpoint(path, model=tiny_gpt())
+    assert state["extra"]["n"] == 3 and type(state["extra"]["n"]) is int
+    assert state["extra"]["where"] == str(tmp_path) and state["extra"]["x"] == 0.5
+    assert torch.equal(state["extra"]["a"], torch.arange(3))
+    with pytest.raises(CheckpointError, match=r"cannot save extra\['model'\], a GPT"):
+        save_checkpoint(tmp_path / "d.pt", model=tiny_gpt(), step=1,
+                        extra={"model": tiny_gpt()})  # fmt: skip
+    assert not (tmp_path / "d.pt").exists()
+
+
+def test_an_unreadable_checkpoint_error_keeps_the_whole_cause(tmp_path):
+    path = save_checkpoint(tmp_path / "step-00000001.pt", model=tiny_gpt(), step=1)
+    path.write_bytes(path.read_bytes()[:300])
+    with pytest.raises(CheckpointError, match="not a readable checkpoint") as info:
+        load_checkpoint(path, model=tiny_gpt())
+    cause = info.value.__cause__
+    assert info.value.damaged and f"{type(cause).__name__}: {cause}" in str(info.value)
+
+
+def _flip_a_byte_inside_a_tensor(path: Path, tensor: torch.Tensor) -> None:
+    data = bytearray(path.read_bytes())
+    at = data.find(tensor.numpy().tobytes()[:64])
+    assert at > 0
+    data[at + 17] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_is_found_and_resume_falls_back_to_an_intact_checkpoint(
+    tmp_path,
+):
+    model, optimizer, scheduler = fresh()
+    train(model, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=4,
+          checkpoint_dir=tmp_path, checkpoint_every=2)  # fmt: skip
+    newest = tmp_path / "step-00000004.pt"
+    _flip_a_byte_inside_a_tensor(newest, model.embed.tokens.weight.detach())
+    with pytest.raises(CheckpointError, match="is damaged: its content differs"):
+        load_checkpoint(newest, model=fresh()[0])
+    model, optimizer, scheduler = fresh()
+    with pytest.warns(
+        UserWarning, match="older checkpoint: .*step-00000004.pt is damaged"
+    ):
+        history = train(model, BATCHES, optimizer=optimizer, scheduler=scheduler,
+                        n_steps=5, checkpoint_dir=tmp_path, checkpoint_every=5,
+                        resume=True)  # fmt: skip
+    assert history.steps == [1, 2, 3, 4, 5]  # resumed after step 2
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == ["step-00000004.pt", "step-00000005.pt"]  # the damaged 4, a new 5
+    newest = tmp_path / "step-00000005.pt"  # damage it too: nothing intact is left
+    saved = torch.load(newest, weights_only=True)["model"]
+    _flip_a_byte_inside_a_tensor(newest, saved["embed.tokens.weight"])
+    with pytest.warns(UserWarning), pytest.raises(CheckpointError, match="no intact"):
+        train(fresh()[0], BATCHES, optimizer=fresh()[1], n_steps=6,
+              checkpoint_dir=tmp_path, resume=True)  # fmt: skip
+
+
+def test_stale_temporaries_of_a_killed_save_are_removed_on_start(tmp_path):
+    stale = tmp_path / ".step-00000002.pt.4242.tmp"
+    stale.write_bytes(b"PK\x03\x04 half a file")
+    model, optimizer, _ = fresh()
+    train(model, BATCHES, optimizer=optimizer, n_steps=1, checkpoint_dir=tmp_path)
+    assert not stale.exists()
+
+
+def test_resume_refuses_another_configuration_naming_the_fields(tmp_path):
+    model, optimizer, _ = fresh(dropout=0.1)
+    train(model, BATCHES, optimizer=optimizer, n_steps=2,
+          checkpoint_dir=tmp_path, checkpoint_every=2)  # fmt: skip
+    model, optimizer, _ = fresh(dropout=0.0)  # the same shapes, another model
+    with pytest.raises(
+        CheckpointError, match=r"dropout: 0\.1 in the checkpoint, 0\.0 now"
+    ):
+        train(model, BATCHES, optimizer=optimizer, n_steps=4,
+              checkpoint_dir=tmp_path, resume=True)  # fmt: skip
+
+
+def test_resume_keeps_the_new_schedule_and_learning_rate(tmp_path):
+    """The rule: the checkpoint gives the state and the position, the caller the
+    settings. A run extended from 4 to 40 steps follows its 40-step schedule, at the
+    new base rate, and the caller's schedule object is not overwritten."""
+    model, optimizer, scheduler = fresh(total=4)
+    train(model, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=4,
+          checkpoint_dir=tmp_path, checkpoint_every=4)  # fmt: skip
+    model = tiny_gpt(7, dropout=0.1)
+    optimizer = make_optimizer(model, 2e-2, betas=(0.9, 0.99), eps=1e-8)
+    longer = WarmupCosineSchedule(2, 40)
+    scheduler = make_scheduler(optimizer, longer)
+    history = train(model, BATCHES, optimizer=optimizer, scheduler=scheduler,
+                    n_steps=7, checkpoint_dir=tmp_path, resume=True)  # fmt: skip
+    assert longer.total == 40 and scheduler.lr_lambdas[0] is longer
+    assert history.lrs[4:] == [2e-2 * longer(step) for step in (4, 5, 6)]
+    assert history.lrs[:4] == [1e-2 * WarmupCosineSchedule(2, 4)(s) for s in range(4)]
+    assert optimizer.state_dict()["state"][0]["step"] == 7  # Adam's moments went on
+
+
+def test_bad_inputs_name_the_argument():
+    w = torch.zeros(3)
+    cases = [
+        (lambda: adamw_step(w, w, w, w, 1, lr=-1e-3), ValueError, "lr must be"),
+        (lambda: adamw_step(w, w, w, w, 1, lr=1e-3, betas=(1.0, 0.999)), ValueError,
+         r"betas\[0\] must be a finite number in \[0, 1\)"),
+        (lambda: adamw_step(w, w, w, w, 1, lr=1e-3, betas=0.9), TypeError, "betas must be a pair"),
+        (lambda: adamw_step(w, w[:2], w, w, 1, lr=1e-3), ValueError, "share a shape"),
+        (lambda: adamw_step(w, w.long(), w, w, 1, lr=1e-3), TypeError, "grad"),
+        (lambda: adamw_step(w, w, w, w, 1, lr=1e-3, eps=0.0), ValueError, "eps must be"),
+        (lambda: make_optimizer(tiny_gpt(), math.inf), ValueError, "lr must be a finite"),
+        (lambda: make_optimizer(tiny_gpt(), 1e-3, weight_decay=-0.1), ValueError,
+         "weight_decay must be"),
+        (lambda: parameter_groups("gpt", 0.1), TypeError, "model must be a torch.nn.Module"),
+        (lambda: clip_grad_norm([], -1.0), ValueError, "max_norm must be > 0"),
+        (lambda: clip_grad_norm([], math.nan), ValueError, "max_norm must be > 0"),
+        (lambda: clip_grad_norm([], "1"), TypeError, "max_norm must be a number"),
+        (lambda: WarmupCosineSchedule(warmup=2.5, total=10), TypeError, "warmup must be an int"),
+        (lambda: WarmupCosineSchedule(2, 10, min_ratio=math.nan), ValueError, "min_ratio"),
+        (lambda: NoamSchedule(d_model=16, warmup=4.0), TypeError, "warmup must be an int"),
+        (lambda: make_scheduler(tiny_gpt(), NoamSchedule(16, 4)), TypeError, "make_scheduler takes"),
+        (lambda: shard_batch(BATCHES(0), 3, 3), ValueError, r"rank must be an int in 0\.\.2"),
+        (lambda: shard_batch(BATCHES(0), 0, 0), ValueError, "world_size must be an int >= 1"),
+        (lambda: as_batch([1, 2]), TypeError, "batch must be an ObjectiveBatch or a dict"),
+        (lambda: as_batch({"inputs": [1, 2]}), TypeError, "inputs must be a"),
+        (lambda: lm_batches(STREAM.float(), 2, 4), TypeError, "tokens must be integer ids"),
+        (lambda: lm_batches(STREAM, 2, 4, seed=-1), ValueError, "seed must be an int >= 0"),
+        (lambda: lm_batches(STREAM, 2, 4, objective=3), TypeError, "objective must be"),
+        (lambda: lm_batches(STREAM, 0, 4), ValueError, "batch_size must be"),
+        (lambda: model_loss(tiny_gpt(), {"inputs": STREAM[:4][None]}), ValueError,
+         "a batch is a dict with 'inputs' and 'targets'"),
+        (lambda: evaluate(tiny_gpt(), []), ValueError, "non-empty list of batches"),
+        (lambda: evaluate(tiny_gpt(), BATCHES), ValueError, "with n_batches"),
+        (lambda: evaluate(tiny_gpt(), BATCHES, n_batches=0), ValueError, "n_batches must be"),
+        (lambda: train(tiny_gpt(), BATCHES, optimizer=fresh()[1], n_steps=0), ValueError,
+         "n_steps must be"),
+        (lambda: save_checkpoint("x.pt", model=tiny_gpt(), step=-1), ValueError, "step must be"),
+        (lambda: load_checkpoint("x.pt", model=tiny_gpt(), restore_rng="no"), TypeError,
+         "restore_rng must be True or False"),
+        (lambda: set_rng_states({}), ValueError, "states must be a dict of rng_states"),
+        (lambda: unwrap_model("model"), TypeError, "model must be a torch.nn.Module"),
+        (lambda: training_flops_per_token(tiny_gpt(), 0), ValueError, "seq_len must be"),
+        (lambda: distributed_setup(backend="mpi"), ValueError, "backend must be one of"),
+        (lambda: gpu_seconds(math.nan), ValueError, "flops must be a finite number"),
+        (lambda: gpu_seconds(1e12, -3), ValueError, "steps must be a finite number >= 0"),
+    ]  # fmt: skip
+    for call, error, message in cases:
+        with pytest.raises(error, match=message):
+            call()

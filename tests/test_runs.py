@@ -1,0 +1,222 @@
+"""lib.runs: chapter 8's three runs, their sizes, cost, entry point and records."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from lib.datasets import load_tiny_shakespeare
+from lib.models import GPT, TransformerConfig
+from lib.runs import (
+    RUNS,
+    estimate_run_seconds,
+    main,
+    run_flops,
+    run_sizes,
+    split_pairs_by_source,
+)
+from lib.training import _tokens_in, training_flops_per_token
+from lib.utils import PROFILES, read_record
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run as fast on one thread, and much faster on a busy shared CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_pair_split_keeps_every_source_on_one_side():
+    pairs = [(f"s{i % 40}", f"t{i}") for i in range(100)]
+    train_part, test_part = split_pairs_by_source(pairs, 0.25, seed=3)
+    assert sorted(train_part + test_part) == sorted(pairs)
+    assert not {s for s, _ in train_part} & {s for s, _ in test_part}
+    assert len({s for s, _ in test_part}) == 10
+
+
+def test_every_run_has_every_profile_and_colab_keeps_the_full_models():
+    for run in RUNS:
+        by_profile = {profile: run_sizes(run, profile) for profile in PROFILES}
+        colab, full = by_profile["colab"], by_profile["full"]
+        assert set(colab) == set(full) == set(by_profile["smoke"]), run
+        for key in ("d_model", "n_heads", "n_layers", "seq_len"):
+            assert colab.get(key) == full.get(key), (run, key)
+        assert colab["n_steps"] < full["n_steps"]
+        assert {s["profile"] for s in by_profile.values()} == set(PROFILES)
+
+
+def test_run_sizes_follow_the_active_profile_and_take_overrides(monkeypatch):
+    monkeypatch.setenv("TFS_PROFILE", "colab")
+    assert run_sizes("gpt") == run_sizes("gpt", "colab")
+    quick = run_sizes("bert", "full", n_steps=3)
+    assert quick["n_steps"] == quick["finetune_steps"] == quick["warmup"] == 3
+    assert run_sizes("t5", "smoke", batch_size=6, lr=1e-2)["batch_size"] == 6
+    with pytest.raises(ValueError, match=r"no size \['width'\] in 'gpt'; known: "):
+        run_sizes("gpt", width=3)
+    with pytest.raises(TypeError, match="batch_size must be an int"):
+        run_sizes("gpt", batch_size=2.5)
+    with pytest.raises(ValueError, match="lr must be a finite number >= 0"):
+        run_sizes("gpt", lr=math.inf)
+    with pytest.raises(ValueError, match="run must be one of"):
+        run_sizes("gpt2")
+    with pytest.raises(ValueError, match="profile must be one of"):
+        run_sizes("gpt", "tpu")
+
+
+def test_run_flops_counts_the_gpt_run_tokens():
+    sizes = run_sizes("gpt", "smoke")
+    batch, seq, steps = sizes["batch_size"], sizes["seq_len"], sizes["n_steps"]
+    work = run_flops("gpt", "smoke")
+    assert work["train_tokens"] == steps * batch * seq
+    assert work["steps"] == steps
+    n_evals = steps // sizes["eval_every"]  # 200 steps, every 50: 4, the last at 200
+    n_text = len(load_tiny_shakespeare())  # characters: one token each
+    n_val = n_text - int(0.9 * n_text)
+    final = (n_val - 1) // seq * seq
+    assert work["forward_tokens"] == n_evals * sizes["eval_iters"] * batch * seq + final
+    cfg = TransformerConfig(
+        vocab_size=65,
+        d_model=sizes["d_model"],
+        n_heads=sizes["n_heads"],
+        n_layers=sizes["n_layers"],
+        max_len=seq,
+    )
+    per_token = training_flops_per_token(GPT(cfg), seq)
+    expected = per_token * (work["train_tokens"] + work["forward_tokens"] / 3)
+    assert work["flops"] == pytest.approx(expected)
+
+
+def test_run_flops_samples_t5_batches_close_to_the_exact_count():
+    from lib.runs import _t5_data
+
+    sizes = run_sizes("t5", "smoke")
+    _, _, _, batch_at, _ = _t5_data(sizes, 0)
+    exact = sum(_tokens_in(batch_at(step)) for step in range(sizes["n_steps"]))
+    work = run_flops("t5", "smoke")
+    assert work["train_tokens"] == pytest.approx(exact, rel=0.05)
+    assert work["steps"] == sizes["n_steps"]
+
+
+def test_estimate_run_seconds():
+    flops = run_flops("bert", "colab")["flops"]
+    assert estimate_run_seconds("bert", "colab") == pytest.approx(flops / (65e12 * 0.3))
+    seconds = estimate_run_seconds("bert", "colab", peak=1e15, mfu=0.5)
+    assert seconds == pytest.approx(flops / 5e14)
+    h100 = estimate_run_seconds("bert", "colab", peak="H100", mfu=0.3)
+    assert h100 == pytest.approx(flops / (989e12 * 0.3))
+    # step_overhead: seconds per optimiser step on top of the FLOPs' time
+    sizes = run_sizes("bert", "colab")
+    steps = sizes["n_steps"] + 2 * sizes["finetune_steps"]  # pre-training, 2 fine-tunes
+    assert run_flops("bert", "colab")["steps"] == steps
+    slow = estimate_run_seconds("bert", "colab", mfu=0.1, step_overhead=0.005)
+    assert slow == pytest.approx(flops / (65e12 * 0.1) + steps * 0.005)
+    overhead_only = slow - estimate_run_seconds("bert", "colab", mfu=0.1)
+    assert overhead_only == pytest.approx(steps * 0.005)
+    for run in RUNS:  # more work in colab than in smoke, less than in full
+        smoke, colab, full = (run_flops(run, p) for p in PROFILES)
+        assert smoke["flops"] < colab["flops"] < full["flops"]
+        assert colab["steps"] < full["steps"]
+    with pytest.raises(ValueError, match="unknown GPU 'TPU'"):
+        estimate_run_seconds("gpt", "colab", peak="TPU")
+    with pytest.raises(ValueError, match="mfu must be in"):
+        estimate_run_seconds("gpt", "colab", mfu=0.0)
+    with pytest.raises(ValueError, match="peak must be positive"):
+        estimate_run_seconds("gpt", "colab", peak=-1.0)
+    with pytest.raises(ValueError, match="step_overhead must be"):
+        estimate_run_seconds("gpt", "colab", step_overhead=-0.001)
+    with pytest.raises(ValueError, match="profile must be one of"):
+        run_flops("gpt", "tpu")
+    with pytest.raises(ValueError, match="run must be one of"):
+        run_flops("gpt2", "smoke")
+
+
+def test_main_rejects_an_unknown_profile_and_bad_settings(capsys):
+    with pytest.raises(SystemExit):
+        main(["--run", "gpt", "--profile", "tpu"])
+    assert "invalid choice: 'tpu'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--run", "gpt", "--set", "batch_size=six"])
+    assert "--set takes KEY=NUMBER, got 'batch_size=six'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--run", "gpt", "--resume"])
+    assert "--resume needs --checkpoint-dir" in capsys.readouterr().err
+
+
+def test_main_writes_the_record(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFS_PROFILE", "smoke")
+    argv = ["--run", "gpt", "--steps", "2", "--out", str(tmp_path), "--quiet"]
+    result = main(argv)
+    saved = read_record(tmp_path)  # the schema of lib.utils.write_record
+    assert saved["name"] == "08-training-gpt" and saved["profile"] == "smoke"
+    assert saved["command"] == f"python -m lib.runs {' '.join(argv)}"
+    assert saved["torch"] == torch.__version__ and result["metrics"] == saved["metrics"]
+    assert (
+        saved["config"]["sizes"]["n_steps"] == 2 and saved["extra"]["world_size"] == 1
+    )
+    assert saved["samples"] == result["samples"] and saved["wall_seconds"] > 0
+    assert (tmp_path / "curves.png").is_file()
+    lines = (tmp_path / "train.csv").read_text().splitlines()
+    assert lines[0] == "step,loss,lr" and len(lines) == 3
+    assert json.loads((tmp_path / "metrics.json").read_text())["schema"] == 1
+
+
+# --- the real entry point under torchrun: N processes equal one ---------------------------
+
+TINY = {  # sizes whose evaluation sets do not divide by 2 or 3 processes
+    "gpt": "d_model=16 n_heads=2 n_layers=1 seq_len=32 batch_size=6 n_steps=3 "
+    "eval_every=2 eval_iters=2",  # final evaluation: 3485 windows, the last batch 5
+    "bert": "d_model=16 n_heads=2 n_layers=1 seq_len=16 batch_size=5 n_steps=2 "
+    "eval_every=1 eval_iters=1 test_per_book=7",  # 5-row batches, a last one of 2
+    "t5": "d_model=16 n_heads=2 n_layers=1 batch_size=6 n_steps=2 eval_every=1 "
+    "test_fraction=0.008 beam_size=2",  # 53 test pairs
+}
+
+
+def _launch(run: str, n_processes: int, out: Path) -> dict:
+    import os
+    import subprocess
+    import sys
+
+    settings = [arg for s in TINY[run].split() for arg in ("--set", s)]
+    args = ["--run", run, "--profile", "smoke", *settings, "--out", str(out), "--quiet"]
+    if n_processes == 1:
+        command = [sys.executable, "-m", "lib.runs", *args]
+    else:
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        command = [*torchrun, f"--nproc_per_node={n_processes}", "-m", "lib.runs"]
+        command += ["--", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TFS_PROFILE": "smoke"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return read_record(out)
+
+
+def _losses(record: dict) -> dict[str, float]:
+    """Every loss a record holds: the curves' and the metrics'."""
+    found = {k: v for k, v in record["metrics"].items() if k.endswith("loss")}
+    for name, columns in record["curves"].items():
+        found.update({f"{name}@{s}": x for s, x in zip(columns["step"], columns["loss"])})
+    return found
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_torchrun_with_2_and_3_processes_equals_one_process(run, tmp_path):
+    single = _launch(run, 1, tmp_path / "one")
+    expected = _losses(single)
+    assert len(expected) >= 5 and all(math.isfinite(x) for x in expected.values())
+    for n in (2, 3):
+        parallel = _launch(run, n, tmp_path / f"n{n}")
+        assert parallel["extra"]["world_size"] == n
+        assert "torchrun --standalone --nproc_per_node=" in parallel["command"]
+        got = _losses(parallel)
+        assert got.keys() == expected.keys()
+        for key, value in expected.items():
+            assert got[key] == pytest.approx(value, rel=1e-5), (run, n, key)
