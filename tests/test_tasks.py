@@ -95,7 +95,7 @@ def test_the_profile_extension_keys_the_cache_and_the_environment_on_the_profile
     monkeypatch,
 ):
     spec = importlib.util.spec_from_file_location(
-        "book_profile", ROOT / "book/_ext/profile.py"
+        "book_profile", ROOT / "book/_ext/run_profile.py"
     )
     ext = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ext)
