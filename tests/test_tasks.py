@@ -155,3 +155,17 @@ def test_the_book_serves_its_own_mathjax():
     assert "- sphinx-mathjax-offline" in config
     book_extra = (ROOT / "pyproject.toml").read_text().split("book = [", 1)[1]
     assert '"sphinx-mathjax-offline' in book_extra.split("]", 1)[0]
+
+
+def test_readme_badges_come_from_the_one_repository_setting():
+    sys.path.insert(0, str(ROOT))
+    from tools import notebooks
+
+    url, branch = notebooks.repository()
+    block = notebooks.badges_block()
+    assert f"{url}/actions/workflows/ci.yml/badge.svg?branch={branch}" in block
+    assert f"{url}/actions/workflows/pages.yml" in block
+    assert notebooks.pages_url() in block
+    assert notebooks.colab_url("01-tokenizer.ipynb") in block
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert block in readme, "README.md's badges are stale: python3 tasks.py notebooks"

@@ -55,6 +55,7 @@ PACKAGE = "transformers-from-scratch"  # the distribution that provides `lib`
 BADGE = f"{COLAB}/assets/colab-badge.svg"
 LINK_FILES = [ROOT / "README.md", ROOT / "book" / "intro.md"]
 LINKS_START, LINKS_END = "<!-- colab-links -->", "<!-- /colab-links -->"
+BADGES_START, BADGES_END = "<!-- badges -->", "<!-- /badges -->"
 SOLUTION_TAG = "solution"
 SOLUTION_TITLE = "# @title Solution (try the exercise first; Show code opens it)"
 # The optional packages a chapter may import, by import name; their requirement strings
@@ -329,6 +330,32 @@ def links_block() -> str:
     return "\n".join([LINKS_START, *rows, LINKS_END])
 
 
+def pages_url() -> str:
+    """Where GitHub Pages publishes the book (.github/workflows/pages.yml)."""
+    org, repo = repository()[0].removeprefix("https://github.com/").split("/")
+    return f"https://{org.lower()}.github.io/{repo}/"
+
+
+def badges_block() -> str:
+    """README.md's badges (CI, the published book, Colab), from ``repository.url``."""
+    url, branch = repository()
+    actions = f"{url}/actions/workflows"
+    first = chapter_files()[0].stem + ".ipynb"
+    badges = [
+        f"[![CI]({actions}/ci.yml/badge.svg?branch={branch})]({actions}/ci.yml)",
+        f"[![Book]({actions}/pages.yml/badge.svg?branch={branch})]({pages_url()})",
+        f"[![Open In Colab]({BADGE})]({colab_url(first)})",
+    ]
+    return "\n".join([BADGES_START, " ".join(badges), BADGES_END])
+
+
+def with_badges(text: str, path: Path) -> str:
+    pattern = re.compile(re.escape(BADGES_START) + r".*?" + re.escape(BADGES_END), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{path}: no {BADGES_START} ... {BADGES_END} block")
+    return pattern.sub(lambda _: badges_block(), text)
+
+
 def with_links(text: str, path: Path) -> str:
     pattern = re.compile(re.escape(LINKS_START) + r".*?" + re.escape(LINKS_END), re.S)
     if not pattern.search(text):
@@ -341,6 +368,8 @@ def expected_files() -> dict[Path, str]:
     files = {NOTEBOOKS / (ch.stem + ".ipynb"): render(ch) for ch in chapter_files()}
     for path in LINK_FILES:
         files[path] = with_links(path.read_text(encoding="utf-8"), path)
+    readme = ROOT / "README.md"
+    files[readme] = with_badges(files[readme], readme)
     return files
 
 
