@@ -8,18 +8,22 @@ Each module is generated from the chapter that explains it (``tools/tangle.py``)
 * :mod:`lib.attention` (chapter 4): masks, scaled dot-product and multi-head attention, KV cache.
 * :mod:`lib.ffn` (chapter 5): position-wise and gated feed-forward networks.
 * :mod:`lib.norms` (chapter 6): LayerNorm, RMSNorm, pre-LN and post-LN residual blocks.
-* :mod:`lib.models`, :mod:`lib.generation`, :mod:`lib.hf_weights` (chapter 7): the model
-  families, decoding, loading reference weights.
-* :mod:`lib.objectives`, :mod:`lib.training` (chapter 8), :mod:`lib.flash` (chapter 9),
-  :mod:`lib.vit` (chapter 10).
+* :mod:`lib.models`, :mod:`lib.hf_weights`, :mod:`lib.objectives`, :mod:`lib.generation`
+  (chapter 7): the model families, loading reference weights, the training objectives,
+  decoding.
+* :mod:`lib.training` (chapter 8): loss, optimiser, schedules, checkpoints, the training
+  loop, data parallelism; :mod:`lib.runs` (chapter 8): the chapter's GPT, BERT and T5 runs
+  (``python -m lib.runs``).
+* :mod:`lib.flash` (chapter 9): FlashAttention in PyTorch and Triton.
+* :mod:`lib.vit` (chapter 10): the Vision Transformer.
 
 Hand-written plumbing: :mod:`lib.utils` (profile, device, precision, seeding, plot style),
 :mod:`lib.datasets` (shipped data, checked downloads), :mod:`lib.exercises` (checkers) and
 ``lib._checks`` (the argument checks every module shares).
 
 ``import lib`` is cheap: a submodule is imported the first time it is used, so
-``lib.tokenizer.BPETokenizer`` works after a bare ``import lib``. A module a later chapter
-writes is listed in ``__all__`` only once its file exists.
+``lib.tokenizer.BPETokenizer`` works after a bare ``import lib``. A module is listed in
+``__all__`` only once its file exists.
 """
 
 from __future__ import annotations
@@ -38,10 +42,11 @@ _SUBMODULES = (
     "ffn",
     "norms",
     "models",
-    "generation",
     "hf_weights",
     "objectives",
+    "generation",
     "training",
+    "runs",
     "flash",
     "vit",
     "utils",
