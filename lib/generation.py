@@ -1,5 +1,6 @@
 # This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/07-families.md, section "The step protocol".
 """Text generation (chapter 7 of the course): greedy, sampling, beams, speculation.
 
 Every function here works on any model with the *step protocol*::
@@ -36,6 +37,8 @@ from einops import rearrange
 
 from lib import _checks as check
 
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "top_k_filter",
     "top_p_filter",
@@ -50,12 +53,32 @@ __all__ = [
 ]
 
 
-def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+# From chapters/07-families.md, section "The step protocol".
+def _check_knobs(temperature=1.0, top_k=None, top_p=None, generator=None, **logits):
+    """The sampling options; ``logits=`` or ``finite_logits=`` (whose values are read:
+    no NaN or +inf, no row all ``-inf``) a floating tensor ``(... vocab)``."""
     check.finite_float("temperature", temperature, low=0.0, hint="0 means greedy")
     if top_k is not None:
         check.positive_int("top_k", top_k)
     if top_p is not None:
         check.finite_float("top_p", top_p, low=0.0, high=1.0, low_open=True)
+    check.instance("generator", generator, (torch.Generator, type(None)))
+    for kind, x in logits.items():
+        check.tensor("logits", x, "... vocab", floating=True)
+        if x.shape[-1] == 0 or (kind == "finite_logits" and bool(_bad_rows(x).any())):
+            raise ValueError(_BAD_LOGITS if x.shape[-1] else "logits has no vocab axis")
+
+
+_BAD_LOGITS = (
+    "logits hold NaN or +inf, or a row whose every logit is -inf (every token "
+    "filtered out): no distribution to choose from"
+)
+
+
+def _bad_rows(logits: torch.Tensor) -> torch.Tensor:
+    """``(...)`` booleans, computed on the device without reading them: a row's largest
+    logit is NaN (max propagates NaN), +inf, or -inf (the whole row is)."""
+    return ~logits.amax(dim=-1).isfinite()
 
 
 def _vocab_size(model: Any) -> int | None:
@@ -76,50 +99,84 @@ def _check_ids_in_vocab(ids: torch.Tensor, vocab_size: int | None, name: str) ->
 
 def _check_prompt(prompt_ids: object, model: Any) -> tuple[torch.Tensor, bool]:
     """The prompt as ``(batch seq)`` int64, and whether it came as ``(seq,)``."""
-    check.tensor("prompt_ids", prompt_ids, integer=True)
-    if prompt_ids.dim() not in (1, 2):
-        message = "prompt_ids must be (batch, seq) or (seq,)"
-        raise ValueError(f"{message}, got shape {tuple(prompt_ids.shape)}")
-    ids = prompt_ids if prompt_ids.dim() == 2 else rearrange(prompt_ids, "seq -> 1 seq")
-    if ids.numel() == 0:
-        raise ValueError(
-            f"prompt_ids is empty (shape {tuple(prompt_ids.shape)}): give at least one "
-            "token (for an encoder-decoder, the decoder's start token)"
+    if not callable(getattr(model, "step", None)):
+        raise TypeError(
+            f"model needs a step(ids, cache) method: {type(model).__name__}"
         )
+    check.tensor("prompt_ids", prompt_ids, integer=True)
+    shape = tuple(prompt_ids.shape)
+    if prompt_ids.dim() not in (1, 2):
+        raise ValueError(
+            f"prompt_ids must be (batch, seq) or (seq,), got shape {shape}"
+        )
+    if 0 in shape:  # for an encoder-decoder, the decoder's start token
+        raise ValueError(
+            f"prompt_ids is empty (shape {shape}): give at least one token"
+        )
+    ids = prompt_ids if prompt_ids.dim() == 2 else rearrange(prompt_ids, "seq -> 1 seq")
     _check_ids_in_vocab(ids, _vocab_size(model), "prompt_ids")
     return ids.long(), prompt_ids.dim() == 1
 
 
-def _check_logits(logits: object, ids: torch.Tensor) -> torch.Tensor:
-    """The step's logits ``(batch new vocab)``; the ids checked against them."""
-    if not isinstance(logits, torch.Tensor) or logits.dim() != 3:
-        raise TypeError(
-            "model.step must return logits of shape (batch, new, vocab), got "
-            f"{getattr(logits, 'shape', type(logits).__name__)}"
-        )
-    if logits.shape[:2] != ids.shape:
-        shapes = f"logits {tuple(logits.shape)} for ids {tuple(ids.shape)}"
-        raise ValueError(f"model.step returned {shapes}")
-    _check_ids_in_vocab(ids, logits.shape[-1], "prompt_ids")
-    return logits
+def _first_step(model: Any, ids: torch.Tensor, ids_to_check: dict) -> tuple:
+    """The prompt's step, its logits checked once: ``(batch new vocab)``, finite rows,
+    and the ids in ``ids_to_check`` (prompt, stop and pad ids) inside its vocabulary."""
+    logits, cache = model.step(ids, None)
+    batch, new = ids.shape
+    hint = "model.step must return logits (batch, new, vocab)"
+    check.tensor("logits", logits, "batch new vocab", batch=batch, new=new, hint=hint)
+    for name, values in ids_to_check.items():
+        if values.numel():
+            _check_ids_in_vocab(values, logits.shape[-1], name)
+    return logits, cache
 
 
-def _stop_tensor(stop_ids: Iterable[int], device: torch.device) -> torch.Tensor:
+def _unchecked(model: Any):
+    """The model's per-token step: ``step_unchecked`` where it has one (lib.models)."""
+    return getattr(model, "step_unchecked", None) or model.step
+
+
+def _stop_and_pad(
+    stop_ids: Iterable[int], pad_id: int | None, ids: torch.Tensor, model
+):
+    """Stop ids as a tensor and the pad id: ``pad_id``, else the first stop id, else 0;
+    all checked against the vocabulary when the model gives its size."""
+    kinds, what = (list, tuple, range, torch.Tensor), "a list of ints"
+    check.instance("stop_ids", stop_ids, kinds, what=what)
     stops = [check.int_at_least(f"stop_ids[{k}]", i, 0) for k, i in enumerate(stop_ids)]
-    return torch.tensor(stops, dtype=torch.long, device=device)
+    if pad_id is not None:
+        pad_id = check.int_at_least("pad_id", pad_id, 0)
+    fill = pad_id if pad_id is not None else (stops[0] if stops else 0)
+    stops = torch.tensor(stops, dtype=torch.long, device=ids.device)
+    fills = torch.tensor([fill], device=ids.device)
+    vocab = _vocab_size(model)
+    if vocab is not None and stops.numel():
+        _check_ids_in_vocab(stops, vocab, "stop_ids")
+    if vocab is not None:
+        _check_ids_in_vocab(fills, vocab, "pad_id")
+    return stops, fill, {"prompt_ids": ids, "stop_ids": stops, "pad_id": fills}
 
 
 def _output(ids: torch.Tensor, squeeze: bool) -> torch.Tensor:
     return rearrange(ids, "1 seq -> seq") if squeeze else ids
 
 
+def _rows(flags: torch.Tensor) -> list[int]:
+    return flags.nonzero().flatten().tolist()
+
+
+# From chapters/07-families.md, section "Temperature, top-k and top-p".
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Keep each row's ``top_k`` largest logits, set the others to ``-inf``.
 
     Shapes: ``logits`` ``(... vocab)`` -> ``(... vocab)``. Logits tied with the k-th
     largest are kept too.
     """
-    check.positive_int("top_k", top_k)
+    _check_knobs(top_k=top_k, logits=logits)
+    return _top_k(logits, top_k)
+
+
+def _top_k(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     if top_k >= logits.shape[-1]:
         return logits
     kth_largest = logits.topk(top_k, dim=-1).values[..., -1:]
@@ -133,7 +190,11 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     A token is kept when the tokens ranked above it hold less than ``top_p`` of the
     probability, so the most probable token always stays; ``top_p=1`` keeps everything.
     """
-    _check_sampling(1.0, None, top_p)
+    _check_knobs(top_p=top_p, logits=logits)
+    return _top_p(logits, top_p)
+
+
+def _top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     if top_p >= 1.0:
         return logits
     sorted_logits, order = logits.sort(dim=-1, descending=True)
@@ -155,17 +216,22 @@ def next_token_probs(
 
     Shapes: ``logits`` ``(... vocab)`` -> probabilities ``(... vocab)``, in float32 or
     wider. ``temperature=0`` gives a one-hot distribution on the argmax (greedy).
+    Logits with NaN or +inf, or a row that is all ``-inf``, are a ``ValueError``.
     """
-    _check_sampling(temperature, top_k, top_p)
+    _check_knobs(temperature, top_k, top_p, finite_logits=logits)
+    return _probs(logits, temperature, top_k, top_p)
+
+
+def _probs(logits, temperature, top_k, top_p) -> torch.Tensor:
     dtype = torch.promote_types(logits.dtype, torch.float32)
     if temperature == 0:
         one_hot = torch.zeros_like(logits, dtype=dtype)
         return one_hot.scatter(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
     logits = logits.to(dtype) / temperature
     if top_k is not None:
-        logits = top_k_filter(logits, top_k)
+        logits = _top_k(logits, top_k)
     if top_p is not None:
-        logits = top_p_filter(logits, top_p)
+        logits = _top_p(logits, top_p)
     return logits.softmax(dim=-1)
 
 
@@ -183,16 +249,26 @@ def sample_next_token(
     :func:`next_token_probs`, made with ``generator`` (reproducible when seeded; a CPU
     generator also serves logits on a GPU, drawing on the CPU).
     """
+    check.tensor("logits", logits, "batch vocab")
+    _check_knobs(temperature, top_k, top_p, generator, finite_logits=logits)
+    return _sample(logits, temperature, top_k, top_p, generator)
+
+
+def _sample(logits, temperature, top_k, top_p, generator) -> torch.Tensor:
+    """:func:`sample_next_token` for checked arguments: ``(batch vocab) -> (batch,)``."""
     if temperature == 0:
-        _check_sampling(temperature, top_k, top_p)
         return logits.argmax(dim=-1)
-    probs = next_token_probs(logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    probs = _probs(logits, temperature, top_k, top_p)
     if generator is not None and generator.device != probs.device:
         probs = probs.to(generator.device)
-    token = torch.multinomial(probs, 1, generator=generator).to(logits.device)
+    try:
+        token = torch.multinomial(probs, 1, generator=generator).to(logits.device)
+    except RuntimeError as error:  # NaN or inf in probs: name the cause
+        raise ValueError(f"{_BAD_LOGITS} ({error})") from None
     return rearrange(token, "batch 1 -> batch")
 
 
+# From chapters/07-families.md, section "The generation loop".
 def generate(
     model: Any,
     prompt_ids: torch.Tensor,
@@ -210,28 +286,31 @@ def generate(
     Shapes: ``prompt_ids`` ``(batch seq)`` or ``(seq,)`` -> the prompt followed by up to
     ``max_new_tokens`` new ids, ``(batch seq+new)`` or ``(seq+new,)``. A row ends at the
     first of ``stop_ids`` it produces (kept in the output); after that it holds
-    ``pad_id`` (default: the first stop id). ``generator`` makes sampling reproducible.
+    ``pad_id`` (default: the first stop id, or 0 without stop ids). ``generator`` makes
+    sampling reproducible. Logits with NaN or +inf, or a row all ``-inf``, are a
+    ``ValueError``, never a token.
+
+    The prompt goes through ``model.step`` (checked); the loop's own tokens through
+    ``model.step_unchecked`` where the model has one.
     """
     ids, squeeze = _check_prompt(prompt_ids, model)
     check.int_at_least("max_new_tokens", max_new_tokens, 0)
-    _check_sampling(temperature, top_k, top_p)
-    stops = _stop_tensor(stop_ids, ids.device)
-    fill = int(stops[0]) if pad_id is None and len(stops) else (pad_id or 0)
+    _check_knobs(temperature, top_k, top_p, generator)
+    stops, fill, to_check = _stop_and_pad(stop_ids, pad_id, ids, model)
     if max_new_tokens == 0:
         return _output(ids.clone(), squeeze)
 
-    logits, cache = model.step(ids, None)
-    logits = _check_logits(logits, ids)
+    logits, cache = _first_step(model, ids, to_check)
+    step = _unchecked(model)
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+    bad = torch.zeros_like(
+        finished
+    )  # rows given unusable logits: read once, at the end
     new_tokens = []
     for position in range(max_new_tokens):
-        token = sample_next_token(
-            logits[:, -1],
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            generator=generator,
-        )
+        last = logits[:, -1]
+        bad = bad | (_bad_rows(last) & ~finished)
+        token = _sample(last, temperature, top_k, top_p, generator)
         token = token.masked_fill(finished, fill)
         new_tokens.append(token)
         if len(stops):
@@ -239,11 +318,14 @@ def generate(
             if bool(finished.all()):
                 break
         if position + 1 < max_new_tokens:
-            logits, cache = model.step(rearrange(token, "batch -> batch 1"), cache)
+            logits, cache = step(rearrange(token, "batch -> batch 1"), cache)
+    if bool(bad.any()):
+        raise ValueError(f"{_BAD_LOGITS}: model.step gave them for rows {_rows(bad)}")
     generated = rearrange(torch.stack(new_tokens), "new batch -> batch new")
     return _output(torch.cat([ids, generated], dim=1), squeeze)
 
 
+# From chapters/07-families.md, section "Beam search".
 def _last_log_probs(logits: torch.Tensor) -> torch.Tensor:
     """Log-probabilities ``(batch vocab)`` at the last position, in float32 or wider."""
     dtype = torch.promote_types(logits.dtype, torch.float32)
@@ -276,22 +358,25 @@ def beam_search(
 
     Shapes: ``prompt_ids`` ``(batch seq)`` or ``(seq,)`` -> the prompt and the best
     continuation of each row, ``(batch seq+new)``, shorter rows padded with ``pad_id``
-    (default: the first stop id); with ``return_scores``, also the normalised scores
-    ``(batch,)``.
+    (default: the first stop id, or 0 without stop ids; a pad id is always a token of
+    the vocabulary); with ``return_scores``, also the normalised scores ``(batch,)``.
+    Logits with NaN or +inf, or a row all ``-inf``, are a ``ValueError``.
     """
     ids, squeeze = _check_prompt(prompt_ids, model)
     check.int_at_least("max_new_tokens", max_new_tokens, 0)
     check.positive_int("beam_size", beam_size)
     alpha = check.finite_float("length_alpha", length_alpha)
-    stops = _stop_tensor(stop_ids, ids.device)
-    fill = int(stops[0]) if pad_id is None and len(stops) else (pad_id or 0)
+    check.boolean("return_scores", return_scores)
+    stops, fill, to_check = _stop_and_pad(stop_ids, pad_id, ids, model)
     batch, device = ids.shape[0], ids.device
     if max_new_tokens == 0:
         out = _output(ids.clone(), squeeze)
         return (out, torch.zeros(batch, device=device)) if return_scores else out
 
-    logits, cache = model.step(ids, None)
-    logits = _check_logits(logits, ids)
+    logits, cache = _first_step(model, ids, to_check)
+    step = _unchecked(model)
+    if bool(_bad_rows(logits[:, -1]).any()):
+        raise ValueError(f"{_BAD_LOGITS}: model.step gave them for the prompt")
     vocab = logits.shape[-1]
     log_probs = rearrange(_last_log_probs(logits), "b vocab -> b 1 vocab")
     scores = torch.zeros_like(log_probs[:, :, 0])  # live beams' summed log-probs
@@ -350,7 +435,10 @@ def beam_search(
         done_rows = torch.tensor(done, device=device)
         scores = scores.masked_fill(rearrange(done_rows, "b -> b 1"), float("-inf"))
         cache = cache.select(rows)
-        logits, cache = model.step(rearrange(tokens, "b beams -> (b beams) 1"), cache)
+        logits, cache = step(rearrange(tokens, "b beams -> (b beams) 1"), cache)
+        live_rows = rearrange(~done_rows, "b -> b 1").expand(-1, beam_size).flatten()
+        if bool((_bad_rows(logits[:, -1]) & live_rows).any()):  # the loop reads anyway
+            raise ValueError(f"{_BAD_LOGITS}: model.step gave them at {length}")
         log_probs = _last_log_probs(logits)  # ((batch beams) vocab)
         log_probs = rearrange(log_probs, "(b beams) vocab -> b beams vocab", b=batch)
 
@@ -375,6 +463,7 @@ def beam_search(
     return out
 
 
+# From chapters/07-families.md, section "Speculative decoding".
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """``max(0, p - q)`` normalised: where to sample after a rejected draft token.
 
@@ -410,6 +499,7 @@ class TorchSampler:
         return float(uniform) < probability
 
 
+# From chapters/07-families.md, section "Speculative decoding".
 def speculative_generate(
     target: Any,
     draft: Any,
@@ -442,27 +532,34 @@ def speculative_generate(
     tokens.
     """
     ids, squeeze = _check_prompt(prompt_ids, target)
-    if ids.shape[0] != 1:
-        message = "speculative_generate decodes one sequence (batch 1)"
-        raise ValueError(f"{message}, got batch {ids.shape[0]}")
+    _check_prompt(prompt_ids, draft)
+    hint = "speculative_generate decodes one sequence (batch 1)"
+    check.tensor("prompt_ids", ids, "batch seq", batch=1, hint=hint)
     check.int_at_least("max_new_tokens", max_new_tokens, 0)
     check.positive_int("n_draft", n_draft)
-    _check_sampling(temperature, top_k, top_p)
-    stops = {int(i) for i in _stop_tensor(stop_ids, ids.device).tolist()}
+    _check_knobs(temperature, top_k, top_p, generator)
+    check.boolean("return_stats", return_stats)
+    stops, _, to_check = _stop_and_pad(stop_ids, None, ids, target)
+    stops = set(stops.tolist())
     sampler = TorchSampler(generator) if sampler is None else sampler
+    if not all(callable(getattr(sampler, m, None)) for m in ("categorical", "accept")):
+        raise TypeError("sampler needs categorical(probs) and accept(probability)")
     stats = {"target_calls": 0, "draft_calls": 0, "proposed": 0, "accepted": 0}
 
-    knobs = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
-
     def probs(logits: torch.Tensor) -> torch.Tensor:
-        return next_token_probs(logits, **knobs)
+        if bool(_bad_rows(logits).any()):  # the loop reads every distribution anyway
+            raise ValueError(f"{_BAD_LOGITS}: target or draft gave them")
+        return _probs(logits, temperature, top_k, top_p)
 
     vocab = [_vocab_size(target)]  # the target's, once known; the draft must agree
 
     def feed(model: Any, new: list[int], cache: Any) -> tuple[torch.Tensor, Any]:
         step_ids = torch.tensor([new], dtype=torch.long, device=ids.device)
-        logits, cache = model.step(step_ids, cache)
-        logits = _check_logits(logits, step_ids)[0]
+        if cache is None:  # the prompt: checked once, and the ids against the logits
+            logits, cache = _first_step(model, step_ids, to_check)
+        else:
+            logits, cache = _unchecked(model)(step_ids, cache)
+        logits = logits[0]
         if vocab[0] is None:
             vocab[0] = logits.shape[-1]
         elif logits.shape[-1] != vocab[0]:

@@ -1,5 +1,6 @@
 # This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/07-families.md, section "One configuration".
 """The model families (chapter 7 of the course): BERT, GPT and T5 from one set of parts.
 
 * :class:`TransformerConfig`: one configuration for every family (and ViT's encoder).
@@ -22,6 +23,7 @@ import math
 from dataclasses import dataclass, replace
 
 import torch
+import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
@@ -42,6 +44,7 @@ from lib.ffn import (
 from lib.norms import (
     NORM_KINDS,
     NORM_POSITIONS,
+    LayerNorm,
     ResidualSublayer,
     make_final_norm,
     make_norm,
@@ -54,6 +57,8 @@ from lib.positions import (
     T5RelativePositionBias,
 )
 
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "POSITION_KINDS",
     "TransformerConfig",
@@ -72,6 +77,7 @@ __all__ = [
 ]
 
 
+# From chapters/07-families.md, section "One configuration".
 POSITION_KINDS = ("learned", "sinusoidal", "rope", "alibi", "t5", "none")
 
 
@@ -137,44 +143,34 @@ class TransformerConfig:
                 check.positive_int(name, getattr(self, name), owner=owner)
         for name in ("n_decoder_layers", "n_token_types"):
             check.int_at_least(name, getattr(self, name), 0, owner=owner)
-        for name in ("embedding_norm", "embedding_scale", "bias", "tie_embeddings"):
-            check.boolean(name, getattr(self, name), owner=owner)
-        check.one_of("positions", self.positions, POSITION_KINDS, owner=owner)
-        check.one_of("norm", self.norm, NORM_KINDS, owner=owner)
-        check.one_of("norm_position", self.norm_position, NORM_POSITIONS, owner=owner)
-        activations = (*FFN_ACTIVATIONS, *GATED_FFN_ACTIVATIONS)
-        check.one_of("activation", self.activation, activations, owner=owner)
-        check.one_of(
-            "attn_backend",
-            self.attn_backend,
-            tuple(ATTENTION_BACKENDS),
-            owner=owner,
-        )
+        flags = ("embedding_norm", "embedding_scale", "bias", "tie_embeddings")
+        check.booleans(owner=owner, **{name: getattr(self, name) for name in flags})
+        choices = {
+            "positions": POSITION_KINDS,
+            "norm": NORM_KINDS,
+            "norm_position": NORM_POSITIONS,
+            "activation": (*FFN_ACTIVATIONS, *GATED_FFN_ACTIVATIONS),
+            "attn_backend": tuple(ATTENTION_BACKENDS),
+        }
+        for name, allowed in choices.items():
+            check.one_of(name, getattr(self, name), allowed, owner=owner)
         check.probability("dropout", self.dropout, owner=owner)
-        check.finite_float(
-            "rope_base", self.rope_base, low=0.0, low_open=True, owner=owner
-        )
-        if self.norm_eps is not None:
-            check.finite_float(
-                "norm_eps", self.norm_eps, low=0.0, low_open=True, owner=owner
-            )
-        if self.attn_scale is not None:
-            check.finite_float("attn_scale", self.attn_scale, owner=owner)
+        positive = dict(low=0.0, low_open=True, owner=owner)
+        check.finite_float("rope_base", self.rope_base, **positive)
+        for name in ("norm_eps", "attn_scale"):  # None: the default
+            if getattr(self, name) is not None:
+                check.finite_float(name, getattr(self, name), **positive)
+        problem = None
         if self.d_head is None and self.d_model % self.n_heads:
-            raise ValueError(
-                f"{owner}: n_heads={self.n_heads} does not divide "
-                f"d_model={self.d_model}; "
-                "change one, or set d_head explicitly"
-            )
-        if self.n_heads % self.kv_heads:
-            raise ValueError(
-                f"{owner}: n_kv_heads={self.n_kv_heads} does not divide "
-                f"n_heads={self.n_heads}; each key/value head serves a whole group"
-            )
-        if self.positions == "rope" and self.head_size % 2:
-            raise ValueError(
-                f"{owner}: RoPE needs an even d_head, got {self.head_size}",
-            )
+            problem = f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
+            problem += "change one, or set d_head explicitly"
+        elif self.n_heads % self.kv_heads:
+            problem = f"n_kv_heads={self.n_kv_heads} does not divide n_heads="
+            problem += f"{self.n_heads}; each key/value head serves a whole group"
+        elif self.positions == "rope" and self.head_size % 2:
+            problem = f"RoPE needs an even d_head, got {self.head_size}"
+        if problem:
+            raise ValueError(f"{owner}: {problem}")
 
     @property
     def kv_heads(self) -> int:
@@ -193,39 +189,38 @@ class TransformerConfig:
         return self.n_decoder_layers or self.n_layers
 
 
+# From chapters/07-families.md, section "The parts".
 def _check_ids(ids: object, vocab_size: int, name: str = "ids") -> torch.Tensor:
-    """Integer ids ``(batch seq)`` in ``0..vocab_size-1``, or a clear error."""
-    if not isinstance(ids, torch.Tensor):
-        raise TypeError(
-            f"{name} must be a tensor of token ids, got {type(ids).__name__}",
-        )
-    if ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"{name} must be int64 or int32 token ids, got {ids.dtype}")
-    if ids.dim() != 2:
+    """Integer ids ``(batch seq)``, not empty; on the CPU also in ``0..vocab_size-1``.
+
+    (Reading a GPU tensor's values would make the device wait, once per training step;
+    there an id out of range fails inside the embedding lookup instead.)
+    """
+    dtype = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+    if dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must be int64 or int32 token ids, got {dtype}")
+    if ids.dim() != 2 or 0 in ids.shape:
         raise ValueError(f"{name} must be (batch, seq), got shape {tuple(ids.shape)}")
-    if not torch.compiler.is_compiling() and ids.numel():
-        low, high = (int(v) for v in torch.aminmax(ids))
-        if low < 0 or high >= vocab_size:
-            raise ValueError(
-                f"{name} must be in 0..{vocab_size - 1}, got ids from {low} to {high}",
-            )
+    read = ids.device.type == "cpu" and not torch.compiler.is_compiling()
+    low, high = map(int, torch.aminmax(ids)) if read else (0, 0)
+    if low < 0 or high >= vocab_size:
+        got = f"got ids from {low} to {high}"
+        raise ValueError(f"{name} must be in 0..{vocab_size - 1}, {got}")
     return ids
 
 
-def _key_mask(mask: torch.Tensor | None, batch: int, k_len: int) -> torch.Tensor | None:
-    """A ``(batch k_pos)`` boolean key mask (True = real token) as ``(batch 1 1
-    k_pos)``."""
-    if mask is None:
-        return None
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        raise TypeError(
-            f"mask must be a boolean tensor (True = real token), got {mask!r}",
-        )
+def _check_mask(mask: object, batch: int, k_len: int, name: str = "mask") -> None:
+    """A boolean key mask ``(batch k_pos)``, True = real token."""
+    check.tensor(name, mask, boolean=True, hint="True = real token")
     if tuple(mask.shape) != (batch, k_len):
-        raise ValueError(
-            f"mask must be (batch, k_pos) = {(batch, k_len)}, got {tuple(mask.shape)}",
-        )
-    return rearrange(mask, "batch k_pos -> batch 1 1 k_pos")
+        got = f"= {(batch, k_len)}, got {tuple(mask.shape)}"
+        raise ValueError(f"{name} must be (batch, k_pos) {got}")
+
+
+def _key_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """A checked ``(batch k_pos)`` key mask as ``(batch 1 1 k_pos)``: it broadcasts over
+    heads and queries."""
+    return None if mask is None else rearrange(mask, "batch k_pos -> batch 1 1 k_pos")
 
 
 class Embeddings(nn.Module):
@@ -234,6 +229,7 @@ class Embeddings(nn.Module):
 
     ``forward(ids, token_types=None, offset=0)``: ``ids`` ``(batch seq)`` ->
     ``(batch seq d_model)``; ``offset`` is the absolute position of the first token.
+    It trusts its input: the models check ids and lengths before they call it.
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -266,22 +262,26 @@ class Embeddings(nn.Module):
         token_types: torch.Tensor | None = None,
         offset: int = 0,
     ) -> torch.Tensor:
-        x = self.tokens(_check_ids(ids, self.cfg.vocab_size))
-        if self.positions is not None:
+        # No checks here: the models check ids, token types and lengths at their door,
+        # so the tables are read directly (this runs once per decoded token).
+        x = F.embedding(ids, self.tokens.weight)
+        if self.cfg.embedding_scale:
+            x = x * math.sqrt(self.cfg.d_model)
+        if isinstance(self.positions, LearnedPositionalEmbedding):
+            rows = self.positions.embedding.weight[offset : offset + ids.shape[1]]
+            x = x + rows.to(x.dtype)
+        elif self.positions is not None:
             x = self.positions(x, offset=offset)
         if self.token_types is not None:
             if token_types is None:
                 token_types = torch.zeros_like(ids)
-            x = x + self.token_types(
-                _check_ids(token_types, self.cfg.n_token_types, "token_types"),
-            )
-        elif token_types is not None:
-            raise ValueError("token_types given, but the config has n_token_types=0")
+            x = x + self.token_types(token_types)
         if self.norm is not None:
             x = self.norm(x)
         return self.dropout(x)
 
 
+# From chapters/07-families.md, section "The parts".
 def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
     return MultiHeadAttention(
         cfg.d_model,
@@ -358,11 +358,7 @@ class TransformerBlock(nn.Module):
         )
         x, self_cache = out if use_cache else (out, None)
         cross_cache = None
-        if self.cross_attn is not None:
-            if context is None:
-                raise ValueError(
-                    "this block has cross-attention: pass context (the encoder output)",
-                )
+        if self.cross_attn is not None:  # the decoder checked that context is there
             kwargs = dict(past=past_cross, use_cache=True) if use_cache else {}
             out = self.cross_attn(x, context, mask=context_mask, **kwargs)
             x, cross_cache = out if use_cache else (out, None)
@@ -370,6 +366,7 @@ class TransformerBlock(nn.Module):
         return (x, (self_cache, cross_cache)) if use_cache else x
 
 
+# From chapters/07-families.md, section "The parts".
 @dataclass(frozen=True)
 class ModelCache:
     """Key/value caches of every decoder layer (and the cross-attention inputs, for T5).
@@ -395,15 +392,24 @@ class ModelCache:
 
     def select(self, indices: torch.Tensor) -> ModelCache:
         """The cache with its batch rows gathered by ``indices`` ``(new_batch,)``
-        (beams)."""
+        (beams); on the CPU the indices are checked against the batch."""
+        owner, batch = "ModelCache.select()", self.batch_size
         indices = torch.as_tensor(indices, device=self.self_attn[0].keys.device)
+        check.tensor("indices", indices, "new_batch", integer=True, owner=owner)
+        read = indices.device.type == "cpu" and indices.numel()
+        if read and not 0 <= int(indices.min()) <= int(indices.max()) < batch:
+            got = f"indices {indices.tolist()} out of range for a batch of {batch}"
+            raise IndexError(f"{owner}: {got} (rows 0..{batch - 1})")
 
         def rows(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.index_select(0, indices)
 
+        def layer(c: KVCache | None) -> KVCache | None:
+            return None if c is None else _kv(rows(c.keys), rows(c.values))
+
         return ModelCache(
-            tuple(c.select(indices) for c in self.self_attn),
-            tuple(None if c is None else c.select(indices) for c in self.cross_attn),
+            tuple(layer(c) for c in self.self_attn),
+            tuple(layer(c) for c in self.cross_attn),
             rows(self.context),
             rows(self.context_mask),
         )
@@ -411,9 +417,24 @@ class ModelCache:
     def crop(self, length: int) -> ModelCache:
         """The cache of the first ``length`` decoded positions, cross-attention
         kept."""
-        return replace(self, self_attn=tuple(c.crop(length) for c in self.self_attn))
+        length = check.int_in_range("length", length, 0, self.seq_len)
+        layers = tuple(
+            _kv(c.keys[:, :, :length], c.values[:, :, :length]) for c in self.self_attn
+        )
+        return replace(self, self_attn=layers)
 
 
+def _kv(keys: torch.Tensor, values: torch.Tensor) -> KVCache:
+    """A :class:`KVCache` of tensors this module made itself (from checked inputs), built
+    without ``KVCache``'s own checks, which would otherwise run for every layer and every
+    decoded token."""
+    cache = object.__new__(KVCache)
+    object.__setattr__(cache, "keys", keys)
+    object.__setattr__(cache, "values", values)
+    return cache
+
+
+# From chapters/07-families.md, section "The parts".
 class _Stack(nn.Module):
     """What encoder and decoder share: blocks, in-attention positions, the final
     norm."""
@@ -449,15 +470,14 @@ class _Stack(nn.Module):
             cfg.norm_eps,
         )
 
-    def _check_input(self, x: object) -> torch.Tensor:
-        is_tensor = isinstance(x, torch.Tensor)
-        if not is_tensor or x.dim() != 3 or x.shape[-1] != self.cfg.d_model:
-            got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-            raise ValueError(
-                f"{type(self).__name__} takes embedded input (batch, seq, "
-                f"d_model={self.cfg.d_model}), got {got}; embed token ids first"
-            )
-        return x
+    def _check_input(self, x: object, mask: object, name: str = "mask") -> None:
+        """Embedded input ``(batch seq d_model)`` and its key mask ``(batch seq)``."""
+        d_model, got = self.cfg.d_model, getattr(x, "shape", type(x).__name__)
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
+            want = f"(batch, seq, d_model={d_model}), got {tuple(got)}"
+            raise ValueError(f"{type(self).__name__} takes embedded input {want}")
+        if mask is not None:
+            _check_mask(mask, x.shape[0], x.shape[1], name)
 
     def _bias(self, q_len: int, k_len: int, offset: int) -> torch.Tensor | None:
         if self.position_bias is None:
@@ -480,8 +500,12 @@ class Encoder(_Stack):
         x: torch.Tensor,
         mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        self._check_input(x)
-        key_mask = _key_mask(mask, x.shape[0], x.shape[1])
+        self._check_input(x, mask)
+        return self._run(x, mask)
+
+    def _run(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`forward` for a caller that checked its arguments (BERT, T5)."""
+        key_mask = _key_mask(mask)
         bias = self._bias(x.shape[1], x.shape[1], 0)
         for block in self.blocks:
             x = block(x, mask=key_mask, position_bias=bias, rope=self.rope)
@@ -519,17 +543,24 @@ class Decoder(_Stack):
         cache: ModelCache | None = None,
         use_cache: bool = False,
     ):
-        self._check_input(x)
+        offset = 0 if cache is None else cache.seq_len
+        self._check_input(x, None)
+        if mask is not None:
+            _check_mask(mask, x.shape[0], offset + x.shape[1])
         if self.cross_attention and context is None:
-            raise ValueError(
-                "an encoder-decoder's decoder needs context (the encoder output)",
-            )
+            raise ValueError("the decoder needs context (the encoder output)")
+        if context is not None:
+            self._check_input(context, context_mask, "context_mask")
+        check.boolean("use_cache", use_cache, owner="Decoder")
+        return self._run(x, mask, context, context_mask, cache, use_cache)
+
+    def _run(
+        self, x, mask=None, context=None, context_mask=None, cache=None, use_cache=False
+    ):
+        """:meth:`forward` through the blocks, for a caller that checked its arguments."""
         offset = 0 if cache is None else cache.seq_len
         q_len, k_len = x.shape[1], offset + x.shape[1]
-        self_mask = _key_mask(mask, x.shape[0], k_len)
-        cross_mask = None
-        if context is not None:
-            cross_mask = _key_mask(context_mask, *context.shape[:2])
+        self_mask, cross_mask = _key_mask(mask), _key_mask(context_mask)
         bias = self._bias(q_len, k_len, offset)
         new_self, new_cross = [], []
         for i, block in enumerate(self.blocks):
@@ -558,21 +589,161 @@ class Decoder(_Stack):
             return x
         return x, ModelCache(tuple(new_self), tuple(new_cross), context, context_mask)
 
+    def _step(self, x, cache, context=None, context_mask=None):
+        """Decode the new positions ``x`` ``(batch new d_model)`` against ``cache``.
+
+        The same function as ``_run(..., use_cache=True)``, with the blocks' weights
+        applied by PyTorch's functional ops: no checks, no mask built for one new token,
+        no module calls inside a layer. In training mode (dropout) or with an attention
+        backend other than ``"sdpa"`` it is ``_run`` itself.
+        """
+        if self.training or self.blocks[0].self_attn.sublayer.backend != "sdpa":
+            return self._run(x, None, context, context_mask, cache, True)
+        offset = 0 if cache is None else cache.seq_len
+        q_len, k_len = x.shape[1], offset + x.shape[1]
+        mask, is_causal = self._bias(q_len, k_len, offset), False
+        if q_len > 1 and mask is None and offset == 0:
+            is_causal = True  # PyTorch's own square causal mask: no tensor to build
+        elif q_len > 1:  # bottom-right causal: query i sees the keys up to offset + i
+            shape, device = (q_len, k_len), x.device
+            causal = torch.ones(shape, dtype=torch.bool, device=device).tril(offset)
+            mask = causal if mask is None else mask.masked_fill(~causal, -math.inf)
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(x.dtype)
+        rope = None if self.rope is None else self.rope.cos_sin(offset, q_len, x.dtype)
+        cross_mask = _key_mask(context_mask)
+        new_self, new_cross = [], []
+        for i, block in enumerate(self.blocks):
+            past = None if cache is None else cache.self_attn[i]
+            sublayer = block.self_attn
+            x, layer = _residual(
+                sublayer, x, _self_attention, past, rope, mask, is_causal
+            )
+            new_self.append(layer)
+            layer = None
+            if block.cross_attn is not None:
+                past = None if cache is None else _at(cache.cross_attn, i)
+                cross = (past, context, cross_mask)
+                x, layer = _residual(block.cross_attn, x, _cross_attention, *cross)
+            new_cross.append(layer)
+            x, _ = _residual(block.ffn, x, _ffn_out)
+        if not isinstance(self.final_norm, nn.Identity):
+            x = _normed(self.final_norm, x)
+        return x, ModelCache(tuple(new_self), tuple(new_cross), context, context_mask)
+
 
 def _at(caches: tuple, i: int):
     return caches[i] if i < len(caches) else None
 
 
+# From chapters/07-families.md, section "The parts".
+def _normed(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``norm(x)`` for a LayerNorm or RMSNorm of ``lib.norms``, by PyTorch's fused kernel
+    (half precision normalised in fp32, as there)."""
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    weight = None if norm.weight is None else norm.weight.to(dtype)
+    if isinstance(norm, LayerNorm):
+        bias = None if norm.bias is None else norm.bias.to(dtype)
+        y = F.layer_norm(x.to(dtype), (norm.d_model,), weight, bias, norm.eps)
+    else:
+        y = F.rms_norm(x.to(dtype), (norm.d_model,), weight, norm.eps)
+    return y.to(x.dtype)
+
+
+def _residual(sublayer: ResidualSublayer, x: torch.Tensor, branch, *args):
+    """``sublayer``'s residual step (pre- or post-LN, no dropout) around
+    ``branch(inner, h, *args) -> (out, extra)``; returns ``(x, extra)``."""
+    if sublayer.position == "pre":
+        out, extra = branch(sublayer.sublayer, _normed(sublayer.norm, x), *args)
+        return x + out, extra
+    out, extra = branch(sublayer.sublayer, x, *args)
+    return _normed(sublayer.norm, x + out), extra
+
+
+def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """``(batch seq (heads d_head)) -> (batch heads seq d_head)``, as a view."""
+    return x.unflatten(-1, (n_heads, -1)).transpose(1, 2)
+
+
+def _attend(mha, q, k, v, mask, is_causal: bool) -> torch.Tensor:
+    """Attention of ``q`` ``(batch heads q_pos d_head)`` over ``k``, ``v`` ``(batch
+    kv_heads k_pos d_head)``, then the output projection: ``(batch q_pos d_model)``."""
+    if mha.n_heads != mha.n_kv_heads:  # each key/value head serves a group of queries
+        groups = mha.n_heads // mha.n_kv_heads
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=is_causal, scale=mha.scale
+    )
+    return F.linear(
+        out.transpose(1, 2).flatten(2), mha.out_proj.weight, mha.out_proj.bias
+    )
+
+
+def _rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE's half-split rotation of ``x`` ``(... seq d_head)`` (chapter 3)."""
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-second, first), dim=-1) * sin
+
+
+def _self_attention(mha, h, past, rope, mask, is_causal):
+    """Self-attention of the new positions ``h`` against the cache ``past``: returns
+    the output and the extended :class:`KVCache`."""
+    projected = F.linear(h, mha.qkv_proj.weight, mha.qkv_proj.bias)
+    q, k, v = projected.split([mha.q_dim, mha.kv_dim, mha.kv_dim], dim=-1)
+    q, k, v = (
+        _heads(q, mha.n_heads),
+        _heads(k, mha.n_kv_heads),
+        _heads(v, mha.n_kv_heads),
+    )
+    if rope is not None:
+        q, k = _rotated(q, *rope), _rotated(k, *rope)
+    if past is not None:
+        k, v = torch.cat([past.keys, k], dim=2), torch.cat([past.values, v], dim=2)
+    return _attend(mha, q, k, v, mask, is_causal), _kv(k, v)
+
+
+def _cross_attention(mha, h, past, context, mask):
+    """Cross-attention of ``h`` to the encoder output: its keys and values projected
+    once, at the first step, and read from ``past`` after that."""
+    bias = mha.qkv_proj.bias
+    bias = None if bias is None else bias[: mha.q_dim]
+    q = _heads(F.linear(h, mha.qkv_proj.weight[: mha.q_dim], bias), mha.n_heads)
+    if past is None:
+        k, v = mha._project_kv(context)
+        past = _kv(_heads(k, mha.n_kv_heads), _heads(v, mha.n_kv_heads))
+    return _attend(mha, q, past.keys, past.values, mask, False), past
+
+
+def _ffn_out(ffn: nn.Module, h: torch.Tensor) -> tuple[torch.Tensor, None]:
+    """A :class:`FeedForward` or :class:`GatedFeedForward` of ``h`` (no dropout), and
+    no cache."""
+    hidden = F.linear(h, ffn.w_in.weight, ffn.w_in.bias)
+    if isinstance(ffn, GatedFeedForward):  # gate first, then value (chapter 5)
+        gate, value = hidden.chunk(2, dim=-1)
+        hidden = GATED_FFN_ACTIVATIONS[ffn.activation](gate) * value
+    else:
+        hidden = FFN_ACTIVATIONS[ffn.activation](hidden)
+    return F.linear(hidden, ffn.w_out.weight, ffn.w_out.bias), None
+
+
+# From chapters/07-families.md, section "Three models".
 class GPT(nn.Module):
     """Decoder-only language model: ``ids (batch seq) -> logits (batch seq vocab)``.
 
     ``forward(ids, mask=None)``: ``mask`` ``(batch seq)`` boolean, True for real tokens
-    (right padding). ``step(ids, cache=None)`` runs only the new tokens ``(batch new)``
-    against the cache and returns ``(logits (batch new vocab), cache)``.
+    (right padding only: positions count from the first column, so a left-padded row is
+    refused). ``step(ids, cache=None)`` runs only the new tokens ``(batch new)`` against
+    the cache and returns ``(logits (batch new vocab), cache)``; ``step_unchecked`` is
+    the same without the argument checks, for decoding loops that feed back the tokens
+    they chose (:mod:`lib.generation`).
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
+        check.instance("cfg", cfg, TransformerConfig, owner="GPT")
+        if cfg.n_decoder_layers not in (0, cfg.n_layers):
+            layers = f"n_layers={cfg.n_layers} blocks, not n_decoder_layers"
+            raise ValueError(f"GPT builds {layers}={cfg.n_decoder_layers} (T5's)")
         self.cfg = cfg
         self.embed = Embeddings(cfg)
         self.decoder = Decoder(cfg)
@@ -585,33 +756,61 @@ class GPT(nn.Module):
         ids: torch.Tensor,
         mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        self._check_length(ids, 0)
-        return self.head(self.decoder(self.embed(ids), mask=mask))
+        _check_ids(ids, self.cfg.vocab_size)
+        _check_positions(self.cfg, ids.shape[1], "GPT")
+        if mask is not None:
+            _check_mask(mask, *ids.shape)
+            _check_right_padded(mask)
+        return self.head(self.decoder._run(self.embed(ids), mask))
 
     def step(
         self,
         ids: torch.Tensor,
         cache: ModelCache | None = None,
     ) -> tuple[torch.Tensor, ModelCache]:
+        _check_ids(ids, self.cfg.vocab_size)
+        _check_cache(cache, ids.shape[0], len(self.decoder.blocks), "GPT")
+        return self.step_unchecked(ids, cache)
+
+    def step_unchecked(
+        self, ids: torch.Tensor, cache: ModelCache | None = None
+    ) -> tuple[torch.Tensor, ModelCache]:
+        """:meth:`step` for ids known to be valid: no tensor is read, one length test."""
         offset = 0 if cache is None else cache.seq_len
-        self._check_length(ids, offset)
-        x, cache = self.decoder(
-            self.embed(ids, offset=offset),
-            cache=cache,
-            use_cache=True,
-        )
-        return self.head(x), cache
-
-    def _check_length(self, ids: torch.Tensor, offset: int) -> None:
-        end = offset + (ids.shape[-1] if isinstance(ids, torch.Tensor) else 0)
-        if self.cfg.positions == "learned" and end > self.cfg.max_len:
-            raise ValueError(
-                f"GPT: positions up to {end - 1} exceed "
-                f"max_len={self.cfg.max_len} of its "
-                "learned position table; shorten the prompt or generate fewer tokens"
-            )
+        _check_positions(self.cfg, offset + ids.shape[1], "GPT")
+        x, cache = self.decoder._step(self.embed(ids, offset=offset), cache)
+        return F.linear(x, self.head.weight, self.head.bias), cache
 
 
+# From chapters/07-families.md, section "Three models".
+def _check_positions(cfg: TransformerConfig, end: int, owner: str) -> None:
+    """Positions ``0..end-1`` fit the position table (learned, sinusoidal, RoPE)."""
+    if end > cfg.max_len and cfg.positions in ("learned", "sinusoidal", "rope"):
+        table = f"max_len={cfg.max_len} of its {cfg.positions} position table"
+        raise ValueError(f"{owner}: positions up to {end - 1} exceed {table}")
+
+
+def _check_right_padded(mask: torch.Tensor, owner: str = "GPT") -> None:
+    """On the CPU: no row of ``mask`` has padding before a real token."""
+    left = (mask[:, 1:] & ~mask[:, :-1]).any(dim=1)  # padding, then a real token
+    if mask.device.type == "cpu" and bool(left.any()):
+        why = "positions count from the first column: pad on the right"
+        raise ValueError(f"{owner}: mask row {_first(left)} is left-padded; {why}")
+
+
+def _check_cache(cache: object, batch: int, n_layers: int, owner: str) -> None:
+    check.instance("cache", cache, (ModelCache, type(None)), owner=owner)
+    got = None if cache is None else (cache.batch_size, len(cache.self_attn))
+    if got not in (None, (batch, n_layers)):
+        want = f"(batch, layers) = {(batch, n_layers)}, got {got}"
+        raise ValueError(f"{owner}: cache must fit the ids and the model: {want}")
+
+
+def _first(flags: torch.Tensor) -> int:
+    return int(flags.nonzero()[0])
+
+
+# From chapters/07-families.md, section "Three models".
 class BERT(nn.Module):
     """Encoder-only masked language model: ``ids (batch seq) -> logits (batch seq
     vocab)``.
@@ -624,6 +823,7 @@ class BERT(nn.Module):
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
+        check.instance("cfg", cfg, TransformerConfig, owner="BERT")
         self.cfg = cfg
         self.embed = Embeddings(cfg)
         self.encoder = Encoder(cfg)
@@ -637,17 +837,24 @@ class BERT(nn.Module):
         init_weights(self)
 
     def encode(self, ids, mask=None, token_types=None) -> torch.Tensor:
-        if self.cfg.positions == "learned" and ids.shape[-1] > self.cfg.max_len:
-            raise ValueError(
-                f"BERT: {ids.shape[-1]} tokens exceed max_len={self.cfg.max_len}",
-            )
-        return self.encoder(self.embed(ids, token_types), mask)
+        cfg = self.cfg
+        batch, seq = _check_ids(ids, cfg.vocab_size).shape
+        _check_positions(cfg, seq, "BERT")
+        if mask is not None:
+            _check_mask(mask, *ids.shape)
+        if token_types is not None and not cfg.n_token_types:
+            raise ValueError("token_types given, but the config has n_token_types=0")
+        if token_types is not None:
+            _check_ids(token_types, cfg.n_token_types, "token_types")
+            check.tensor("token_types", token_types, "batch seq", batch=batch, seq=seq)
+        return self.encoder._run(self.embed(ids, token_types), mask)
 
     def forward(self, ids, mask=None, token_types=None) -> torch.Tensor:
         h = self.encode(ids, mask, token_types)
         return self.head(self.mlm_norm(self.mlm_activation(self.mlm_dense(h))))
 
 
+# From chapters/07-families.md, section "Three models".
 class T5(nn.Module):
     """Encoder-decoder: ``(src_ids (batch src), tgt_ids (batch tgt)) -> (batch tgt
     vocab)``.
@@ -660,6 +867,8 @@ class T5(nn.Module):
 
     def __init__(self, cfg: TransformerConfig, *, start_id: int = 0) -> None:
         super().__init__()
+        check.instance("cfg", cfg, TransformerConfig, owner="T5")
+        check.int_in_range("start_id", start_id, 0, cfg.vocab_size - 1, owner="T5")
         self.cfg, self.start_id = cfg, start_id
         self.embed = Embeddings(cfg)  # shared by both stacks
         self.encoder = Encoder(cfg)
@@ -676,39 +885,36 @@ class T5(nn.Module):
     ) -> torch.Tensor:
         if src_ids is None:
             raise ValueError("T5 needs encoder input: pass src_ids (batch, src)")
-        return self.encoder(self.embed(src_ids), src_mask)
+        _check_ids(src_ids, self.cfg.vocab_size, "src_ids")
+        if src_mask is not None:
+            _check_mask(src_mask, *src_ids.shape, "src_mask")
+            if src_mask.device.type == "cpu" and not bool(src_mask.any(dim=1).all()):
+                raise ValueError("src_mask has a row with no real token to read")
+        return self.encoder._run(self.embed(src_ids), src_mask)
 
-    def decode(
-        self,
-        tgt_ids,
-        context,
-        context_mask=None,
-        tgt_mask=None,
-        cache=None,
-        use_cache=False,
-    ):
-        offset = 0 if cache is None else cache.seq_len
-        out = self.decoder(
-            self.embed(tgt_ids, offset=offset),
-            mask=tgt_mask,
-            context=context,
-            context_mask=context_mask,
-            cache=cache,
-            use_cache=use_cache,
-        )
-        x, cache = out if use_cache else (out, None)
-        logits = self.head(x * self.head_scale)
-        return (logits, cache) if use_cache else logits
+    def decode(self, tgt_ids, context, context_mask=None, tgt_mask=None):
+        """Logits ``(batch tgt vocab)`` of ``tgt_ids`` reading the encoder output
+        ``context`` ``(batch src d_model)`` (and its mask ``(batch src)``)."""
+        _check_ids(tgt_ids, self.cfg.vocab_size, "tgt_ids")
+        sizes = dict(batch=tgt_ids.shape[0], d_model=self.cfg.d_model)
+        check.tensor("context", context, "batch src d_model", floating=True, **sizes)
+        if context_mask is not None:
+            _check_mask(context_mask, *context.shape[:2], "context_mask")
+        if tgt_mask is not None:
+            _check_mask(tgt_mask, *tgt_ids.shape, "tgt_mask")
+            _check_right_padded(tgt_mask, "T5")
+        return self._decode(tgt_ids, context, context_mask, tgt_mask)
+
+    def _decode(self, tgt_ids, context, context_mask=None, tgt_mask=None):
+        x = self.decoder._run(self.embed(tgt_ids), tgt_mask, context, context_mask)
+        return self.head(x * self.head_scale)
 
     def forward(
         self, src_ids, tgt_ids=None, src_mask=None, tgt_mask=None
     ) -> torch.Tensor:
         if tgt_ids is None:
-            raise ValueError(
-                "T5.forward needs decoder input tgt_ids (batch, tgt) as well",
-            )
-        context = self.encode(src_ids, src_mask)
-        return self.decode(tgt_ids, context, src_mask, tgt_mask)
+            raise ValueError("T5.forward needs decoder input tgt_ids (batch, tgt)")
+        return self.decode(tgt_ids, self.encode(src_ids, src_mask), src_mask, tgt_mask)
 
     def bind(
         self,
@@ -724,7 +930,7 @@ class _BoundT5:
 
     The first step starts from the bound encoder output; later steps read it (and its
     mask) from the cache, so beam search may reorder and duplicate the cache's rows
-    freely.
+    freely. ``step_unchecked`` skips the checks of the ids and the cache.
     """
 
     def __init__(
@@ -738,19 +944,30 @@ class _BoundT5:
         self.cfg = model.cfg
 
     def step(self, ids: torch.Tensor, cache: ModelCache | None = None):
+        _check_ids(ids, self.cfg.vocab_size)
+        batch = self.context.shape[0] if cache is None else cache.batch_size
+        _check_cache(cache, batch, len(self.model.decoder.blocks), "T5")
+        check.tensor("ids", ids, "batch new", batch=batch, hint="the source's batch")
+        return self.step_unchecked(ids, cache)
+
+    def step_unchecked(self, ids: torch.Tensor, cache: ModelCache | None = None):
         if cache is None:
             context, context_mask = self.context, self.context_mask
         else:
             context, context_mask = cache.context, cache.context_mask
-        return self.model.decode(
-            ids, context, context_mask, cache=cache, use_cache=True
-        )
+        model, offset = self.model, 0 if cache is None else cache.seq_len
+        x = model.embed(ids, offset=offset)
+        x, cache = model.decoder._step(x, cache, context, context_mask)
+        return F.linear(x * model.head_scale, model.head.weight, model.head.bias), cache
 
 
+# From chapters/07-families.md, section "Three models".
 def init_weights(model: nn.Module, std: float = 0.02) -> nn.Module:
     """GPT-2's initialisation, in place: N(0, std²) weights, zero biases, unit norms,
     and residual output projections scaled by ``1/sqrt(2·n_blocks)``. Returns
     ``model``."""
+    check.instance("model", model, nn.Module, owner="init_weights()")
+    std = check.finite_float("std", std, low=0.0, low_open=True, owner="init_weights()")
     blocks = [m for m in model.modules() if isinstance(m, TransformerBlock)]
     residual_std = std / math.sqrt(2 * max(1, len(blocks)))
     for module in model.modules():
@@ -773,12 +990,14 @@ def init_weights(model: nn.Module, std: float = 0.02) -> nn.Module:
 
 def count_parameters(model: nn.Module) -> int:
     """Distinct parameters (a tied matrix counts once)."""
+    check.instance("model", model, nn.Module, owner="count_parameters()")
     return sum(p.numel() for p in model.parameters())
 
 
 def parameter_breakdown(model: nn.Module) -> dict[str, int]:
     """Parameters by where they live: embeddings, attention, ffn, norms, head
     (others)."""
+    check.instance("model", model, nn.Module, owner="parameter_breakdown()")
     groups = {"embeddings": 0, "attention": 0, "ffn": 0, "norms": 0, "head": 0}
     for name, p in model.named_parameters():  # tied parameters are listed once
         if ".self_attn.sublayer." in name or ".cross_attn.sublayer." in name:
@@ -794,8 +1013,19 @@ def parameter_breakdown(model: nn.Module) -> dict[str, int]:
     return groups
 
 
-def kv_cache_bytes_per_token(cfg: TransformerConfig, bytes_per_value: int = 2) -> int:
-    """Bytes the self-attention caches of a decoder add per generated token."""
-    return kv_cache_bytes(
-        cfg.decoder_layers, cfg.kv_heads, cfg.head_size, 1, 1, bytes_per_value
-    )
+def kv_cache_bytes_per_token(
+    model_or_cfg: nn.Module | TransformerConfig, bytes_per_value: int = 2
+) -> int:
+    """Bytes the self-attention caches of a decoder add per generated token.
+
+    Given a model (GPT or T5), its decoder's blocks are counted; given a configuration,
+    ``cfg.decoder_layers`` (T5's decoder depth, or ``n_layers``: what a GPT builds,
+    since a GPT refuses a different ``n_decoder_layers``).
+    """
+    decoder = getattr(model_or_cfg, "decoder", None)
+    if isinstance(decoder, Decoder):
+        cfg, n_layers = model_or_cfg.cfg, len(decoder.blocks)
+    else:
+        check.instance("model_or_cfg", model_or_cfg, (GPT, T5, TransformerConfig))
+        cfg, n_layers = model_or_cfg, model_or_cfg.decoder_layers
+    return kv_cache_bytes(n_layers, cfg.kv_heads, cfg.head_size, 1, 1, bytes_per_value)

@@ -252,3 +252,29 @@ def test_model_cache_select_checks_indices():
     with pytest.raises(IndexError, match="out of range for a batch of 2"):
         cache.select(torch.tensor([2]))
     assert cache.select(torch.tensor([0, 0, 1])).batch_size == 3
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_decoding_path_equals_the_module_path(name):
+    """GPT.step's functional decoding path (Decoder._step) against the modules (_run):
+    the prompt, one token, several tokens after a cache (speculative decoding)."""
+    model = GPT(CONFIGS[name]).eval()
+    ids = _ids(seq=14)
+    with torch.no_grad():
+        fast, cache = model.step(ids[:, :6])
+        for new in (ids[:, 6:7], ids[:, 7:11], ids[:, 11:14]):
+            logits, cache = model.step(new, cache)
+            fast = torch.cat([fast, logits], dim=1)
+        x = model.decoder._run(model.embed(ids), use_cache=True)[0]
+        slow = model.head(x)
+    assert (fast - slow).abs().max() < 1e-5 and cache.seq_len == 14
+
+
+def test_decoding_in_training_mode_uses_the_modules():
+    model = GPT(replace_cfg(CONFIGS["gpt2"], dropout=0.5)).train()
+    torch.manual_seed(1)
+    a, _ = model.step(_ids())
+    torch.manual_seed(1)
+    b = model(_ids())  # the same draws of dropout: the same path
+    assert torch.equal(a, b)  # the same dropout draws: the module path
+    assert not torch.equal(a, model.eval()(_ids()))
