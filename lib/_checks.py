@@ -41,9 +41,10 @@ Tensors:
   -> ``x``: a ``torch.Tensor`` with the named axes (``"batch heads seq d_head"``;
   ``"... seq d_model"`` allows any leading axes), the sizes given by keyword (``d_model=512``)
   and a floating-point, integer or boolean dtype;
-* :func:`broadcastable` ``(name, x, axes, **sizes)`` -> ``x``: a tensor that broadcasts to the
-  shape the named axes and their sizes give (a mask ``(q_pos k_pos)`` or ``(batch 1 1 k_pos)``
-  against ``(batch heads q_pos k_pos)``);
+* :func:`broadcastable` ``(name, x, axes, *, floating=False, boolean=False, **sizes)`` -> ``x``:
+  a tensor that broadcasts to the shape the named axes and their sizes give (a mask
+  ``(q_pos k_pos)`` or ``(batch 1 1 k_pos)`` against ``(batch heads q_pos k_pos)``), of a
+  floating-point or boolean dtype when asked;
 * :func:`layer_input` ``(name, x, axes, weight, **sizes)`` -> ``x``: a layer's input, a
   floating-point :func:`tensor` with those axes and sizes, on the device of the layer's
   ``weight`` and of its dtype (autocast allowed, as :func:`same_dtype_and_device` does);
@@ -452,11 +453,14 @@ def broadcastable(
     x: Any,
     axes: str,
     *,
+    floating: bool = False,
+    boolean: bool = False,
     owner: str | None = None,
     hint: str | None = None,
     **sizes: int,
 ) -> torch.Tensor:
-    """``x``, which must be a tensor that broadcasts to the shape of the named ``axes``.
+    """``x``, which must be a tensor that broadcasts to the shape of the named ``axes``
+    (and has a floating-point or boolean dtype, when ``floating`` or ``boolean`` says so).
 
     Every axis gets its size by keyword: ``broadcastable("mask", mask, "batch heads q_pos k_pos",
     batch=2, heads=4, q_pos=5, k_pos=7)`` accepts ``(5, 7)``, ``(2, 1, 1, 7)`` and
@@ -468,7 +472,7 @@ def broadcastable(
         raise TypeError(
             f"broadcastable(): every axis of {axes!r} needs a size, got {sorted(sizes)}"
         )
-    tensor(name, x, owner=owner, hint=hint)
+    tensor(name, x, floating=floating, boolean=boolean, owner=owner, hint=hint)
     target = tuple(sizes[axis] for axis in names)
     shape = tuple(x.shape)
     fits = len(shape) <= len(target) and all(

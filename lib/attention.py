@@ -1,5 +1,6 @@
 # This file is generated from chapters/04-attention.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/04-attention.md, section "Masks: who may look at whom".
 """Attention (chapter 4 of the course): masks, scaled dot-product attention, multi-head
 attention.
 
@@ -16,6 +17,7 @@ keys are all masked.
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,23 +29,30 @@ from torch import nn
 
 from lib import _checks as check
 
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
-    "ATTENTION_BACKENDS",
-    "KVCache",
-    "MultiHeadAttention",
-    "additive_mask",
-    "register_attention_backend",
-    "set_attention_backend",
-    "attention_crossover_length",
-    "attention_layer_flops",
+    "padding_mask",
     "causal_mask",
     "combine_masks",
-    "kv_cache_bytes",
-    "padding_mask",
+    "additive_mask",
     "repeat_kv_heads",
     "scaled_dot_product_attention",
     "sdpa_attention",
+    "ATTENTION_BACKENDS",
+    "register_attention_backend",
+    "attention_backend_names",
+    "set_attention_backend",
+    "KVCache",
+    "MultiHeadAttention",
+    "kv_cache_bytes",
+    "attention_layer_flops",
+    "attention_crossover_length",
 ]
+
+
+# From chapters/04-attention.md, section "Masks: who may look at whom".
+_MASK_HINT = "True = may attend"  # the course's convention, recalled in errors
 
 
 def padding_mask(
@@ -80,6 +89,7 @@ def padding_mask(
     return rearrange(mask, "batch k_pos -> batch 1 1 k_pos")
 
 
+# From chapters/04-attention.md, section "Masks: who may look at whom".
 def causal_mask(
     q_len: int,
     k_len: int | None = None,
@@ -101,6 +111,11 @@ def causal_mask(
     if offset is None:
         offset = k_len - q_len
     offset = check.integer("offset", offset, owner=owner)
+    return _causal_mask(q_len, k_len, offset, device)
+
+
+def _causal_mask(q_len: int, k_len: int, offset: int, device) -> torch.Tensor:
+    """:func:`causal_mask` for sizes already checked (the attention functions' path)."""
     query_positions = torch.arange(q_len, device=device) + offset
     key_positions = torch.arange(k_len, device=device)
     return rearrange(key_positions, "k_pos -> 1 k_pos") <= rearrange(
@@ -109,12 +124,13 @@ def causal_mask(
     )
 
 
+# From chapters/04-attention.md, section "Masks: who may look at whom".
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     """Logical *and* of boolean masks (``None`` entries are skipped), with broadcasting.
 
     Returns ``None`` when every mask is ``None`` (nothing is masked).
     """
-    owner, hint = "combine_masks()", "True = may attend"
+    owner, hint = "combine_masks()", _MASK_HINT
     combined = None
     for index, mask in enumerate(masks):
         if mask is None:
@@ -133,6 +149,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     return combined
 
 
+# From chapters/04-attention.md, section "Masks: who may look at whom".
 def additive_mask(
     mask: torch.Tensor,
     dtype: torch.dtype = torch.float32,
@@ -142,101 +159,87 @@ def additive_mask(
 
     Shapes: the result has the shape of ``mask``.
     """
-    check.tensor(
-        "mask",
-        mask,
-        boolean=True,
-        owner="additive_mask()",
-        hint="True = may attend",
-    )
+    owner = "additive_mask()"
+    check.tensor("mask", mask, boolean=True, owner=owner, hint=_MASK_HINT)
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise TypeError(
-            f"additive_mask(): dtype must be a floating torch.dtype, got {dtype!r}",
-        )
+        raise TypeError(f"{owner}: dtype must be a floating torch.dtype, got {dtype!r}")
     zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return zeros.masked_fill(~mask, float("-inf"))
 
 
-def _check_attention_args(owner, q, k, v, mask, bias, dropout_p, scale, causal):
+# From chapters/04-attention.md, section "The attention function".
+_SCORES = "batch heads q_pos k_pos"  # the axes a mask or a bias broadcasts to
+_POSITIVE = dict(low=0, low_open=True)  # a score scale: a finite number > 0
+
+
+def _check_args(owner, q, k, v, mask, bias, dropout_p, scale, causal):
     """The checks every backend's arguments pass; returns ``dropout_p`` and ``scale`` as
     floats.
 
     Shapes: ``q`` ``(batch heads q_pos d_head)``, ``k`` ``(batch kv_heads k_pos
     d_head)``, ``v`` ``(batch kv_heads k_pos d_v)``, in one floating dtype on one
-    device; ``heads`` a multiple of ``kv_heads``; ``mask`` (bool) and ``bias`` (any
-    float dtype: it is cast to ``q``'s) broadcast to ``(batch heads q_pos k_pos)`` on
-    ``q``'s device.
+    device; ``heads`` a multiple of ``kv_heads``; ``mask`` and ``bias`` as
+    :func:`_check_mask_and_bias` says.
     """
     check.tensor("q", q, "batch heads q_pos d_head", floating=True, owner=owner)
-    batch, heads, q_len, d_head = q.shape
-    same = f"batch and d_head as in q {tuple(q.shape)}"
+    (batch, heads, _, d_head), same = q.shape, dict(floating=True, owner=owner)
+    hint = f"batch and d_head as in q {tuple(q.shape)}"
+    axes = "batch kv_heads k_pos d_head"
+    check.tensor("k", k, axes, batch=batch, d_head=d_head, hint=hint, **same)
+    (_, kv_heads, k_len, _), axes = k.shape, "batch kv_heads k_pos d_v"
+    hint = f"batch, kv_heads and k_pos as in k {tuple(k.shape)}"
     check.tensor(
-        "k",
-        k,
-        "batch kv_heads k_pos d_head",
-        batch=batch,
-        d_head=d_head,
-        floating=True,
-        owner=owner,
-        hint=same,
-    )
-    kv_heads, k_len = k.shape[1], k.shape[2]
-    same = f"batch, kv_heads and k_pos as in k {tuple(k.shape)}"
-    check.tensor(
-        "v",
-        v,
-        "batch kv_heads k_pos d_v",
-        batch=batch,
-        kv_heads=kv_heads,
-        k_pos=k_len,
-        floating=True,
-        owner=owner,
-        hint=same,
+        "v", v, axes, batch=batch, kv_heads=kv_heads, k_pos=k_len, hint=hint, **same
     )
     check.same_dtype_and_device(q=q, k=k, v=v, owner=owner)
     if kv_heads == 0 or heads % kv_heads:
         shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}"
         raise ValueError(
-            f"{owner}: q has {heads} heads, not a multiple of the {kv_heads} "
-            + f"key/value heads: {shapes}"
+            f"{owner}: q has {heads} heads, not a multiple of the {kv_heads} key/value "
+            f"heads: {shapes}"
         )
-    scores = dict(batch=batch, heads=heads, q_pos=q_len, k_pos=k_len)
-    if mask is not None:
-        hint = "True = may attend; pass an additive float tensor as bias= instead"
-        check.tensor("mask", mask, boolean=True, owner=owner, hint=hint)
-        check.broadcastable(
-            "mask", mask, "batch heads q_pos k_pos", owner=owner, **scores
-        )
-        check.same_device(q=q, mask=mask, owner=owner)
-    if bias is not None:
-        check.tensor("bias", bias, floating=True, owner=owner)
-        check.broadcastable(
-            "bias", bias, "batch heads q_pos k_pos", owner=owner, **scores
-        )
-        check.same_device(q=q, bias=bias, owner=owner)
+    _check_mask_and_bias(owner, q, k_len, mask, bias)
     dropout_p = check.probability("dropout_p", dropout_p, owner=owner)
     if scale is not None:
-        scale = check.finite_float("scale", scale, low=0, low_open=True, owner=owner)
+        scale = check.finite_float("scale", scale, **_POSITIVE, owner=owner)
     check.boolean("causal", causal, owner=owner)
     return dropout_p, scale
 
 
+def _check_mask_and_bias(owner, q, k_len, mask, bias) -> None:
+    """``mask`` (bool, True = may attend) and ``bias`` (any float dtype: it is cast to
+    ``q``'s) broadcast to ``(batch heads q_pos k_pos)`` and sit on ``q``'s device."""
+    batch, heads, q_len, _ = q.shape
+    scores = dict(batch=batch, heads=heads, q_pos=q_len, k_pos=k_len, owner=owner)
+    if mask is not None:
+        hint = _MASK_HINT + "; pass an additive float tensor as bias= instead"
+        check.broadcastable("mask", mask, _SCORES, boolean=True, hint=hint, **scores)
+        check.same_device(q=q, mask=mask, owner=owner)
+    if bias is not None:
+        check.broadcastable("bias", bias, _SCORES, floating=True, **scores)
+        check.same_device(q=q, bias=bias, owner=owner)
+
+
+# From chapters/04-attention.md, section "The attention function".
 def _prepare(q, k, v, mask, bias, causal):
     """Add the causal mask, cast the bias, repeat key/value heads (after the checks).
 
     The bias is cast to the queries' dtype: an fp32 ALiBi or T5 table then works with
     bf16 queries on every backend.
     """
-    if causal and q.shape[2] > 1:  # one query, the last position, sees every key
-        mask = combine_masks(mask, causal_mask(q.shape[2], k.shape[2], device=q.device))
+    q_len, k_len = q.shape[2], k.shape[2]
+    if causal and q_len > 1:  # one query, the last position, sees every key
+        causal = _causal_mask(q_len, k_len, k_len - q_len, q.device)
+        mask = causal if mask is None else mask & causal
     if bias is not None:
         bias = bias.to(q.dtype)
     group = q.shape[1] // k.shape[1]
     if group > 1:
-        k, v = repeat_kv_heads(k, group), repeat_kv_heads(v, group)
+        k, v = _repeat_kv(k, group), _repeat_kv(v, group)
     return k, v, mask, bias
 
 
+# From chapters/04-attention.md, section "The attention function".
 def repeat_kv_heads(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     """Repeat each key/value head ``n_rep`` times, so query head ``h`` meets kv head ``h
     // n_rep``.
@@ -246,6 +249,11 @@ def repeat_kv_heads(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     """
     n_rep = check.positive_int("n_rep", n_rep, owner="repeat_kv_heads()")
     check.tensor("x", x, "batch kv_heads seq d_head", owner="repeat_kv_heads()")
+    return _repeat_kv(x, n_rep)
+
+
+def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """:func:`repeat_kv_heads` for arguments already checked."""
     if n_rep == 1:
         return x
     return repeat(
@@ -255,6 +263,7 @@ def repeat_kv_heads(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     )
 
 
+# From chapters/04-attention.md, section "The attention function".
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -281,10 +290,17 @@ def scaled_dot_product_attention(
     a zero output.
     """
     owner = "scaled_dot_product_attention()"
-    dropout_p, scale = _check_attention_args(
-        owner, q, k, v, mask, bias, dropout_p, scale, causal
-    )
+    dropout_p, scale = _check_args(owner, q, k, v, mask, bias, dropout_p, scale, causal)
     check.boolean("return_weights", return_weights, owner=owner)
+    return _math_attention(
+        q, k, v, mask, bias, dropout_p, scale, causal, return_weights
+    )
+
+
+def _math_attention(
+    q, k, v, mask, bias, dropout_p, scale, causal, return_weights=False
+):
+    """:func:`scaled_dot_product_attention` for checked arguments: the formula."""
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = einsum(
@@ -315,6 +331,7 @@ def scaled_dot_product_attention(
     return (out, weights) if return_weights else out
 
 
+# From chapters/04-attention.md, section "A second backend: PyTorch's fused kernel".
 def sdpa_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -334,9 +351,12 @@ def sdpa_attention(
     ``is_causal`` when ``q_len != k_len``.
     """
     owner = "sdpa_attention()"
-    dropout_p, scale = _check_attention_args(
-        owner, q, k, v, mask, bias, dropout_p, scale, causal
-    )
+    dropout_p, scale = _check_args(owner, q, k, v, mask, bias, dropout_p, scale, causal)
+    return _sdpa_attention(q, k, v, mask, bias, dropout_p, scale, causal)
+
+
+def _sdpa_attention(q, k, v, mask, bias, dropout_p, scale, causal):
+    """:func:`sdpa_attention` for checked arguments."""
     no_mask = mask is None and bias is None
     square_causal = causal and no_mask and q.shape[2] == k.shape[2]
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal and not square_causal)
@@ -367,6 +387,15 @@ ATTENTION_BACKENDS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
+def _unchecked(attend: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """The unchecked core of a built-in backend, for a caller that checked the
+    arguments; any other backend as it is."""
+    if attend is scaled_dot_product_attention:
+        return _math_attention
+    return _sdpa_attention if attend is sdpa_attention else attend
+
+
+# From chapters/04-attention.md, section "A second backend: PyTorch's fused kernel".
 def register_attention_backend(
     name: str,
     fn: Callable[..., torch.Tensor],
@@ -391,20 +420,34 @@ def register_attention_backend(
     taken = name in ATTENTION_BACKENDS and ATTENTION_BACKENDS[name] is not fn
     if taken and not replace:
         raise ValueError(
-            f"attention backend {name!r} exists; pass replace=True to replace it",
+            f"attention backend {name!r} exists; pass replace=True to replace it"
         )
     ATTENTION_BACKENDS[name] = fn
 
 
+# Backends that a module registers when it is imported: name -> that module.
+_LAZY_BACKENDS = {"flash_torch": "lib.flash", "flash_triton": "lib.flash"}
+
+
+def attention_backend_names() -> list[str]:
+    """The names a backend may have: those registered, and those whose module registers
+    them on first use (chapter 9's ``"flash_torch"`` and ``"flash_triton"``)."""
+    return sorted(set(ATTENTION_BACKENDS) | set(_LAZY_BACKENDS))
+
+
+def _load_backend(name: str) -> str:
+    """``name`` (a checked backend name), registered: a lazy backend's module is
+    imported the first time, which registers it."""
+    if name not in ATTENTION_BACKENDS:
+        importlib.import_module(_LAZY_BACKENDS[name])
+    return name
+
+
 def _check_backend(name: object, owner: str) -> str:
-    """``name``, which must name a registered backend (the message lists them)."""
+    """``name``, which must name a backend (the message lists them)."""
     hint = "register_attention_backend(name, fn) adds one"
     return check.one_of(
-        "backend",
-        name,
-        sorted(ATTENTION_BACKENDS),
-        owner=owner,
-        hint=hint,
+        "backend", name, attention_backend_names(), owner=owner, hint=hint
     )
 
 
@@ -415,11 +458,9 @@ def set_attention_backend(model: nn.Module, name: str) -> nn.Module:
     Returns ``model``. Raises ``ValueError`` listing the known names for an unknown one,
     and when ``model`` holds no attention module at all.
     """
-    if not isinstance(model, nn.Module):
-        got = type(model).__name__
-        owner = "set_attention_backend()"
-        raise TypeError(f"{owner}: model must be an nn.Module, got {got}")
-    _check_backend(name, "set_attention_backend()")
+    owner = "set_attention_backend()"
+    check.instance("model", model, nn.Module, what="an nn.Module", owner=owner)
+    _load_backend(_check_backend(name, owner))
     modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     if not modules:
         raise ValueError(
@@ -430,6 +471,7 @@ def set_attention_backend(model: nn.Module, name: str) -> nn.Module:
     return model
 
 
+# From chapters/04-attention.md, section "The key/value cache".
 @dataclass(frozen=True)
 class KVCache:
     """The keys and values of the tokens seen so far, for one attention layer.
@@ -444,24 +486,14 @@ class KVCache:
     values: torch.Tensor
 
     def __post_init__(self) -> None:
-        keys, values = self.keys, self.values
-        check.tensor(
-            "keys", keys, "batch kv_heads seq d_head", floating=True, owner="KVCache"
-        )
+        keys, values, owner = self.keys, self.values, "KVCache"
+        axes = "batch kv_heads seq d_head"
+        check.tensor("keys", keys, axes, floating=True, owner=owner)
         batch, kv_heads, seq, _ = keys.shape
-        same = f"batch, kv_heads and seq as in keys {tuple(keys.shape)}"
-        check.tensor(
-            "values",
-            values,
-            "batch kv_heads seq d_v",
-            batch=batch,
-            kv_heads=kv_heads,
-            seq=seq,
-            floating=True,
-            owner="KVCache",
-            hint=same,
-        )
-        check.same_dtype_and_device(keys=keys, values=values, owner="KVCache")
+        hint = f"batch, kv_heads and seq as in keys {tuple(keys.shape)}"
+        sizes = dict(batch=batch, kv_heads=kv_heads, seq=seq, owner=owner, hint=hint)
+        check.tensor("values", values, "batch kv_heads seq d_v", floating=True, **sizes)
+        check.same_dtype_and_device(keys=keys, values=values, owner=owner)
 
     @property
     def seq_len(self) -> int:
@@ -471,37 +503,15 @@ class KVCache:
     def extend(self, keys: torch.Tensor, values: torch.Tensor) -> KVCache:
         """A new cache with ``keys`` and ``values`` ``(batch kv_heads new d_head)``
         appended."""
-        owner, (batch, kv_heads, _, d_head) = "KVCache.extend()", self.keys.shape
-        hint = f"cannot append to a cache of keys {tuple(self.keys.shape)}"
-        check.tensor(
-            "keys",
-            keys,
-            "batch kv_heads new d_head",
-            batch=batch,
-            kv_heads=kv_heads,
-            d_head=d_head,
-            owner=owner,
-            hint=hint,
-        )
-        check.tensor(
-            "values",
-            values,
-            "batch kv_heads new d_v",
-            batch=batch,
-            kv_heads=kv_heads,
-            new=keys.shape[2],
-            d_v=self.values.shape[3],
-            owner=owner,
-            hint=hint,
-        )
+        owner, cache = "KVCache.extend()", self.keys
+        batch, kv_heads, _, d_head = cache.shape
+        hint = f"cannot append to a cache of keys {tuple(cache.shape)}"
+        same = dict(batch=batch, kv_heads=kv_heads, owner=owner, hint=hint)
+        check.tensor("keys", keys, "batch kv_heads new d_head", **same, d_head=d_head)
+        new, d_v, axes = keys.shape[2], self.values.shape[3], "batch kv_heads new d_v"
+        check.tensor("values", values, axes, **same, new=new, d_v=d_v)
         # torch.cat would silently promote a bf16 cache to fp32: refuse a dtype change
-        # instead
-        check.same_dtype_and_device(
-            cache=self.keys,
-            keys=keys,
-            values=values,
-            owner=owner,
-        )
+        check.same_dtype_and_device(cache=cache, keys=keys, values=values, owner=owner)
         return KVCache(
             torch.cat([self.keys, keys], dim=2),
             torch.cat([self.values, values], dim=2),
@@ -511,7 +521,8 @@ class KVCache:
         """The cache with its batch rows gathered by ``indices`` ``(new_batch,)``.
 
         Beam search reorders (and duplicates) the rows this way when beams are
-        re-ranked.
+        re-ranked. Indices on the CPU are checked to be in range; indices on a GPU are
+        not read (that would wait for the GPU at every decoding step).
         """
         owner, batch = "KVCache.select()", self.keys.shape[0]
         if not isinstance(indices, torch.Tensor):
@@ -523,11 +534,14 @@ class KVCache:
                     f"got {type(indices).__name__}",
                 ) from None
         check.tensor("indices", indices, "new_batch", integer=True, owner=owner)
+        if indices.numel() and indices.device.type == "cpu":  # no device sync
+            low, high = (int(i) for i in torch.aminmax(indices))
+            if low < 0 or high >= batch:
+                rows = f"a batch of {batch} (rows 0..{batch - 1})"
+                raise IndexError(
+                    f"{owner}: indices {indices.tolist()} out of range for {rows}"
+                )
         indices = indices.to(self.keys.device)
-        if indices.numel() and (int(indices.min()) < 0 or int(indices.max()) >= batch):
-            rows = f"a batch of {batch} (rows 0..{batch - 1})"
-            message = f"{owner}: indices {indices.tolist()} out of range for {rows}"
-            raise IndexError(message)
         return KVCache(
             self.keys.index_select(0, indices),
             self.values.index_select(0, indices),
@@ -536,16 +550,12 @@ class KVCache:
     def crop(self, length: int) -> KVCache:
         """The cache of the first ``length`` positions (to roll back rejected draft
         tokens)."""
-        length = check.int_in_range(
-            "length",
-            length,
-            0,
-            self.seq_len,
-            owner="KVCache.crop()",
-        )
+        owner, seq_len = "KVCache.crop()", self.seq_len
+        length = check.int_in_range("length", length, 0, seq_len, owner=owner)
         return KVCache(self.keys[:, :, :length], self.values[:, :, :length])
 
 
+# From chapters/04-attention.md, section "The module".
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with grouped key/value heads (MHA, GQA and MQA) and a KV
     cache.
@@ -606,21 +616,17 @@ class MultiHeadAttention(nn.Module):
         elif d_model % n_heads != 0:
             raise ValueError(
                 f"{owner}: d_model={d_model} is not divisible by n_heads={n_heads}: "
-                f"each head needs d_model / n_heads dimensions (or pass d_head)",
+                f"each head needs d_model / n_heads dimensions (or pass d_head)"
             )
         if n_heads % n_kv_heads != 0:
             sizes = f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}"
-            raise ValueError(
-                f"{owner}: {sizes}: each "
-                + "key/value head must serve a whole group of query heads"
-            )
+            why = "each key/value head must serve a whole group of query heads"
+            raise ValueError(f"{owner}: {sizes}: {why}")
         check.boolean("bias", bias, owner=owner)
         dropout = check.probability("dropout", dropout, owner=owner)
-        _check_backend(backend, owner)
+        _load_backend(_check_backend(backend, owner))
         if scale is not None:
-            scale = check.finite_float(
-                "scale", scale, low=0, low_open=True, owner=owner
-            )
+            scale = check.finite_float("scale", scale, **_POSITIVE, owner=owner)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.d_head = d_model // n_heads if d_head is None else d_head
         self.backend, self.dropout, self.scale = backend, dropout, scale
@@ -663,19 +669,11 @@ class MultiHeadAttention(nn.Module):
         q_pos d_model)``, or a tuple with the :class:`KVCache` and/or the weights
         ``(batch heads q_pos k_pos)`` after it.
         """
-        _check_mha_args(
-            self,
-            x,
-            context,
-            position_bias,
-            causal,
-            rope,
-            past,
-            use_cache,
-            need_weights,
-            cross_attention,
-        )
+        owner, flags = "MultiHeadAttention", dict(use_cache=use_cache, causal=causal)
+        check.booleans(**flags, need_weights=need_weights, owner=owner)
+        check.boolean("cross_attention", cross_attention, owner=owner)
         cross = cross_attention or context is not None
+        _check_mha_args(self, x, context, position_bias, rope, past, cross)
         if not cross:  # self-attention: one fused projection for q, k and v
             q, k, v = self.qkv_proj(x).split(
                 [self.q_dim, self.kv_dim, self.kv_dim],
@@ -719,22 +717,15 @@ class MultiHeadAttention(nn.Module):
         bias = position_bias
         if bias is not None and not isinstance(bias, torch.Tensor):
             bias = bias(q_len, k_len, offset)
-        dropout_p = self.dropout if self.training else 0.0
-        weights = None
+        _check_mask_and_bias("MultiHeadAttention", q, k_len, mask, bias)
+        # every argument is checked now: call the backends' unchecked cores
+        dropout_p, weights = (self.dropout if self.training else 0.0), None
         if need_weights:
-            out, weights = scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                mask,
-                bias,
-                dropout_p,
-                scale=self.scale,
-                causal=causal,
-                return_weights=True,
+            out, weights = _math_attention(
+                q, k, v, mask, bias, dropout_p, self.scale, causal, return_weights=True
             )
         else:
-            attend = ATTENTION_BACKENDS[self.backend]
+            attend = _unchecked(ATTENTION_BACKENDS[self.backend])
             out = attend(
                 q, k, v, mask, bias, dropout_p, scale=self.scale, causal=causal
             )
@@ -747,77 +738,45 @@ class MultiHeadAttention(nn.Module):
         return (out, *extras)
 
 
+# From chapters/04-attention.md, section "The module".
 _ROPE_NOT_CROSS = "rope rotates positions of one sequence; it does not apply to "
 _ROPE_NOT_CROSS += "cross-attention"
 
 
-def _check_mha_args(
-    mha, x, context, position_bias, causal, rope, past, use_cache, need_weights, cross
-):
-    """The checks of :meth:`MultiHeadAttention.forward`'s arguments (never their
-    data)."""
-    owner, weight = "MultiHeadAttention", mha.qkv_proj.weight
-    check.tensor(
-        "x", x, "batch q_pos d_model", d_model=mha.d_model, floating=True, owner=owner
-    )
-    check.same_dtype_and_device(x=x, weight=weight, autocast=True, owner=owner)
-    check.boolean("causal", causal, owner=owner)
-    check.boolean("use_cache", use_cache, owner=owner)
-    check.boolean("need_weights", need_weights, owner=owner)
-    check.boolean("cross_attention", cross, owner=owner)
+def _check_mha_args(mha, x, context, position_bias, rope, past, cross):
+    """The checks of :meth:`MultiHeadAttention.forward`'s tensor and module arguments
+    (never their data), after its flags (``cross``: cross-attention, said or implied)."""
+    owner, weight, d_model = "MultiHeadAttention", mha.qkv_proj.weight, mha.d_model
+    axes = "batch q_pos d_model"
+    check.layer_input("x", x, axes, weight, d_model=d_model, owner=owner)
     if cross and context is None and past is None:
         raise ValueError(
             f"{owner}: cross_attention=True needs the encoder's keys and values: pass "
-            "context (the encoder output) or past (a KVCache made from it)",
+            "context (the encoder output) or past (a KVCache made from it)"
         )
-    if cross and context is None and rope is not None:
+    if rope is not None and (cross or context is not None):
         raise ValueError(f"{owner}: {_ROPE_NOT_CROSS}")
     if context is not None:
-        hint = f"x is {tuple(x.shape)}"
-        check.tensor(
-            "context",
-            context,
-            "batch k_pos d_model",
-            batch=x.shape[0],
-            d_model=mha.d_model,
-            floating=True,
-            owner=owner,
-            hint=hint,
-        )
-        check.same_dtype_and_device(
-            context=context,
-            weight=weight,
-            autocast=True,
-            owner=owner,
-        )
-        if rope is not None:
-            raise ValueError(f"{owner}: {_ROPE_NOT_CROSS}")
+        axes, hint = "batch k_pos d_model", f"x is {tuple(x.shape)}"
+        sizes = dict(batch=x.shape[0], d_model=d_model, owner=owner, hint=hint)
+        check.layer_input("context", context, axes, weight, **sizes)
     if rope is not None and not callable(rope):
         raise TypeError(f"{owner}: rope must be callable, got {type(rope).__name__}")
-    if position_bias is not None and not (
-        isinstance(position_bias, torch.Tensor) or callable(position_bias)
-    ):
+    bias = position_bias
+    if not (bias is None or torch.is_tensor(bias) or callable(bias)):
         raise TypeError(
             f"{owner}: position_bias must be a tensor or a module called as "
-            f"position_bias(q_len, k_len, offset), got {type(position_bias).__name__}",
+            f"position_bias(q_len, k_len, offset), got {type(bias).__name__}"
         )
     if past is not None:
-        if not isinstance(past, KVCache):
-            raise TypeError(
-                f"{owner}: past must be a KVCache, got {type(past).__name__}",
-            )
-        check.tensor(
-            "past.keys",
-            past.keys,
-            "batch kv_heads seq d_head",
-            batch=x.shape[0],
-            kv_heads=mha.n_kv_heads,
-            d_head=mha.d_head,
-            owner=owner,
-            hint="a cache fits only the layer that made it",
-        )
+        check.instance("past", past, KVCache, owner=owner)
+        hint = "a cache fits only the layer that made it"
+        sizes = dict(batch=x.shape[0], kv_heads=mha.n_kv_heads, d_head=mha.d_head)
+        axes = "batch kv_heads seq d_head"
+        check.tensor("past.keys", past.keys, axes, owner=owner, hint=hint, **sizes)
 
 
+# From chapters/04-attention.md, section "How big is the cache?".
 def kv_cache_bytes(
     n_layers: int,
     n_kv_heads: int,
@@ -841,6 +800,7 @@ def kv_cache_bytes(
     return 2 * n_layers * n_kv_heads * d_head * seq_len * batch_size * bytes_per_value
 
 
+# From chapters/04-attention.md, section "What attention costs".
 def attention_layer_flops(
     seq_len: int,
     d_model: int,
@@ -870,11 +830,8 @@ def attention_crossover_length(d_model: int, d_ff: int | None = None) -> int:
     ``4n²d = 8nd² + 4nd·d_ff`` gives ``n = 2·d_model + d_ff`` (``6·d_model`` for ``d_ff
     = 4d``).
     """
-    d_model = check.positive_int(
-        "d_model",
-        d_model,
-        owner="attention_crossover_length()",
-    )
+    owner = "attention_crossover_length()"
+    d_model = check.positive_int("d_model", d_model, owner=owner)
     d_ff = 4 * d_model if d_ff is None else d_ff
-    d_ff = check.positive_int("d_ff", d_ff, owner="attention_crossover_length()")
+    d_ff = check.positive_int("d_ff", d_ff, owner=owner)
     return 2 * d_model + d_ff

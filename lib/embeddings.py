@@ -1,5 +1,6 @@
 # This file is generated from chapters/02-embeddings.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/02-embeddings.md, section "The module".
 """Token embeddings and the un-embedding (chapter 2 of the course).
 
 * :class:`TokenEmbedding` maps token ids ``(...)`` to vectors ``(... d_model)``,
@@ -22,6 +23,8 @@ from torch import nn
 
 from lib import _checks as check
 
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "init_embedding_",
     "TokenEmbedding",
@@ -30,6 +33,7 @@ __all__ = [
 ]
 
 
+# From chapters/02-embeddings.md, section "The module".
 @torch.no_grad()
 def init_embedding_(
     weight: torch.Tensor,
@@ -52,6 +56,7 @@ def init_embedding_(
     return weight
 
 
+# From chapters/02-embeddings.md, section "The module".
 _IDS_HINT = "token ids are indices: convert them with .long()"
 
 
@@ -140,6 +145,7 @@ class TokenEmbedding(nn.Module):
         return f"vocab_size={self.vocab_size}, d_model={self.d_model}{extras}"
 
 
+# From chapters/02-embeddings.md, section "The un-embedding: from vectors back to tokens".
 class Unembedding(nn.Module):
     """Scores every token: ``(... d_model)`` vectors to ``(... vocab)`` logits.
 
@@ -221,6 +227,7 @@ class Unembedding(nn.Module):
         )
 
 
+# From chapters/02-embeddings.md, section "How many parameters is that?".
 def embedding_param_count(
     vocab_size: int,
     d_model: int,

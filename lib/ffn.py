@@ -1,5 +1,6 @@
 # This file is generated from chapters/05-ffn.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/05-ffn.md, section "Two linear layers and a nonlinearity".
 """The position-wise feed-forward network (chapter 5 of the course).
 
 Activations (ReLU, GELU in its exact and tanh forms, Swish/SiLU), the classic two-layer
@@ -17,12 +18,14 @@ from torch import nn
 
 from lib import _checks as check
 
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "gelu_erf",
     "gelu_tanh",
-    "swish",
     "FFN_ACTIVATIONS",
     "FeedForward",
+    "swish",
     "GATED_FFN_ACTIVATIONS",
     "gated_ffn_hidden_size",
     "GatedFeedForward",
@@ -32,6 +35,7 @@ __all__ = [
 ]
 
 
+# From chapters/05-ffn.md, section "Activations: ReLU, GELU and its tanh approximation".
 def gelu_erf(x: torch.Tensor) -> torch.Tensor:
     """GELU, exact form: ``x·Φ(x) = x/2 · (1 + erf(x/√2))``, Φ the standard normal CDF.
 
@@ -41,6 +45,7 @@ def gelu_erf(x: torch.Tensor) -> torch.Tensor:
     return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
+# From chapters/05-ffn.md, section "Activations: ReLU, GELU and its tanh approximation".
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     """GELU, tanh form: ``x/2 · (1 + tanh(√(2/π)·(x + 0.044715·x³)))`` (GPT-2's).
 
@@ -51,6 +56,7 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return 0.5 * x * (1.0 + torch.tanh(inner))
 
 
+# From chapters/05-ffn.md, section "The module".
 #: The activations a plain FFN accepts, by name: PyTorch's fused kernels for ReLU and
 #: for gelu_erf and gelu_tanh.
 FFN_ACTIVATIONS = {
@@ -60,6 +66,7 @@ FFN_ACTIVATIONS = {
 }
 
 
+# From chapters/05-ffn.md, section "The module".
 class FeedForward(nn.Module):
     """The position-wise feed-forward network ``W_out · act(W_in · x + b_in) + b_out``.
 
@@ -111,6 +118,7 @@ class FeedForward(nn.Module):
         return f"activation={self.activation!r}"
 
 
+# From chapters/05-ffn.md, section "Swish, and gated FFNs".
 def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
     """Swish: ``x · sigmoid(beta · x)``; ``beta = 1`` is SiLU, ``beta → ∞`` is ReLU.
 
@@ -121,6 +129,7 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
     return x * torch.sigmoid(beta * x)
 
 
+# From chapters/05-ffn.md, section "Swish, and gated FFNs".
 #: The function each gated FFN applies to its gate branch (the value branch is linear).
 GATED_FFN_ACTIVATIONS = {
     "glu": torch.sigmoid,
@@ -130,6 +139,7 @@ GATED_FFN_ACTIVATIONS = {
 }
 
 
+# From chapters/05-ffn.md, section "The 8/3 rule".
 def gated_ffn_hidden_size(d_model: int, multiple_of: int = 64) -> int:
     """The hidden size of a gated FFN with a plain 4·d_model FFN's parameter count.
 
@@ -144,6 +154,7 @@ def gated_ffn_hidden_size(d_model: int, multiple_of: int = 64) -> int:
     return multiple_of * -(-hidden // multiple_of)
 
 
+# From chapters/05-ffn.md, section "The 8/3 rule".
 class GatedFeedForward(nn.Module):
     """A gated FFN (GLU, ReGLU, GEGLU, SwiGLU): ``(act(x W_gate) ⊗ x W_value) W_out``.
 
@@ -202,6 +213,7 @@ class GatedFeedForward(nn.Module):
         return f"activation={self.activation!r}"
 
 
+# From chapters/05-ffn.md, section "The 8/3 rule".
 def ffn_param_count(
     d_model: int,
     d_ff: int,
@@ -224,6 +236,7 @@ def ffn_param_count(
     return weights + biases
 
 
+# From chapters/05-ffn.md, section "Where the parameters live".
 @dataclass(frozen=True)
 class TransformerParamConfig:
     """The shape of a transformer, as far as counting its parameters needs.
@@ -278,6 +291,7 @@ class TransformerParamConfig:
             raise ValueError(f"{owner}: it needs at least one encoder or decoder layer")
 
 
+# From chapters/05-ffn.md, section "Where the parameters live".
 def transformer_param_breakdown(config: TransformerParamConfig) -> dict[str, int]:
     """Parameters of a transformer by component, from its shape alone.
 

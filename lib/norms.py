@@ -1,5 +1,6 @@
 # This file is generated from chapters/06-norms.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/06-norms.md, section "The module".
 """Normalisation layers and the residual wrapper (chapter 6 of the course).
 
 * :class:`LayerNorm` and :class:`RMSNorm`, written with einops reductions over the
@@ -23,17 +24,20 @@ from torch import nn
 
 from lib import _checks as check
 
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
-    "NORM_KINDS",
     "NORM_POSITIONS",
+    "NORM_KINDS",
     "LayerNorm",
     "RMSNorm",
+    "make_norm",
     "ResidualSublayer",
     "make_final_norm",
-    "make_norm",
 ]
 
 
+# From chapters/06-norms.md, section "The module".
 NORM_POSITIONS = ("pre", "post")
 NORM_KINDS = ("layernorm", "rmsnorm")
 _EPS = dict(low=0, low_open=True, hint="it keeps the division away from zero")
@@ -52,6 +56,7 @@ def _check_features(module: nn.Module, x: torch.Tensor) -> None:
         check.same_device(x=x, weight=module.weight, owner=owner)
 
 
+# From chapters/06-norms.md, section "The module".
 class LayerNorm(nn.Module):
     """Layer normalisation (Ba et al., 2016) over the last axis, as in
     ``torch.nn.LayerNorm``.
@@ -128,6 +133,7 @@ class LayerNorm(nn.Module):
         )
 
 
+# From chapters/06-norms.md, section "RMSNorm".
 class RMSNorm(nn.Module):
     """Root-mean-square normalisation (Zhang and Sennrich, 2019), as in
     ``torch.nn.RMSNorm``.
@@ -183,6 +189,7 @@ class RMSNorm(nn.Module):
         return f"{self.d_model}, eps={self.eps}, {affine}, fused={self.fused}"
 
 
+# From chapters/06-norms.md, section "RMSNorm".
 def make_norm(kind: str, d_model: int, eps: float | None = None) -> nn.Module:
     """A normalisation layer by name: ``"layernorm"`` or ``"rmsnorm"`` (each with its
     default eps).
@@ -195,6 +202,7 @@ def make_norm(kind: str, d_model: int, eps: float | None = None) -> nn.Module:
     return cls(d_model) if eps is None else cls(d_model, eps=eps)
 
 
+# From chapters/06-norms.md, section "Where the normalisation goes: post-LN and pre-LN".
 class ResidualSublayer(nn.Module):
     """A sublayer ``f`` wrapped in a residual connection, a normalisation and dropout.
 
@@ -278,6 +286,7 @@ class ResidualSublayer(nn.Module):
         return f"position={self.position!r}"
 
 
+# From chapters/06-norms.md, section "The final normalisation of a pre-LN stack".
 def make_final_norm(
     position: str,
     d_model: int,

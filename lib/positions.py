@@ -1,5 +1,6 @@
 # This file is generated from chapters/03-positions.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/03-positions.md, section "Sinusoidal positions".
 """Positions for attention (chapter 3 of the course).
 
 Attention by itself cannot tell one order of its inputs from another. This module holds
@@ -25,15 +26,17 @@ from torch import nn
 
 from lib import _checks as check
 
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "sinusoidal_positions",
     "sinusoidal_offset_matrix",
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEmbedding",
     "rope_frequencies",
+    "rotary_interleaved",
     "rope_rotate_half",
     "apply_rotary",
-    "rotary_interleaved",
     "RotaryEmbedding",
     "alibi_slopes",
     "ALiBi",
@@ -42,6 +45,7 @@ __all__ = [
 ]
 
 
+# From chapters/03-positions.md, section "Sinusoidal positions".
 # Every scheme's ``base`` (10000 in the papers): a finite number > 1.
 _BASE = dict(low=1, low_open=True, hint="the papers use 10000")
 
@@ -52,6 +56,7 @@ def _finer_than_tables(dtype: torch.dtype) -> bool:
     return torch.finfo(dtype).bits > 32
 
 
+# From chapters/03-positions.md, section "Sinusoidal positions".
 def sinusoidal_positions(
     n_positions: int,
     d_model: int,
@@ -81,6 +86,7 @@ def sinusoidal_positions(
     return rearrange(table, "pos pair sin_cos -> pos (pair sin_cos)").to(dtype)
 
 
+# From chapters/03-positions.md, section "A fixed offset is a fixed rotation".
 def sinusoidal_offset_matrix(
     k: int,
     d_model: int,
@@ -105,6 +111,7 @@ def sinusoidal_offset_matrix(
     return torch.block_diag(*blocks).float()  # blocks: (pair 2 2)
 
 
+# From chapters/03-positions.md, section "The module".
 class SinusoidalPositionalEncoding(nn.Module):
     """Adds the sinusoidal table to token embeddings (no parameters), then dropout.
 
@@ -152,6 +159,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         return f"d_model={self.d_model}, max_len={self.max_len}, base={self.base:g}"
 
 
+# From chapters/03-positions.md, section "Learned absolute positions".
 class LearnedPositionalEmbedding(nn.Module):
     """A learned vector per absolute position (BERT, GPT-2), added to token embeddings.
 
@@ -195,6 +203,7 @@ class LearnedPositionalEmbedding(nn.Module):
         return f"max_len={self.max_len}, d_model={self.d_model}"
 
 
+# From chapters/03-positions.md, section "Rotary position embeddings (RoPE)".
 def rope_frequencies(d_head: int, base: float = 10000.0) -> torch.Tensor:
     """RoPE's frequencies ``theta_i = base^(-2i/d_head)``, ``i = 0 .. d_head/2 - 1``.
 
@@ -206,6 +215,7 @@ def rope_frequencies(d_head: int, base: float = 10000.0) -> torch.Tensor:
     return base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
 
 
+# From chapters/03-positions.md, section "Rotary position embeddings (RoPE)".
 def rotary_interleaved(
     x: torch.Tensor,
     offset: int = 0,
@@ -233,6 +243,7 @@ def rotary_interleaved(
     return out.to(x.dtype)
 
 
+# From chapters/03-positions.md, section "An efficient RoPE for a whole batch".
 def _rope_cos_sin(
     positions: torch.Tensor, d_head: int, base: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -282,6 +293,7 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos + _rotate_half(x) * sin
 
 
+# From chapters/03-positions.md, section "An efficient RoPE for a whole batch".
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding (RoPE), applied to queries and keys inside attention.
 
@@ -348,6 +360,7 @@ class RotaryEmbedding(nn.Module):
         return f"d_head={self.d_head}, max_len={self.max_len}, base={self.base:g}"
 
 
+# From chapters/03-positions.md, section "ALiBi: a linear bias on the scores".
 def alibi_slopes(n_heads: int) -> torch.Tensor:
     """ALiBi's head slopes: for a power of two ``n``, ``2^(-8h/n)`` for ``h = 1 .. n``.
 
@@ -365,6 +378,7 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
     return torch.tensor(slopes, dtype=torch.float32)
 
 
+# From chapters/03-positions.md, section "ALiBi: a linear bias on the scores".
 def _query_key_distance(
     q_len: int,
     k_len: int,
@@ -379,6 +393,7 @@ def _query_key_distance(
     return rearrange(query, "q_pos -> q_pos 1") - rearrange(key, "k_pos -> 1 k_pos")
 
 
+# From chapters/03-positions.md, section "ALiBi: a linear bias on the scores".
 class ALiBi(nn.Module):
     """Attention with Linear Biases: ``bias[h, i, j] = -slope_h * |i - j|``, no weights.
 
@@ -417,6 +432,7 @@ class ALiBi(nn.Module):
         return f"n_heads={self.n_heads}, causal={self.causal}"
 
 
+# From chapters/03-positions.md, section "T5's bucketed relative bias".
 def _check_buckets(
     bidirectional: bool, num_buckets: int, max_distance: int
 ) -> tuple[bool, int, int]:
@@ -486,6 +502,7 @@ def _bucket(
     return bucket + torch.where(distance < max_exact, distance, far)
 
 
+# From chapters/03-positions.md, section "T5's bucketed relative bias".
 class T5RelativePositionBias(nn.Module):
     """T5's learned relative position bias: one scalar per (bucket, head).
 

@@ -1,5 +1,6 @@
 # This file is generated from chapters/01-tokenizer.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/01-tokenizer.md, section "Characters: the simplest tokenizer".
 """Tokenizers (chapter 1): characters, bytes, and byte-level BPE trained from scratch.
 
 * :class:`CharTokenizer` numbers the characters of a text (what the first GPT uses).
@@ -26,18 +27,21 @@ import regex
 
 from lib import _checks as check
 
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
-    "GPT2_SPLIT_PATTERN",
-    "BPETokenizer",
     "CharTokenizer",
-    "chars_per_token",
     "count_adjacent_pairs",
-    "gpt2_pretokenize",
     "merge_adjacent_pair",
+    "GPT2_SPLIT_PATTERN",
+    "gpt2_pretokenize",
     "train_bpe_merges",
+    "BPETokenizer",
+    "chars_per_token",
 ]
 
 
+# From chapters/01-tokenizer.md, section "Characters: the simplest tokenizer".
 def _as_id_list(ids: Any, vocab_size: int, owner: str) -> list[int]:
     """``ids`` (a sequence, array or 1-D tensor of ints) as a list of ids in range."""
     if hasattr(ids, "tolist"):  # torch tensors and NumPy arrays
@@ -74,6 +78,13 @@ def _checked_lines(lines: Iterable[str], owner: str) -> Iterator[str]:
     return (check.string(f"line {n}", x, owner=owner, hint=hint) for n, x in numbered)
 
 
+def _check_id_sequence(ids: object, owner: str) -> None:
+    """``ids`` must be a sequence of ids (a list, a tuple), not a str or bytes."""
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise TypeError(f"{owner} takes a sequence of ids, got {type(ids).__name__}")
+
+
+# From chapters/01-tokenizer.md, section "Characters: the simplest tokenizer".
 class CharTokenizer:
     """One token per distinct character of a text; ids follow code-point order.
 
@@ -119,18 +130,17 @@ class CharTokenizer:
         return f"CharTokenizer(vocab_size={self.vocab_size})"
 
 
+# From chapters/01-tokenizer.md, section "Byte pair encoding".
 def count_adjacent_pairs(ids: Sequence[int]) -> Counter[tuple[int, int]]:
     """How often each adjacent pair ``(ids[i], ids[i + 1])`` occurs in ``ids``.
 
     Overlapping pairs all count: ``(7, 7, 7)`` contains the pair ``(7, 7)`` twice.
     """
-    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
-        raise TypeError(
-            f"count_adjacent_pairs() takes a sequence of ids, got {type(ids).__name__}",
-        )
+    _check_id_sequence(ids, "count_adjacent_pairs()")
     return Counter(pairwise(ids))
 
 
+# From chapters/01-tokenizer.md, section "Byte pair encoding".
 def _merge_ids(ids: Sequence[int], left: int, right: int, new_id: int) -> list[int]:
     """``ids`` with each ``(left, right)`` made ``new_id``, left to right, unchecked."""
     merged = []
@@ -155,10 +165,7 @@ def merge_adjacent_pair(
     Occurrences are taken left to right without overlap, so merging ``(7, 7)`` into 300
     turns ``[7, 7, 7]`` into ``[300, 7]``. The input is not modified.
     """
-    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
-        raise TypeError(
-            f"merge_adjacent_pair() takes a sequence of ids, got {type(ids).__name__}",
-        )
+    _check_id_sequence(ids, "merge_adjacent_pair()")
     if not (isinstance(pair, tuple) and len(pair) == 2):
         raise ValueError(f"pair must be a tuple of two int ids, got {pair!r}")
     left, right = (check.int_at_least(f"pair[{i}]", pair[i], 0) for i in (0, 1))
@@ -166,6 +173,7 @@ def merge_adjacent_pair(
     return _merge_ids(ids, left, right, new_id)
 
 
+# From chapters/01-tokenizer.md, section "Pre-tokenization: where merges may not cross".
 GPT2_SPLIT_PATTERN = (
     r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 )
@@ -178,6 +186,7 @@ def gpt2_pretokenize(text: str) -> list[str]:
     return _GPT2_SPLIT.findall(text)
 
 
+# From chapters/01-tokenizer.md, section "Training fast: count once, then update".
 def train_bpe_merges(
     word_counts: Mapping[tuple[int, ...], int], n_merges: int, first_id: int = 256
 ) -> list[tuple[tuple[int, int], int]]:
@@ -191,16 +200,14 @@ def train_bpe_merges(
     n_merges = check.int_at_least("n_merges", n_merges, 0)
     first_id = check.int_at_least("first_id", first_id, 0)
     if not isinstance(word_counts, Mapping):
-        raise TypeError(
-            f"word_counts must map words to counts, got {type(word_counts).__name__}",
-        )
+        got = type(word_counts).__name__
+        raise TypeError(f"word_counts must map words to counts, got {got}")
     words: list[tuple[int, ...]] = []
     freqs: list[int] = []
     for word, count in word_counts.items():
         if not isinstance(word, tuple):
-            raise TypeError(
-                f"words must be tuples of ids, got {type(word).__name__}: {word!r}",
-            )
+            got = f"{type(word).__name__}: {word!r}"
+            raise TypeError(f"words must be tuples of ids, got {got}")
         if not all(type(i) is int and 0 <= i < first_id for i in word):
             raise ValueError(
                 f"word {word!r} holds an id outside 0..{first_id - 1}: the ids from "
@@ -251,6 +258,7 @@ def train_bpe_merges(
     return merges
 
 
+# From chapters/01-tokenizer.md, section "The tokenizer: special tokens, encoding, decoding, saving".
 # Where encode_iterable may cut a stream without changing any pre-token: (1) after a
 # lone whitespace character other than a space, between two non-space characters; (2)
 # inside a run of whitespace, before its last character, when a non-space character that
@@ -258,6 +266,7 @@ def train_bpe_merges(
 _SAFE_CUT = r"(?<=\S[^\S ])(?=\S)|(?<=\s)(?=\s[^\s{starts}])"
 
 
+# From chapters/01-tokenizer.md, section "The tokenizer: special tokens, encoding, decoding, saving".
 class BPETokenizer:
     """Byte-level BPE with GPT-2's pre-tokenization, trained from scratch.
 
@@ -329,31 +338,28 @@ class BPETokenizer:
         specials = cls._check_special_tokens(special_tokens)
         tokenizer = cls()
         next_id = 256 + len(specials)
+        special_ids = range(256, next_id)
         checked: dict[tuple[int, int], int] = {}  # pair -> rank
         for rank, pair in enumerate(merges):
-            if (
-                not isinstance(pair, (tuple, list))
-                or len(pair) != 2
-                or not all(isinstance(i, int) and not isinstance(i, bool) for i in pair)
-            ):
+            # a list or tuple of two ints (bools and floats refused)
+            is_pair = isinstance(pair, (tuple, list)) and len(pair) == 2
+            if not is_pair or not all(type(i) is int for i in pair):
                 raise ValueError(
-                    f"merge {rank} must be a pair of int ids, got {pair!r}",
+                    f"merge {rank} must be a pair of int ids, got {pair!r}"
                 )
-            left, right = pair
+            (left, right), merge = pair, f"merge {rank} {tuple(pair)}"
             if not (0 <= left < next_id and 0 <= right < next_id):
                 raise ValueError(
-                    f"merge {rank} ({left}, {right}) uses an id that does not exist "
-                    f"yet (ids before this merge are 0..{next_id - 1})"
+                    f"{merge} uses an id that does not exist yet (ids before this merge "
+                    f"are 0..{next_id - 1})"
                 )
-            if 256 <= left < 256 + len(specials) or 256 <= right < 256 + len(specials):
-                raise ValueError(
-                    f"merge {rank} ({left}, {right}) uses a special token's id",
-                )
+            if left in special_ids or right in special_ids:
+                raise ValueError(f"{merge} uses a special token's id")
             # A repeated pair: its second id could never be produced by encode.
             if (left, right) in checked:
+                first = checked[left, right]
                 raise ValueError(
-                    f"merge {rank} ({left}, {right}) repeats merge "
-                    f"{checked[left, right]}; a pair is merged once"
+                    f"{merge} repeats merge {first}; a pair is merged once"
                 )
             checked[left, right] = rank
             next_id += 1
@@ -374,12 +380,9 @@ class BPETokenizer:
         Ties between equally frequent pairs go to the smallest pair of ids. If the text
         runs out of pairs first, the vocabulary is smaller than ``vocab_size``.
         """
-        check.string("text", text, owner="BPETokenizer.train()")
-        vocab_size = check.integer(
-            "vocab_size",
-            vocab_size,
-            owner="BPETokenizer.train()",
-        )
+        owner = "BPETokenizer.train()"
+        check.string("text", text, owner=owner)
+        vocab_size = check.integer("vocab_size", vocab_size, owner=owner)
         specials = self._check_special_tokens(special_tokens)
         base = 256 + len(specials)
         if vocab_size < base:
@@ -419,6 +422,10 @@ class BPETokenizer:
     def encode(self, text: str) -> list[int]:
         """The ids of ``text``: special tokens first, then each pre-token's merges."""
         check.string("text", text, owner="BPETokenizer.encode()")
+        return self._encode(text)
+
+    def _encode(self, text: str) -> list[int]:
+        """:meth:`encode` of a checked ``text`` (the stream's chunks are already str)."""
         chunks = self._special_split.split(text) if self._special_split else [text]
         cache = self._cache
         ids: list[int] = []
@@ -473,10 +480,10 @@ class BPETokenizer:
                 cut = window_start + match.start()
             if cut is not None and cut > start:
                 text = "".join(pending)
-                yield from self.encode(text[: cut - start])
+                yield from self._encode(text[: cut - start])
                 pending, start = [text[cut - start :]], cut
         if end > start:
-            yield from self.encode("".join(pending))
+            yield from self._encode("".join(pending))
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids`` (a list, array or tensor of shape ``(seq,)``).
@@ -516,18 +523,26 @@ class BPETokenizer:
             raise ValueError(
                 f"{path} is not a tokenizer file: invalid JSON ({err})",
             ) from None
-        if not isinstance(data, dict) or data.get("format") != cls._FORMAT:
-            raise ValueError(
-                f"{path} is not a {cls._FORMAT} file (no matching 'format' field)",
-            )
-        if data.get("version") != cls._VERSION:
-            raise ValueError(
-                f"{path} has version {data.get('version')!r}; expected {cls._VERSION}",
-            )
-        if data.get("pattern") != GPT2_SPLIT_PATTERN:
-            raise ValueError(
-                f"{path} was saved with a different pre-tokenization pattern",
-            )
+        data = data if isinstance(data, dict) else {}
+        # each field the file must hold: what it must be, and what it says if it is not
+        version = data.get("version")
+        fields = {
+            "format": (
+                cls._FORMAT,
+                f"is not a {cls._FORMAT} file (no matching 'format')",
+            ),
+            "version": (
+                cls._VERSION,
+                f"has version {version!r}; expected {cls._VERSION}",
+            ),
+            "pattern": (
+                GPT2_SPLIT_PATTERN,
+                "uses a different pre-tokenization pattern",
+            ),
+        }
+        for key, (expected, problem) in fields.items():
+            if data.get(key) != expected:
+                raise ValueError(f"{path} {problem}")
         for key in ("special_tokens", "merges"):
             if not isinstance(data.get(key), list):
                 raise ValueError(f"{path}: field {key!r} must be a list")
@@ -558,13 +573,13 @@ def _check_utf8(text: str) -> None:
         ) from None
 
 
+# From chapters/01-tokenizer.md, section "The tokenizer: special tokens, encoding, decoding, saving".
 def chars_per_token(text: str, ids: Sequence[int]) -> float:
     """Compression: ``len(text) / len(ids)``, characters (not bytes) per token."""
     check.string("text", text, owner="chars_per_token()")
     if isinstance(ids, (str, bytes)) or not hasattr(ids, "__len__"):
-        raise TypeError(
-            f"chars_per_token() takes ids as a sequence, got {type(ids).__name__}",
-        )
+        got = type(ids).__name__
+        raise TypeError(f"chars_per_token() takes ids as a sequence, got {got}")
     if len(ids) == 0:
         raise ValueError("chars_per_token() needs at least one token")
     return len(text) / len(ids)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ from lib.attention import (
     repeat_kv_heads,
     scaled_dot_product_attention,
     sdpa_attention,
+    set_attention_backend,
 )
 
 # The backends this chapter defines. Others (chapter 9's kernels) register themselves in the
@@ -738,6 +742,53 @@ def test_mismatched_dtypes_or_devices_are_a_clear_error():
         ValueError, match="q, k and v must be on one device, got q on cpu, k on meta"
     ):
         sdpa_attention(q, k.to("meta"), v)
+
+
+def test_a_lazy_backend_name_works_before_its_module_is_imported():
+    # chapter 9's backends register themselves when lib.flash is imported; their names
+    # must work in a fresh process that never imported it
+    code = (
+        "import sys, torch\n"
+        "from lib.attention import MultiHeadAttention, attention_backend_names\n"
+        "from lib.attention import set_attention_backend\n"
+        "assert 'lib.flash' not in sys.modules\n"
+        "assert {'flash_torch', 'flash_triton'} <= set(attention_backend_names())\n"
+        "torch.manual_seed(0)\n"
+        "mha, x = MultiHeadAttention(16, 2), torch.randn(2, 5, 16)\n"
+        "reference = mha(x, causal=True)\n"
+        "assert set_attention_backend(mha, 'flash_torch') is mha\n"
+        "assert 'lib.flash' in sys.modules and mha.backend == 'flash_torch'\n"
+        "assert torch.allclose(mha(x, causal=True), reference, atol=1e-5)\n"
+        "assert MultiHeadAttention(16, 2, backend='flash_triton').backend == 'flash_triton'\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_module_checks_mask_and_bias_once_then_calls_the_unchecked_core(monkeypatch):
+    import lib.attention as attention
+
+    counted = []
+    original = attention._check_args
+    monkeypatch.setattr(
+        attention, "_check_args", lambda *a: counted.append(1) or original(*a)
+    )
+    mha = MultiHeadAttention(16, 2, backend="math")
+    x = torch.randn(2, 5, 16)
+    mha(x, mask=padding_mask([5, 3]), causal=True)
+    mha(x, need_weights=True)
+    set_attention_backend(mha, "sdpa")
+    mha(x, mask=padding_mask([5, 3]))
+    assert counted == []  # the module's own checks covered the backend's arguments
+    scaled_dot_product_attention(*(torch.randn(1, 2, 3, 8) for _ in range(3)))
+    assert counted == [1]  # a direct call of the public function still checks
 
 
 def test_registry_and_set_attention_backend():

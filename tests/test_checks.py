@@ -319,6 +319,25 @@ def test_broadcastable_needs_a_tensor_and_every_size():
         check.broadcastable("mask", torch.ones(1), "... k_pos", k_pos=1)
 
 
+def test_broadcastable_checks_the_dtype_kind_too():
+    sizes = dict(batch=2, heads=4, q_pos=5, k_pos=7)
+    mask = torch.ones(5, 7, dtype=torch.bool)
+    assert (
+        check.broadcastable("m", mask, "batch heads q_pos k_pos", boolean=True, **sizes)
+        is mask
+    )
+    with pytest.raises(
+        TypeError, match="m must be a boolean tensor, got dtype torch.float32"
+    ):
+        check.broadcastable(
+            "m", mask.float(), "batch heads q_pos k_pos", boolean=True, **sizes
+        )
+    with pytest.raises(TypeError, match="b must be a floating-point tensor"):
+        check.broadcastable(
+            "b", mask, "batch heads q_pos k_pos", floating=True, **sizes
+        )
+
+
 def test_tensor_sizes_must_name_an_axis():
     with pytest.raises(TypeError, match="bad axes"):
         check.tensor("x", torch.ones(2), "seq", d_model=2)
