@@ -1,5 +1,6 @@
 # This file is generated from chapters/09-flash-attention.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/09-flash-attention.md, section "Why attention is memory-bound".
 """FlashAttention (chapter 9 of the course): IO counts, online softmax, tiled attention.
 
 Three implementations of one function, exact attention that never stores the
@@ -43,6 +44,8 @@ except ImportError:
     triton = None
     tl = None
 
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "attention_core_flops",
     "attention_hbm_bytes",
@@ -63,6 +66,7 @@ __all__ = [
 ]
 
 
+# From chapters/09-flash-attention.md, section "Why attention is memory-bound".
 def attention_core_flops(
     q_len: int, k_len: int, d_head: int, *, causal: bool = False, backward: bool = False
 ) -> int:
@@ -73,11 +77,9 @@ def attention_core_flops(
     the backward's five products (the scores again, ``dv``, ``dp``, ``dq``, ``dk``) are
     2.5 times the forward's two, so the total is 3.5 times the forward.
     """
-    q_len, k_len = (
-        check.positive_int("q_len", q_len),
-        check.positive_int("k_len", k_len),
-    )
-    d_head = check.positive_int("d_head", d_head)
+    sizes = check.positive_ints(q_len=q_len, k_len=k_len, d_head=d_head)
+    check.booleans(causal=causal, backward=backward)
+    q_len, k_len, d_head = sizes
     if causal:
         offset = k_len - q_len  # query i sees keys 0 .. i + offset
         pairs = sum(min(max(i + offset + 1, 0), k_len) for i in range(q_len))
@@ -103,18 +105,14 @@ def attention_hbm_bytes(
     write the output and a float32 log-sum-exp per query. ``block_q=None`` reads every
     input once (the best case, when the re-reads hit the L2 cache).
     """
-    n, d = check.positive_int("seq_len", seq_len), check.positive_int("d_head", d_head)
-    check.positive_int("bytes_per_value", bytes_per_value)
-    if method == "standard":
+    sizes = dict(seq_len=seq_len, d_head=d_head, bytes_per_value=bytes_per_value)
+    n, d, _ = check.positive_ints(**sizes)
+    if check.one_of("method", method, ("standard", "flash")) == "standard":
         return (4 * n * d + 4 * n * n) * bytes_per_value
-    if method != "flash":
-        raise ValueError(f"method must be 'standard' or 'flash', got {method!r}")
     if block_q is None:
         n_query_blocks = 1
-    else:
-        n_query_blocks = -(
-            -n // check.positive_int("block_q", block_q)
-        )  # ceil(n / block_q)
+    else:  # ceil(n / block_q)
+        n_query_blocks = -(-n // check.positive_int("block_q", block_q))
     values = n * d + 2 * n * d * n_query_blocks + n * d  # q, k and v per block, out
     return values * bytes_per_value + 4 * n
 
@@ -123,23 +121,28 @@ def roofline_seconds(
     flops: float, bytes_moved: float, peak_flops: float, bandwidth: float
 ) -> float:
     """The roofline bound ``max(flops / peak_flops, bytes_moved / bandwidth)``, in s."""
-    if min(peak_flops, bandwidth) <= 0 or min(flops, bytes_moved) < 0:
-        raise ValueError("flops and bytes must be >= 0, peak_flops and bandwidth > 0")
+    hint = "flops and bytes must be >= 0, peak_flops and bandwidth > 0"
+    for name, value in dict(flops=flops, bytes_moved=bytes_moved).items():
+        check.finite_float(name, value, low=0.0, hint=hint)
+    for name, value in dict(peak_flops=peak_flops, bandwidth=bandwidth).items():
+        check.finite_float(name, value, low=0.0, low_open=True, hint=hint)
     return max(flops / peak_flops, bytes_moved / bandwidth)
 
 
+# From chapters/09-flash-attention.md, section "Online softmax".
 def online_softmax(scores: torch.Tensor, block_size: int = 128) -> torch.Tensor:
     """Softmax over the last axis in two passes: online ``(max, sum)``, then normalise.
 
     The first pass reads ``block_size`` elements at a time and keeps, per row, the
     running maximum ``m`` and the running sum ``l = Σ exp(x - m)``, rescaling ``l`` by
-    ``exp(m_old - m_new)`` when the maximum grows. A row of only ``-inf`` gives zeros.
-    Shapes: ``scores`` is ``(... n)``, the result too.
+    ``exp(m_old - m_new)`` when the maximum grows. A row of only ``-inf`` gives zeros;
+    NaN and ``+inf`` give what ``torch.softmax`` gives (NaN). Shapes: ``scores`` is
+    ``(... n)``, the result too (``n = 0`` included).
     """
-    if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
-        raise TypeError(f"scores must be a float tensor, got {type(scores).__name__}")
+    hint = "a float tensor: convert integer scores with scores.float()"
+    check.tensor("scores", scores, "... n", floating=True, hint=hint)
     check.positive_int("block_size", block_size)
-    row_max = torch.full_like(scores[..., 0], -math.inf)
+    row_max = scores.new_full(scores.shape[:-1], -math.inf)
     row_sum = torch.zeros_like(row_max)
     for start in range(0, scores.shape[-1], block_size):
         block = scores[..., start : start + block_size]
@@ -154,6 +157,7 @@ def online_softmax(scores: torch.Tensor, block_size: int = 128) -> torch.Tensor:
     return torch.exp(scores - safe_max[..., None]) / safe_sum[..., None]
 
 
+# From chapters/09-flash-attention.md, section "The tiled forward pass".
 def causal_block_kind(
     q_start: int, q_stop: int, k_start: int, k_stop: int, offset: int
 ) -> str:
@@ -164,6 +168,17 @@ def causal_block_kind(
     Returns ``"skip"`` (no query sees any key), ``"full"`` (every query sees every key)
     or ``"partial"`` (the diagonal crosses the tile: mask it).
     """
+    bounds = dict(q_start=q_start, q_stop=q_stop, k_start=k_start, k_stop=k_stop)
+    for name, value in (bounds | dict(offset=offset)).items():
+        check.integer(name, value)
+    if not (q_start < q_stop and k_start < k_stop):
+        raise ValueError(
+            f"a tile has q_start < q_stop and k_start < k_stop, got {bounds}"
+        )
+    return _block_kind(q_start, q_stop, k_start, k_stop, offset)
+
+
+def _block_kind(q_start: int, q_stop: int, k_start: int, k_stop: int, offset: int):
     if k_start > q_stop - 1 + offset:  # the last row cannot see the first column
         return "skip"
     if k_stop - 1 <= q_start + offset:  # the first row sees the last column
@@ -171,6 +186,7 @@ def causal_block_kind(
     return "partial"
 
 
+# From chapters/09-flash-attention.md, section "The tiled forward pass".
 # einops patterns. The query heads that share a key/value head form a `group` axis.
 _Q = "batch kv_heads group q_pos"  # where a query row lives
 _K = "batch kv_heads k_pos"  # where a key row lives
@@ -187,6 +203,65 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_SHAPES = (
+    "q is (batch, heads, q_pos, d), k and v (batch, kv_heads, k_pos, d): 4-D tensors"
+)
+
+
+def _check_attention(owner, q, k, v, scale, causal, block_q, block_k, **saved) -> float:
+    """Check the arguments of ``owner`` (``saved``: the backward's ``out``, ``lse`` and
+    ``grad_out``); return the scale, ``1/√d`` for None. Shapes and dtypes only."""
+    triton = owner.startswith(("triton", "FlashAttentionTriton"))
+    if triton:  # first: where the kernels cannot run, say so before anything else
+        _require_triton(q, owner)
+    for name, t in dict(q=q, k=k, v=v).items():
+        check.tensor(
+            name, t, "batch heads pos d", floating=True, owner=owner, hint=_SHAPES
+        )
+    if not q.device == k.device == v.device:
+        raise ValueError(f"{owner}: q, k, v are on {q.device}, {k.device}, {v.device}")
+    check.same_dtype_and_device(q=q, k=k, v=v, owner=owner)
+    dtypes = _FLOATS[:3] if triton else _FLOATS
+    if q.dtype not in dtypes:
+        raise TypeError(f"{owner} takes {', '.join(map(str, dtypes))}; got {q.dtype}")
+    (batch, heads, q_len, d), kv_heads = q.shape, k.shape[1]
+    check.positive_ints(heads=heads, kv_heads=kv_heads, d_head=d, owner=owner)
+    if q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3] or heads % kv_heads:
+        raise ValueError(
+            f"{owner}: expected q (batch heads q_pos d), k and v (batch kv_heads k_pos d), "
+            f"heads a multiple of kv_heads; got {q.shape}, {k.shape}, {v.shape}"
+        )
+    if not d == k.shape[-1] == v.shape[-1]:
+        shapes = f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        raise ValueError(f"{owner}: q, k and v must have one head dim, got {shapes}")
+    if triton and d not in TRITON_HEAD_DIMS:
+        hint = "use the 'flash_torch' or 'sdpa' backend for this model"
+        raise ValueError(
+            f"{owner} supports head dims {TRITON_HEAD_DIMS}, got {d}; {hint}"
+        )
+    rows = dict(b=batch, h=heads, q=q_len, owner=owner)  # the backward's out, lse, dO
+    for name, t in saved.items():
+        if name == "lse":
+            check.tensor(name, t, "b h q", floating=True, **rows)
+        else:
+            check.tensor(name, t, "b h q d", floating=True, d=d, **rows)
+    check.boolean("causal", causal, owner=owner)
+    for name, size in dict(block_q=block_q, block_k=block_k).items():
+        if not triton:
+            check.positive_int(name, size, owner=owner)
+        elif size is not None and (check.integer(name, size) < 16 or size & (size - 1)):
+            raise ValueError(
+                f"{owner}: block sizes are powers of two >= 16, got {size}"
+            )
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    hint = "scale must be positive and finite, or None for 1/√d_head"
+    return check.finite_float(
+        "scale", scale, low=0.0, low_open=True, owner=owner, hint=hint
+    )
+
+
 def _above_diagonal(q_start, q_stop, k_start, k_stop, offset, device) -> torch.Tensor:
     """``(q_pos k_pos)``: True where key ``j`` is in query ``i``'s future."""
     rows = torch.arange(q_start, q_stop, device=device)
@@ -200,7 +275,7 @@ def tiled_attention_forward(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    scale: float,
+    scale: float | None = None,
     causal: bool = False,
     block_q: int = 64,
     block_k: int = 64,
@@ -210,8 +285,16 @@ def tiled_attention_forward(
     Shapes: ``q`` ``(batch heads q_pos d)``; ``k``, ``v`` ``(batch kv_heads k_pos d)``.
     Returns ``out`` ``(batch heads q_pos d)`` in ``q``'s dtype and the log-sum-exp of
     every query's scaled scores, ``lse`` ``(batch heads q_pos)`` in float32 (float64 for
-    float64 input), ``-inf`` for a query that sees no key (its output is zero).
+    float64 input), ``-inf`` for a query that sees no key (its output is zero, also
+    when there are no keys at all). ``scale`` None is ``1/√d``. NaN or infinity in the
+    inputs give NaN in the output, as in the math path (the data is not read to check).
     """
+    options = dict(causal=causal, block_q=block_q, block_k=block_k)
+    scale = _check_attention("tiled_attention_forward", q, k, v, scale, **options)
+    return _tiled_forward(q, k, v, scale=scale, **options)
+
+
+def _tiled_forward(q, k, v, *, scale, causal, block_q, block_k):
     kv_heads, q_len, k_len = k.shape[1], q.shape[2], k.shape[2]
     offset = k_len - q_len  # causal: query i sees key j iff j <= i + offset
     work = _work_dtype(q.dtype)
@@ -227,7 +310,7 @@ def tiled_attention_forward(
         acc = torch.zeros_like(q_block)  # the unnormalised output
         for k0 in range(0, k_len, block_k):  # against each block of keys k0 .. k1 - 1
             k1 = min(k0 + block_k, k_len)
-            kind = causal_block_kind(q0, q1, k0, k1, offset) if causal else "full"
+            kind = _block_kind(q0, q1, k0, k1, offset) if causal else "full"
             if kind == "skip":
                 break  # this tile and every one to its right lie above the diagonal
             scores = scale * einsum(q_block, k[:, :, k0:k1], _SCORES)
@@ -247,6 +330,7 @@ def tiled_attention_forward(
     return rearrange(out, _MERGE).to(q.dtype), rearrange(lse, _MERGE_ROWS)
 
 
+# From chapters/09-flash-attention.md, section "The backward pass, with recomputation".
 def tiled_attention_backward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -255,7 +339,7 @@ def tiled_attention_backward(
     lse: torch.Tensor,
     grad_out: torch.Tensor,
     *,
-    scale: float,
+    scale: float | None = None,
     causal: bool = False,
     block_q: int = 64,
     block_k: int = 64,
@@ -268,6 +352,15 @@ def tiled_attention_backward(
     the softmax's backward uses ``D = rowsum(grad_out * out)``, so no row of the
     ``(q_pos, k_pos)`` matrix is ever needed whole.
     """
+    options = dict(causal=causal, block_q=block_q, block_k=block_k)
+    saved = dict(out=out, lse=lse, grad_out=grad_out)
+    scale = _check_attention(
+        "tiled_attention_backward", q, k, v, scale, **options, **saved
+    )
+    return _tiled_backward(q, k, v, out, lse, grad_out, scale=scale, **options)
+
+
+def _tiled_backward(q, k, v, out, lse, grad_out, *, scale, causal, block_q, block_k):
     kv_heads, q_len, k_len = k.shape[1], q.shape[2], k.shape[2]
     offset = k_len - q_len
     work = _work_dtype(q.dtype)
@@ -284,7 +377,7 @@ def tiled_attention_backward(
         k1 = min(k0 + block_k, k_len)
         for q0 in range(0, q_len, block_q):  # the blocks of queries that see it
             q1 = min(q0 + block_q, q_len)
-            kind = causal_block_kind(q0, q1, k0, k1, offset) if causal else "full"
+            kind = _block_kind(q0, q1, k0, k1, offset) if causal else "full"
             if kind == "skip":
                 continue
             q_block, grad_block = q_g[..., q0:q1, :], grad_g[..., q0:q1, :]
@@ -301,17 +394,21 @@ def tiled_attention_backward(
     return rearrange(dq, _MERGE).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
+# From chapters/09-flash-attention.md, section "The backward pass, with recomputation".
 class FlashAttentionTorch(torch.autograd.Function):
     """Tiled attention whose hand-written backward saves only q, k, v, out and lse.
 
     ``FlashAttentionTorch.apply(q, k, v, scale, causal, block_q, block_k)`` returns
-    ``out`` ``(batch heads q_pos d)``; see :func:`tiled_attention_forward` for shapes.
+    ``out`` ``(batch heads q_pos d)``; see :func:`tiled_attention_forward` for shapes
+    and for the checks (``scale`` None is ``1/√d``).
     """
 
     @staticmethod
     def forward(ctx, q, k, v, scale, causal, block_q, block_k):
-        options = dict(scale=scale, causal=causal, block_q=block_q, block_k=block_k)
-        out, lse = tiled_attention_forward(q, k, v, **options)
+        options = dict(causal=causal, block_q=block_q, block_k=block_k)
+        scale = _check_attention("FlashAttentionTorch", q, k, v, scale, **options)
+        options["scale"] = scale
+        out, lse = _tiled_forward(q, k, v, **options)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.options = options
         return out
@@ -320,10 +417,11 @@ class FlashAttentionTorch(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
-        grads = tiled_attention_backward(q, k, v, out, lse, grad_out, **ctx.options)
+        grads = _tiled_backward(q, k, v, out, lse, grad_out, **ctx.options)
         return (*grads, None, None, None, None)
 
 
+# From chapters/09-flash-attention.md, section "Triton: the same algorithm as a GPU kernel".
 # Triton reads TRITON_INTERPRET when a kernel is decorated, that is when this module is
 # imported: in interpreter mode the kernels below run on the CPU, one program at a time.
 TRITON_INTERPRETED = triton is not None and os.environ.get("TRITON_INTERPRET") == "1"
@@ -341,17 +439,33 @@ def triton_support(
 ) -> tuple[bool, str]:
     """Whether the Triton kernels can run on ``device`` (by default the current CUDA
     GPU, else the CPU) with ``dtype``: ``(True, how)`` or ``(False, why, what to do)``.
+
+    In Triton's interpreter bfloat16 is computed in float32 (the interpreter's own
+    bfloat16 arithmetic is wrong, by orders of magnitude in Triton 3.x); float64 is
+    never supported.
     """
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
+    check.instance(
+        "dtype", dtype, (torch.dtype, type(None)), what="a torch.dtype or None"
+    )
+    if dtype is not None and dtype not in (
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+    ):
+        return False, f"the kernels take float16, bfloat16 and float32, not {dtype}"
     if triton is None:
         return False, (
             "Triton is not installed (pip install triton; Linux x86_64 wheels only); "
             "use the 'sdpa' backend"
         )
     if TRITON_INTERPRETED and device.type in ("cpu", "cuda"):
-        return True, "Triton's interpreter (TRITON_INTERPRET=1): exact but slow"
+        how = "Triton's interpreter (TRITON_INTERPRET=1): exact but slow"
+        return True, how + (
+            "; bfloat16 computed in float32" if dtype == torch.bfloat16 else ""
+        )
     if device.type == "cpu":
         return False, (
             "the tensors are on the CPU and Triton compiles for GPUs; set "
@@ -382,12 +496,16 @@ def triton_support(
 
 
 def _require_triton(q: torch.Tensor, caller: str) -> None:
-    """Raise a ``RuntimeError`` saying why, where the kernels cannot run on ``q``."""
-    ok, why = triton_support(q.device, q.dtype)
+    """Raise a ``RuntimeError`` saying why, where the kernels cannot run on ``q``
+    (a dtype they never take is left to the dtype check, a ``TypeError``)."""
+    dtype = getattr(q, "dtype", None)
+    dtype = dtype if dtype in (torch.float16, torch.bfloat16, torch.float32) else None
+    ok, why = triton_support(getattr(q, "device", None), dtype)
     if not ok:
         raise RuntimeError(f"{caller} cannot run here: {why}")
 
 
+# From chapters/09-flash-attention.md, section "The forward kernel".
 @_triton_jit
 def _online_softmax_step(acc, row_sum, row_max, scores, v, DOT_PRECISION: tl.constexpr):
     """Fold one tile of scores ``(BLOCK_M BLOCK_N)``, base-2 units, into the state."""
@@ -469,6 +587,7 @@ def _flash_forward_kernel(
     tl.store(LSE + batch_head.to(tl.int64) * q_len + rows, lse, mask=rows < q_len)
 
 
+# From chapters/09-flash-attention.md, section "The backward kernels".
 @_triton_jit
 def _dkdv_step(
     dk, dv, k, v, start_m, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
@@ -623,6 +742,7 @@ def _flash_backward_dq_kernel(
     tl.store(dq_ptrs + dims[None, :], dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
 
 
+# From chapters/09-flash-attention.md, section "Launching the kernels".
 def _triton_configs(shapes):
     return [
         triton.Config({"BLOCK_M": m, "BLOCK_N": n}, num_warps=warps, num_stages=stages)
@@ -672,13 +792,9 @@ def _launch_options(q, k, causal, block_q, block_k):
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
     )
     tuned = block_q is None and block_k is None and not TRITON_INTERPRETED
-    if not tuned:
+    if not tuned:  # (sizes checked by the public callers)
         options["BLOCK_M"] = block_q or _INTERPRETER_BLOCK
         options["BLOCK_N"] = block_k or _INTERPRETER_BLOCK
-        for name in ("BLOCK_M", "BLOCK_N"):
-            size = options[name]
-            if not isinstance(size, int) or size < 16 or size & (size - 1):
-                raise ValueError(f"block sizes are powers of two >= 16, got {size!r}")
     return bucket, options, tuned
 
 
@@ -687,7 +803,7 @@ def triton_attention_forward(
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    scale: float,
+    scale: float | None = None,
     causal: bool = False,
     block_q: int | None = None,
     block_k: int | None = None,
@@ -697,8 +813,31 @@ def triton_attention_forward(
     Inputs must have a contiguous last axis; ``lse`` is float32. ``block_q``/``block_k``
     (powers of two >= 16) fix the tile; by default the autotuner picks it on a GPU.
     """
-    _require_triton(q, "triton_attention_forward")
+    options = dict(causal=causal, block_q=block_q, block_k=block_k)
+    scale = _check_attention("triton_attention_forward", q, k, v, scale, **options)
+    if any(t.stride(-1) != 1 for t in (q, k, v)):
+        raise ValueError(
+            "triton_attention_forward: q, k, v need a contiguous last axis"
+        )
+    return _triton_forward(q, k, v, scale=scale, **options)
+
+
+def _triton_forward(q, k, v, *, scale, causal, block_q, block_k):
+    if TRITON_INTERPRETED and q.dtype == torch.bfloat16:  # the interpreter's is wrong
+        out, lse = _triton_forward(
+            q.float(),
+            k.float(),
+            v.float(),
+            scale=scale,
+            causal=causal,
+            block_q=block_q,
+            block_k=block_k,
+        )
+        return out.to(q.dtype), lse
     batch, heads, q_len, _ = q.shape
+    if not q.numel() or not k.shape[2]:  # nothing to launch: no query, or no key
+        lse = torch.full((batch, heads, q_len), -math.inf, device=q.device)
+        return torch.zeros_like(q), lse
     out = torch.empty_like(q)
     lse = torch.empty(batch, heads, q_len, dtype=torch.float32, device=q.device)
     bucket, options, tuned = _launch_options(q, k, causal, block_q, block_k)
@@ -732,7 +871,7 @@ def triton_attention_backward(
     lse: torch.Tensor,
     grad_out: torch.Tensor,
     *,
-    scale: float,
+    scale: float | None = None,
     causal: bool = False,
     block_q: int | None = None,
     block_k: int | None = None,
@@ -741,6 +880,28 @@ def triton_attention_backward(
 
     Same contract as :func:`tiled_attention_backward`; returns ``(dq, dk, dv)``.
     """
+    options = dict(causal=causal, block_q=block_q, block_k=block_k)
+    saved = dict(out=out, lse=lse, grad_out=grad_out)
+    scale = _check_attention(
+        "triton_attention_backward", q, k, v, scale, **options, **saved
+    )
+    return _triton_backward(q, k, v, out, lse, grad_out, scale=scale, **options)
+
+
+def _triton_backward(q, k, v, out, lse, grad_out, *, scale, causal, block_q, block_k):
+    if TRITON_INTERPRETED and q.dtype == torch.bfloat16:  # the interpreter's is wrong
+        grads = _triton_backward(
+            *(t.float() for t in (q, k, v, out)),
+            lse,
+            grad_out.float(),
+            scale=scale,
+            causal=causal,
+            block_q=block_q,
+            block_k=block_k,
+        )
+        return tuple(g.to(q.dtype) for g in grads)
+    if not q.numel() or not k.shape[2]:
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     batch, heads, q_len, d_head = q.shape
     kv_heads, k_len = k.shape[1], k.shape[2]
     group = heads // kv_heads
@@ -783,13 +944,17 @@ class FlashAttentionTriton(torch.autograd.Function):
     """The Triton kernels as one autograd operation; saves only q, k, v, out and lse.
 
     ``FlashAttentionTriton.apply(q, k, v, scale, causal, block_q, block_k)`` returns
-    ``out``; the block sizes may be None (autotuned on a GPU).
+    ``out``; the block sizes may be None (autotuned on a GPU), ``scale`` None is
+    ``1/√d``. Inputs whose last axis is not contiguous are copied.
     """
 
     @staticmethod
     def forward(ctx, q, k, v, scale, causal, block_q, block_k):
-        options = dict(scale=scale, causal=causal, block_q=block_q, block_k=block_k)
-        out, lse = triton_attention_forward(q, k, v, **options)
+        options = dict(causal=causal, block_q=block_q, block_k=block_k)
+        scale = _check_attention("FlashAttentionTriton", q, k, v, scale, **options)
+        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        options["scale"] = scale
+        out, lse = _triton_forward(q, k, v, **options)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.options = options
         return out
@@ -800,14 +965,16 @@ class FlashAttentionTriton(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         if grad_out.stride(-1) != 1:
             grad_out = grad_out.contiguous()
-        grads = triton_attention_backward(q, k, v, out, lse, grad_out, **ctx.options)
+        grads = _triton_backward(q, k, v, out, lse, grad_out, **ctx.options)
         return (*grads, None, None, None, None)
 
 
+# From chapters/09-flash-attention.md, section "Two new attention backends".
 _WARNED: set[tuple[str, str]] = set()
 
 
 def _fallback_reason(mask, bias, dropout_p) -> str | None:
+    check.probability("dropout_p", dropout_p)
     unsupported = [
         name
         for name, used in (
@@ -832,36 +999,6 @@ def _warn_once(backend: str, reason: str) -> None:
     )
 
 
-def _check_flash_inputs(backend, q, k, v, scale, dtypes) -> float:
-    """Validate q, k, v for a flash backend; return the scale (default 1/√d_head)."""
-    for name, tensor in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 4:
-            got = getattr(tensor, "shape", type(tensor).__name__)
-            raise ValueError(f"{backend}: {name} must be a 4-D tensor, got {got}")
-    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-    if not q.dtype == k.dtype == v.dtype:
-        dtypes_got = f"{q.dtype}, {k.dtype}, {v.dtype}"
-        raise TypeError(f"{backend}: q, k, v must share a dtype, got {dtypes_got}")
-    if q.dtype not in dtypes:
-        raise TypeError(f"{backend} takes {', '.join(map(str, dtypes))}; got {q.dtype}")
-    if not q.device == k.device == v.device:
-        devices = f"{q.device}, {k.device}, {v.device}"
-        raise ValueError(f"{backend}: q, k, v are on {devices}")
-    same_batch = q.shape[0] == k.shape[0] and k.shape[:3] == v.shape[:3]
-    if not same_batch or q.shape[1] % k.shape[1]:
-        raise ValueError(
-            f"{backend}: expected q (batch heads q_pos d), k and v "
-            f"(batch kv_heads k_pos d), heads a multiple of kv_heads; got {shapes}"
-        )
-    if not q.shape[-1] == k.shape[-1] == v.shape[-1]:
-        raise ValueError(f"{backend}: q, k and v must have one head dim, got {shapes}")
-    if scale is None:
-        return 1.0 / math.sqrt(q.shape[-1])
-    if not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"{backend}: scale must be positive and finite, got {scale!r}")
-    return float(scale)
-
-
 def flash_attention_torch(
     q,
     k,
@@ -879,17 +1016,13 @@ def flash_attention_torch(
 
     Arguments as :func:`lib.attention.sdpa_attention`; ``mask``, ``bias`` and dropout
     fall back to it (warned once). Any head dim; float16, bfloat16, float32, float64.
+    The inputs are checked by :class:`FlashAttentionTorch` (errors name it).
     """
     reason = _fallback_reason(mask, bias, dropout_p)
     if reason is not None:
         _warn_once("flash_torch", reason)
         options = dict(scale=scale, causal=causal)
         return sdpa_attention(q, k, v, mask, bias, dropout_p, **options)
-    dtypes = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-    scale = _check_flash_inputs("flash_torch", q, k, v, scale, dtypes)
-    check.positive_int("block_q", block_q), check.positive_int("block_k", block_k)
-    if q.shape[2] == 0 or k.shape[2] == 0:  # nothing to tile
-        return sdpa_attention(q, k, v, scale=scale, causal=causal)
     return FlashAttentionTorch.apply(q, k, v, scale, causal, block_q, block_k)
 
 
@@ -911,24 +1044,13 @@ def flash_attention_triton(
     Arguments as :func:`lib.attention.sdpa_attention`; ``mask``, ``bias`` and dropout
     fall back to it (warned once). Head dims 16, 32, 64, 128; float16, bfloat16
     (compute capability 8.0+) and float32. Raises ``RuntimeError`` where Triton cannot
-    run.
+    run. The inputs are checked by :class:`FlashAttentionTriton` (errors name it).
     """
     reason = _fallback_reason(mask, bias, dropout_p)
     if reason is not None:
         _warn_once("flash_triton", reason)
         options = dict(scale=scale, causal=causal)
         return sdpa_attention(q, k, v, mask, bias, dropout_p, **options)
-    dtypes = (torch.float16, torch.bfloat16, torch.float32)
-    scale = _check_flash_inputs("flash_triton", q, k, v, scale, dtypes)
-    if q.shape[-1] not in TRITON_HEAD_DIMS:
-        raise ValueError(
-            f"flash_triton supports head dims {TRITON_HEAD_DIMS}, got {q.shape[-1]}; "
-            "use the 'flash_torch' or 'sdpa' backend for this model"
-        )
-    _require_triton(q, "the 'flash_triton' backend")
-    if q.shape[2] == 0 or k.shape[2] == 0:
-        return sdpa_attention(q, k, v, scale=scale, causal=causal)
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     return FlashAttentionTriton.apply(q, k, v, scale, causal, block_q, block_k)
 
 

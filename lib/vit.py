@@ -1,13 +1,16 @@
 # This file is generated from chapters/10-vit.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/10-vit.md, section "Patches as tokens".
 """The Vision Transformer (chapter 10 of the course): images as sequences of patches.
 
 * :func:`patchify` cuts images into flattened patches with one einops pattern;
   :class:`PatchEmbedding` projects them (a linear layer: a strided convolution).
 * :class:`ViTConfig` and :class:`ViT`: a CLS token, learned position embeddings,
   chapter 7's :class:`~lib.models.Encoder` unchanged, a classification head.
-* :func:`random_translate` (augmentation), :func:`confusion_matrix`,
-  :func:`mean_attention_distance` (how far, in pixels, each head looks).
+* :func:`random_translate` (augmentation); :func:`image_batches` and
+  :func:`classification_loss`, which train an image classifier with chapter 8's
+  :func:`lib.training.train`; :func:`confusion_matrix`, :func:`mean_attention_distance`
+  (how far, in pixels, each head looks).
 * :func:`config_from_vit`, :func:`vit_rows`, :func:`vit_state_dict`,
   :func:`load_hf_vit_state_dict`: the weights of ``transformers``' ``ViTModel`` and
   ``ViTForImageClassification`` (4.x names), through chapter 7's table-driven loader.
@@ -18,7 +21,7 @@ by row), ``tokens`` (the CLS token, then the patches), ``d_model``, ``heads``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -29,59 +32,47 @@ from torch import nn
 from lib import _checks as check
 from lib.hf_weights import Row, concat, convert_state_dict, load_checked, same
 from lib.models import Encoder, TransformerConfig, init_weights
+from lib.training import cross_entropy
 
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "patchify",
     "PatchEmbedding",
     "ViTConfig",
     "ViT",
-    "random_translate",
-    "confusion_matrix",
-    "mean_attention_distance",
     "config_from_vit",
     "conv_kernels_as_rows",
     "vit_rows",
     "vit_state_dict",
     "load_hf_vit_state_dict",
+    "random_translate",
+    "image_batches",
+    "classification_loss",
+    "confusion_matrix",
+    "mean_attention_distance",
 ]
 
 
-def _check_images(
-    images: object,
-    patch_size: int,
-    channels: int | None = None,
-) -> torch.Tensor:
-    """``images`` as a float ``(batch channels height width)`` tensor that
-    ``patch_size`` tiles exactly (with ``channels`` channels if given), or an error."""
-    if not isinstance(images, torch.Tensor):
-        raise TypeError(f"images must be a torch.Tensor, got {type(images).__name__}")
-    if images.dim() != 4:
-        hint = " (add the channel axis: images[:, None])" if images.dim() == 3 else ""
-        raise ValueError(
-            "images must be 4-D (batch, channels, height, width), "
-            f"got shape {tuple(images.shape)}{hint}"
-        )
-    if not images.is_floating_point():
-        raise TypeError(
-            f"images must be floating point, got {images.dtype} "
-            "(convert uint8 pixels first: images.float() / 255)"
-        )
-    if channels is not None and images.shape[1] != channels:
-        raise ValueError(
-            f"expected {channels} channel(s), got {images.shape[1]} "
-            f"in images of shape {tuple(images.shape)}"
-        )
-    height, width = images.shape[-2:]
-    p = patch_size
-    if height % p or width % p:
-        raise ValueError(
-            f"image size {height}×{width} is not divisible by the patch size {p}: "
-            f"crop or pad the images to a multiple of {p} "
-            f"(e.g. {height // p * p}×{width // p * p})"
-        )
-    return images
+# From chapters/10-vit.md, section "Patches as tokens".
+_IMAGES_HINT = (
+    "a ViT takes 4-D floating point images (batch, channels, height, width): add the "
+    "channel axis with images[:, None], convert uint8 pixels with images.float() / 255"
+)
 
 
+def _check_images(images: object, p: int, channels: int | None = None) -> None:
+    """``images`` must be a float ``(batch channels height width)`` tensor that patches
+    of side ``p`` tile exactly (with ``channels`` channels, if given)."""
+    check.tensor("images", images, "batch c h w", floating=True, hint=_IMAGES_HINT)
+    _, got, h, w = images.shape
+    if channels is not None and got != channels:
+        raise ValueError(f"expected {channels} channel(s), got {got} in {images.shape}")
+    if h % p or w % p:
+        raise ValueError(f"image size {h}×{w} is not divisible by the patch size {p}")
+
+
+# From chapters/10-vit.md, section "Patches as tokens".
 def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     """Cut images into non-overlapping square patches, each flattened to a vector.
 
@@ -89,11 +80,15 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     with ``p1 = p2 = patch_size`` and ``patches = (height/p)·(width/p)`` in row-major
     order: left to right, then top to bottom.
     """
-    _check_images(images, patch_size)
-    p = patch_size
+    _check_images(images, check.positive_int("patch_size", patch_size))
+    return _patches(images, patch_size)
+
+
+def _patches(images: torch.Tensor, p: int) -> torch.Tensor:
     return rearrange(images, "b c (h p1) (w p2) -> b (h w) (c p1 p2)", p1=p, p2=p)
 
 
+# From chapters/10-vit.md, section "A linear layer on patches is a strided convolution".
 class PatchEmbedding(nn.Module):
     """Images -> one vector per patch: :func:`patchify`, then one linear layer.
 
@@ -105,20 +100,17 @@ class PatchEmbedding(nn.Module):
 
     def __init__(self, in_channels: int, patch_size: int, d_model: int) -> None:
         super().__init__()
-        for name, value in [
-            ("in_channels", in_channels),
-            ("patch_size", patch_size),
-            ("d_model", d_model),
-        ]:
-            check.positive_int(name, value, owner="PatchEmbedding")
+        sizes = dict(in_channels=in_channels, patch_size=patch_size, d_model=d_model)
+        check.positive_ints(**sizes, owner="PatchEmbedding")
         self.in_channels, self.patch_size = in_channels, patch_size
         self.proj = nn.Linear(in_channels * patch_size**2, d_model)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         _check_images(images, self.patch_size, self.in_channels)
-        return self.proj(patchify(images, self.patch_size))
+        return self.proj(_patches(images, self.patch_size))
 
 
+# From chapters/10-vit.md, section "A class token, positions, and chapter 7's encoder".
 @dataclass(frozen=True)
 class ViTConfig:
     """A Vision Transformer: the images and their patches, then the encoder's sizes.
@@ -128,7 +120,9 @@ class ViTConfig:
     MNIST, 3 for RGB); the encoder: ``d_model``, ``n_heads``, ``n_layers``, ``d_ff``
     (None: ``4·d_model``), ``activation`` (exact GELU, as ViT), ``norm_eps`` (1e-6 as in
     the paper's code; ``transformers`` uses 1e-12), ``dropout`` (after the position
-    embeddings and in every block), ``attn_backend``.
+    embeddings, on the attention weights and after every sublayer),
+    ``attention_dropout`` (on the attention weights, where it differs from ``dropout``;
+    None: ``dropout``), ``attn_backend``.
     """
 
     image_size: int | tuple[int, int]
@@ -142,25 +136,19 @@ class ViTConfig:
     activation: str = "gelu"
     norm_eps: float = 1e-6
     dropout: float = 0.0
+    attention_dropout: float | None = None
     attn_backend: str = "sdpa"
 
     def __post_init__(self) -> None:
-        sizes = self.image_size
-        if isinstance(sizes, int):
-            sizes = (sizes, sizes)
-        if not isinstance(sizes, tuple) or len(sizes) != 2:
-            raise ValueError(
-                f"ViTConfig.image_size must be an int or (height, width), got {sizes!r}"
-            )
-        named = ("patch_size", "n_classes", "in_channels")
-        fields = [("height", sizes[0]), ("width", sizes[1])]
-        for name, value in fields + [(name, getattr(self, name)) for name in named]:
-            check.positive_int(name, value, owner="ViTConfig")
-        if sizes[0] % self.patch_size or sizes[1] % self.patch_size:
-            raise ValueError(
-                f"ViTConfig: image size {sizes[0]}×{sizes[1]} is not divisible by the "
-                f"patch size {self.patch_size}"
-            )
+        size, owner = self.image_size, "ViTConfig"
+        if not isinstance(size, int | tuple) or len(self.image_hw) != 2:
+            raise ValueError(f"image_size must be an int or (height, width): {size}")
+        sizes = dict(zip(("height", "width"), self.image_hw))
+        sizes |= dict(n_classes=self.n_classes, in_channels=self.in_channels)
+        check.positive_ints(**sizes, patch_size=self.patch_size, owner=owner)
+        if self.attention_dropout is not None:
+            check.probability("attention_dropout", self.attention_dropout, owner=owner)
+        _check_images(torch.empty(0, self.in_channels, *self.image_hw), self.patch_size)
         _ = self.encoder  # builds the encoder's config, which checks the other fields
 
     @property
@@ -197,6 +185,7 @@ class ViTConfig:
         )
 
 
+# From chapters/10-vit.md, section "A class token, positions, and chapter 7's encoder".
 class ViT(nn.Module):
     """Vision Transformer: ``images (batch channels height width)`` ->
     ``logits (batch classes)``.
@@ -210,32 +199,32 @@ class ViT(nn.Module):
 
     def __init__(self, cfg: ViTConfig) -> None:
         super().__init__()
-        if not isinstance(cfg, ViTConfig):
-            raise TypeError(f"ViT takes a ViTConfig, got {type(cfg).__name__}")
-        self.cfg = cfg
+        hint = (
+            "ViT takes a ViTConfig, which makes the encoder's TransformerConfig itself"
+        )
+        self.cfg = check.instance("cfg", cfg, ViTConfig, owner="ViT", hint=hint)
         self.patch_embed = PatchEmbedding(cfg.in_channels, cfg.patch_size, cfg.d_model)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
         n_tokens = 1 + cfg.n_patches
         self.pos_embedding = nn.Parameter(torch.zeros(1, n_tokens, cfg.d_model))
         self.dropout = nn.Dropout(cfg.dropout)
         self.encoder = Encoder(cfg.encoder)
+        if cfg.attention_dropout is not None:  # a rate of its own on the weights
+            for block in self.encoder.blocks:
+                block.self_attn.sublayer.dropout = cfg.attention_dropout
         self.head = nn.Linear(cfg.d_model, cfg.n_classes)
         init_weights(self)  # chapter 7: N(0, 0.02), scaled residual projections
         nn.init.normal_(self.cls_token, std=0.02)
         nn.init.normal_(self.pos_embedding, std=0.02)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
-        _check_images(images, self.cfg.patch_size, self.cfg.in_channels)
-        if tuple(images.shape[-2:]) != self.cfg.image_hw:
-            (height, width), (rows, cols) = self.cfg.image_hw, self.cfg.grid
-            got = f"{images.shape[-2]}×{images.shape[-1]}"
+        patches = self.patch_embed(images)  # (batch patches d_model); checks the images
+        if images.shape[-2:] != self.cfg.image_hw:
+            (h, w), got = self.cfg.image_hw, "×".join(map(str, images.shape[-2:]))
             raise ValueError(
-                f"this ViT was built for {height}×{width} images (one position "
-                f"embedding per patch of a {rows}×{cols} grid), got {got}: resize the "
-                "images, or interpolate the position embeddings to the new grid "
-                "(exercise 1)"
+                f"this ViT was built for {h}×{w} images (a position embedding per patch), "
+                f"got {got}: resize them, or interpolate its positions (exercise 1)"
             )
-        patches = self.patch_embed(images)  # (batch patches d_model)
         cls = repeat(self.cls_token, "1 1 d -> b 1 d", b=images.shape[0])
         return self.dropout(torch.cat([cls, patches], dim=1) + self.pos_embedding)
 
@@ -255,14 +244,27 @@ class ViT(nn.Module):
         return weights
 
 
+# From chapters/10-vit.md, section "The same model as Hugging Face's ViTModel".
+_HF_VIT_FIELDS = (
+    "image_size patch_size num_labels num_channels hidden_size num_attention_heads "
+    "num_hidden_layers intermediate_size hidden_act layer_norm_eps hidden_dropout_prob "
+    "attention_probs_dropout_prob"
+).split()
+
+
 def config_from_vit(config: object, n_classes: int | None = None) -> ViTConfig:
     """Our :class:`ViTConfig` of a ``transformers`` ``ViTConfig`` (read by attribute).
 
-    ``n_classes`` defaults to ``config.num_labels``, the size of its classifier.
+    ``n_classes`` defaults to ``config.num_labels``, the size of its classifier. Both
+    dropout rates are carried: ``hidden_dropout_prob`` (after the embeddings and every
+    sublayer) as ``dropout``, ``attention_probs_dropout_prob`` as
+    ``attention_dropout``. What we do not build (another activation, no qkv biases) is
+    refused, naming the field.
     """
     name = type(config).__name__
-    activation = getattr(config, "hidden_act", None)
-    if activation != "gelu":
+    if missing := [field for field in _HF_VIT_FIELDS if not hasattr(config, field)]:
+        raise TypeError(f"config must be a transformers ViTConfig: no {missing} in it")
+    if (activation := config.hidden_act) != "gelu":
         raise ValueError(f"{name}.hidden_act={activation!r}: only 'gelu' is built")
     if not getattr(config, "qkv_bias", True):
         raise ValueError(f"{name}.qkv_bias=False: our fused qkv_proj always has biases")
@@ -278,12 +280,15 @@ def config_from_vit(config: object, n_classes: int | None = None) -> ViTConfig:
         d_ff=config.intermediate_size,
         norm_eps=config.layer_norm_eps,
         dropout=config.hidden_dropout_prob,
+        attention_dropout=config.attention_probs_dropout_prob,
     )
 
 
+# From chapters/10-vit.md, section "The same model as Hugging Face's ViTModel".
 def conv_kernels_as_rows(kernel: torch.Tensor) -> torch.Tensor:
     """A patch convolution's kernels ``(d_model c p1 p2)`` as the rows of our linear
     layer ``(d_model (c p1 p2))``: the equivalence shown above, read backwards."""
+    check.tensor("kernel", kernel, "d_model c p1 p2")
     return rearrange(kernel, "d c p1 p2 -> d (c p1 p2)")
 
 
@@ -292,6 +297,8 @@ def vit_rows(prefix: str = "", head: bool = False) -> list[Row]:
     over ``weight`` and ``bias``. ``prefix`` is ``"vit."`` in
     ``ViTForImageClassification``, whose ``classifier`` is our ``head`` (``head=True``).
     """
+    check.string("prefix", prefix)
+    check.boolean("head", head)
     e = prefix + "embeddings."
     ours, theirs = "encoder.blocks.{i}.", prefix + "encoder.layer.{i}."
     attention = theirs + "attention.attention."
@@ -318,12 +325,14 @@ def vit_rows(prefix: str = "", head: bool = False) -> list[Row]:
     return rows
 
 
+# From chapters/10-vit.md, section "The same model as Hugging Face's ViTModel".
 def vit_state_dict(
     their_state_dict: Mapping[str, torch.Tensor], cfg: ViTConfig
 ) -> dict[str, torch.Tensor]:
     """A ``ViTModel`` (built with ``add_pooling_layer=False``) or
     ``ViTForImageClassification`` state dict as the state dict of ``ViT(cfg)``; from a
     bare ``ViTModel``, which has no classifier, without our ``head``."""
+    check.instance("their_state_dict", their_state_dict, Mapping, what="a state dict")
     if any(key.startswith(("pooler.", "vit.pooler.")) for key in their_state_dict):
         raise ValueError(
             "the state dict has a pooler, which ViT does not use: build the reference "
@@ -350,12 +359,14 @@ def load_hf_vit_state_dict(
 ) -> ViT:
     """Load a ``transformers`` ViT state dict into ``model`` (our head is kept when the
     reference has none); returns ``model``. Raises ``ValueError`` if it does not fit."""
+    check.instance("model", model, ViT)
     ours = vit_state_dict(their_state_dict, model.cfg)
     if "head.weight" not in ours:
         ours |= {k: v for k, v in model.state_dict().items() if k.startswith("head.")}
     return load_checked(model, ours)
 
 
+# From chapters/10-vit.md, section "Training on MNIST".
 def random_translate(
     images: torch.Tensor, max_shift: int, generator: torch.Generator | None = None
 ) -> torch.Tensor:
@@ -366,8 +377,7 @@ def random_translate(
     the CPU) makes the shifts reproducible. ``max_shift=0`` returns ``images`` itself.
     """
     _check_images(images, 1)
-    if isinstance(max_shift, bool) or not isinstance(max_shift, int) or max_shift < 0:
-        raise ValueError(f"max_shift must be an int >= 0, got {max_shift!r}")
+    check.int_at_least("max_shift", max_shift, 0)
     if max_shift == 0:
         return images
     batch, _, height, width = images.shape
@@ -382,16 +392,69 @@ def random_translate(
     return rearrange(moved, "b h w c -> b c h w")
 
 
+# From chapters/10-vit.md, section "Training on MNIST".
+def image_batches(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    batch_size: int,
+    *,
+    max_shift: int = 0,
+    flip: bool = False,
+    mean: float = 0.0,
+    std: float = 1.0,
+    seed: int = 0,
+) -> Callable[[int], dict[str, torch.Tensor]]:
+    """``step -> {"images", "labels"}``: the batches :func:`lib.training.train` takes.
+
+    ``images`` ``(n channels height width)`` (uint8 pixels, or floats in [0, 1]) and
+    ``labels`` ``(n,)`` stay on their device. Each step draws ``batch_size`` of them at
+    random, shifts them by up to ``max_shift`` pixels (:func:`random_translate`),
+    mirrors each with probability 1/2 when ``flip``, and returns ``(x - mean) / std``.
+    The draws depend on ``(seed, step)`` only.
+    """
+    check.tensor("images", images, "n c h w")
+    check.tensor("labels", labels, "n", integer=True, n=images.shape[0])
+    check.positive_ints(batch_size=batch_size, n_images=images.shape[0])
+    check.int_at_least("max_shift", max_shift, 0)
+    check.boolean("flip", flip)
+    std = check.finite_float("std", std, low=0.0, low_open=True)
+
+    def batch_at(step: int) -> dict[str, torch.Tensor]:
+        generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        index = torch.randint(len(images), (batch_size,), generator=generator)
+        x = images[index.to(images.device)]
+        x = x.float() / 255 if x.dtype == torch.uint8 else x
+        x = random_translate(x, max_shift, generator)
+        if flip:
+            mirror = torch.rand(batch_size, generator=generator) < 0.5
+            x = torch.where(mirror.to(x.device)[:, None, None, None], x.flip(-1), x)
+        return {"images": (x - mean) / std, "labels": labels[index.to(labels.device)]}
+
+    return batch_at
+
+
+def classification_loss(
+    model: nn.Module, batch: Mapping[str, torch.Tensor]
+) -> torch.Tensor:
+    """Cross-entropy of ``model(batch["images"])`` against ``batch["labels"]``: the
+    ``loss_fn`` of :func:`lib.training.train` for image classifiers."""
+    return cross_entropy(model(batch["images"]), batch["labels"])
+
+
+# From chapters/10-vit.md, section "Where it goes wrong: the confusion matrix".
 def confusion_matrix(
     predictions: torch.Tensor, labels: torch.Tensor, n_classes: int
 ) -> torch.Tensor:
     """Counts ``(true predicted)``: entry ``[i, j]`` is how many items of class ``i``
-    were predicted as ``j``. ``predictions`` and ``labels``: integer ``(batch,)``."""
+    were predicted as ``j``. ``predictions`` and ``labels``: integer ``(batch,)`` in
+    ``0..n_classes-1`` (empty ones give a matrix of zeros)."""
+    check.positive_int("n_classes", n_classes)
     for name, t in [("predictions", predictions), ("labels", labels)]:
         if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.is_floating_point():
             raise ValueError(f"{name} must be a 1-D integer tensor, got {t!r:.60}")
-        if t.numel() and (t.min() < 0 or t.max() >= n_classes):
-            raise ValueError(f"{name} must be in 0..{n_classes - 1}")
+        if t.numel() and not 0 <= t.min() <= t.max() < n_classes:
+            got = f"{int(t.min())}..{int(t.max())}"
+            raise ValueError(f"{name} must be in 0..{n_classes - 1}, got {got}")
     if predictions.shape != labels.shape:
         raise ValueError(f"{predictions.shape=} and {labels.shape=} differ")
     pairs = labels.long() * n_classes + predictions.long()
@@ -399,6 +462,7 @@ def confusion_matrix(
     return rearrange(counts, "(true predicted) -> true predicted", true=n_classes)
 
 
+# From chapters/10-vit.md, section "How far attention reaches".
 def mean_attention_distance(
     weights: torch.Tensor, grid: tuple[int, int], patch_size: int = 1
 ) -> torch.Tensor:
@@ -407,15 +471,20 @@ def mean_attention_distance(
     ``weights`` ``(batch heads tokens tokens)`` with ``tokens = 1 + grid_h·grid_w``
     (the class token first, ignored: each query patch's weights on the key patches are
     renormalised to sum to one). Returns ``(heads,)``: the distance between patch
-    centres weighted by attention, averaged over query patches and the batch.
+    centres weighted by attention, averaged over query patches and the batch. A query
+    whose weights on the patches are all zero counts as distance 0; NaN in ``weights``
+    gives NaN for its head (the weights are not read to check them).
     """
-    gh, gw = grid
+    if not isinstance(grid, tuple | list) or len(grid) != 2:
+        raise TypeError(f"grid must be (rows, columns) of patches, got {grid!r}")
+    gh, gw = check.positive_ints(grid_rows=grid[0], grid_columns=grid[1])
+    check.finite_float("patch_size", patch_size, low=0, low_open=True)
     tokens = 1 + gh * gw
-    if weights.dim() != 4 or tuple(weights.shape[-2:]) != (tokens, tokens):
-        raise ValueError(
-            f"weights must be (batch, heads, {tokens}, {tokens}) for a {gh}×{gw} grid "
-            f"plus the class token, got {tuple(weights.shape)}"
-        )
+    hint = (
+        f"(batch, heads, {tokens}, {tokens}) for a {gh}×{gw} grid and the class token"
+    )
+    sizes = dict(q=tokens, k=tokens, hint=hint)
+    check.tensor("weights", weights, "batch heads q k", floating=True, **sizes)
     rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
     centres = torch.stack([rows.flatten(), cols.flatten()], dim=-1).to(weights)
     centres = centres * patch_size

@@ -599,3 +599,138 @@ def test_benchmark_plots_recorded_results():
     ]
     assert len(bench.plot_speed(speed).axes) == 4
     assert len(bench.plot_memory(memory).axes[0].lines) == 3
+
+
+# ------------------------------------------- issue 19: every public function, bad input
+
+
+def test_tiled_attention_refuses_integer_inputs():  # it returned int32 before
+    q = torch.ones(1, 1, 4, 4, dtype=torch.int32)
+    for call in (
+        lambda: flash.tiled_attention_forward(q, q, q, scale=1.0),
+        lambda: flash_attention_torch(q, q, q),
+    ):
+        with pytest.raises(TypeError, match="q must be a floating-point tensor"):
+            call()
+
+
+@needs_triton
+@pytest.mark.skipif(not flash.TRITON_INTERPRETED, reason="the interpreter's bfloat16")
+def test_triton_bfloat16_in_the_interpreter_is_computed_in_float32():
+    supported, how = triton_support("cpu", torch.bfloat16)
+    assert supported and "bfloat16 computed in float32" in how
+    q, k, v = _qkv(1, 2, 2, 32, 32, 16)
+    grad_out = torch.randn_like(q)
+    want_out, want_grads = _reference(q, k, v, grad_out, causal=True)
+    leaves = [t.to(torch.bfloat16).requires_grad_() for t in (q, k, v)]
+    out = flash_attention_triton(*leaves, causal=True, block_q=16, block_k=16)
+    assert out.dtype == torch.bfloat16  # was off by ~8e8 in Triton 3.x's interpreter
+    _assert_near(out, want_out, TOLERANCE[torch.bfloat16], "out")
+    grads = torch.autograd.grad(out, leaves, grad_out.to(torch.bfloat16))
+    for name, got, want in zip("qkv", grads, want_grads):
+        assert got.dtype == torch.bfloat16
+        _assert_near(got, want, 4 * TOLERANCE[torch.bfloat16], f"d{name}")
+
+
+def test_triton_support_refuses_float64_and_what_is_not_a_dtype():
+    supported, why = triton_support("cpu", torch.float64)
+    assert not supported and "float16, bfloat16 and float32, not torch.float64" in why
+    with pytest.raises(TypeError, match="dtype must be a torch.dtype or None"):
+        triton_support("cpu", "bfloat16")
+
+
+@pytest.mark.parametrize(
+    "backend", ["flash_torch", pytest.param("flash_triton", marks=needs_triton)]
+)
+def test_empty_inputs_give_empty_outputs_and_no_keys_give_zeros(backend):
+    attend = ATTENTION_BACKENDS[backend]
+    q, k, v = _qkv(2, 2, 2, 8, 8, 16)
+    no_keys = attend(q, k[:, :, :0], v[:, :, :0])  # what sdpa_attention gives too
+    assert torch.equal(no_keys, torch.zeros_like(q))
+    assert torch.equal(no_keys, sdpa_attention(q, k[:, :, :0], v[:, :, :0]))
+    assert attend(q[:, :, :0], k, v).shape == (2, 2, 0, 16)
+    assert attend(q[:0], k[:0], v[:0]).shape == (0, 2, 8, 16)
+    leaves = [t.clone().requires_grad_() for t in (q, k[:, :, :0], v[:, :, :0])]
+    grads = torch.autograd.grad(attend(*leaves).sum(), leaves)
+    assert torch.equal(grads[0], torch.zeros_like(q))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (dict(scale=True), TypeError, "scale must be a number, got bool"),
+        (dict(scale=math.nan), ValueError, "scale must be positive and finite"),
+        (dict(scale=math.inf), ValueError, "scale must be positive and finite"),
+        (dict(causal="yes"), TypeError, "causal must be True or False"),
+        (dict(dropout_p="0.1"), TypeError, "dropout_p must be a number"),
+        (
+            dict(dropout_p=1.5),
+            ValueError,
+            r"dropout_p must be a probability in \[0, 1\)",
+        ),
+        (dict(block_q=2.5), TypeError, "block_q must be an int"),
+    ],
+)
+def test_bad_options_are_clear_errors(kwargs, error, match):
+    q, k, v = _qkv(1, 2, 2, 8, 8, 16, device="cpu")
+    with pytest.raises(error, match=match):
+        flash_attention_torch(q, k, v, **kwargs)
+
+
+def test_zero_heads_or_head_dim_are_clear_errors():  # ZeroDivisionError before
+    q, k, v = _qkv(1, 2, 2, 8, 8, 16, device="cpu")
+    with pytest.raises(ValueError, match="kv_heads must be an int >= 1, got 0"):
+        flash_attention_torch(q, k[:, :0], v[:, :0])
+    with pytest.raises(ValueError, match="d_head must be an int >= 1, got 0"):
+        flash_attention_torch(q[..., :0], k[..., :0], v[..., :0])
+
+
+def test_tiled_backward_checks_what_the_forward_saved():
+    q, k, v = _qkv(1, 2, 2, 8, 8, 16, device="cpu")
+    out, lse = flash.tiled_attention_forward(q, k, v)  # scale None: 1/√d
+    torch.testing.assert_close(out, sdpa_attention(q, k, v))
+    grads = flash.tiled_attention_backward(q, k, v, out, lse, torch.ones_like(q))
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+    with pytest.raises(
+        ValueError, match=r"lse must have shape \(b h q\) with b=1, h=2"
+    ):
+        flash.tiled_attention_backward(q, k, v, out, lse[..., :4], torch.ones_like(q))
+    with pytest.raises(ValueError, match="grad_out must have shape"):
+        flash.tiled_attention_backward(q, k, v, out, lse, torch.ones(1, 2, 8, 8))
+
+
+def test_scalar_helpers_check_their_arguments():
+    with pytest.raises(TypeError, match="causal must be True or False"):
+        attention_core_flops(8, 8, 8, causal="yes")
+    with pytest.raises(ValueError, match="block_q must be an int >= 1, got 0"):
+        attention_hbm_bytes(64, 8, method="flash", block_q=0)
+    with pytest.raises(ValueError, match="flops must be a finite number >= 0, got nan"):
+        roofline_seconds(math.nan, 1.0, 1.0, 1.0)
+    with pytest.raises(TypeError, match="peak_flops must be a number, got str"):
+        roofline_seconds(1.0, 1.0, "1e12", 1.0)
+    with pytest.raises(ValueError, match="a tile has q_start < q_stop"):
+        causal_block_kind(4, 4, 0, 8, 0)
+    with pytest.raises(TypeError, match="offset must be an int, got float"):
+        causal_block_kind(0, 4, 0, 8, 0.5)
+
+
+def test_online_softmax_empty_rows_nan_and_scalars():
+    assert online_softmax(torch.empty(3, 0)).shape == (3, 0)  # IndexError before
+    nan_row = torch.tensor([[0.0, math.nan, 1.0]])
+    assert torch.isnan(online_softmax(nan_row)).all()  # as torch.softmax: documented
+    assert torch.isnan(torch.softmax(nan_row, -1)).all()
+    with pytest.raises(ValueError, match=r"scores must have shape \(\.\.\. n\)"):
+        online_softmax(torch.tensor(1.0))
+
+
+@needs_triton
+def test_triton_entry_points_check_their_arguments():
+    q, k, v = _qkv(1, 1, 1, 16, 16, 16)
+    with pytest.raises(TypeError, match="block_q must be an int, got str"):
+        flash.triton_attention_forward(q, k, v, block_q="16")
+    strided = q.transpose(-1, -2).contiguous().transpose(-1, -2)
+    with pytest.raises(ValueError, match="need a contiguous last axis"):
+        flash.triton_attention_forward(strided, k, v)
+    out, lse = flash.triton_attention_forward(q, k, v, block_q=16, block_k=16)
+    with pytest.raises(ValueError, match="lse must have shape"):
+        flash.triton_attention_backward(q, k, v, out, lse[0], torch.ones_like(q))

@@ -15,9 +15,11 @@ from lib.vit import (
     PatchEmbedding,
     ViT,
     ViTConfig,
+    classification_loss,
     config_from_vit,
     confusion_matrix,
     conv_kernels_as_rows,
+    image_batches,
     load_hf_vit_state_dict,
     mean_attention_distance,
     patchify,
@@ -362,3 +364,168 @@ def test_config_from_vit_rejects_what_we_do_not_build(overrides, match):
     transformers = pytest.importorskip("transformers")
     with pytest.raises(ValueError, match=match):
         config_from_vit(_hf_config(transformers, **overrides))
+
+
+# -- issue 19: every public function, bad input -------------------------------------------------
+def test_config_from_vit_carries_both_dropout_rates():
+    transformers = pytest.importorskip("transformers")
+    hf = _hf_config(
+        transformers, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.2
+    )
+    cfg = config_from_vit(hf)
+    assert (cfg.dropout, cfg.attention_dropout) == (0.1, 0.2)
+    model = ViT(cfg)
+    assert model.dropout.p == 0.1  # after the position embeddings
+    for block in model.encoder.blocks:
+        assert block.self_attn.sublayer.dropout == 0.2  # on the attention weights
+        assert block.self_attn.dropout.p == block.ffn.dropout.p == 0.1  # residuals
+    plain = ViT(
+        dataclasses.replace(SMALL, dropout=0.3)
+    )  # None: the one rate everywhere
+    assert plain.encoder.blocks[0].self_attn.sublayer.dropout == 0.3
+
+
+def test_config_from_vit_refuses_what_is_not_a_vit_config():
+    with pytest.raises(TypeError, match=r"config must be a transformers ViTConfig.*"):
+        config_from_vit({"image_size": 28})
+    with pytest.raises(ValueError, match="attention_dropout must be a probability"):
+        ViTConfig(image_size=28, patch_size=7, n_classes=10, attention_dropout=1.5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (dict(image_size=28.0), ValueError, r"image_size must be an int or \(height"),
+        (dict(image_size=(28, 28, 3)), ValueError, "image_size must be an int or"),
+        (dict(image_size=(28, "28")), TypeError, "width must be an int"),
+        (dict(image_size=28, n_classes=0), ValueError, "n_classes must be an int >= 1"),
+        (dict(image_size=True), TypeError, "height must be an int, got bool"),
+    ],
+)
+def test_config_rejects_bad_image_sizes_and_classes(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ViTConfig(**{"patch_size": 7, "n_classes": 10, **kwargs})
+
+
+def test_patchify_checks_the_patch_size():
+    images = torch.rand(2, 1, 8, 8)
+    with pytest.raises(ValueError, match="patch_size must be an int >= 1, got 0"):
+        patchify(images, 0)
+    with pytest.raises(TypeError, match="patch_size must be an int, got float"):
+        patchify(images, 4.0)
+    assert patchify(torch.rand(0, 1, 8, 8), 4).shape == (0, 4, 16)  # an empty batch
+
+
+def test_random_translate_refuses_a_shift_that_is_not_an_int():
+    images = torch.rand(2, 1, 8, 8)
+    for bad in (1.5, True):
+        with pytest.raises(TypeError, match="max_shift must be an int"):
+            random_translate(images, bad)
+    with pytest.raises(TypeError, match="images must be a floating-point tensor"):
+        random_translate(torch.zeros(2, 1, 8, 8, dtype=torch.uint8), 1)
+
+
+def test_image_batches_draw_shift_normalise_and_depend_on_the_step_only():
+    images = torch.randint(0, 256, (50, 3, 8, 8), dtype=torch.uint8)
+    labels = torch.arange(50) % 10
+    batches = image_batches(
+        images, labels, 16, max_shift=1, flip=True, mean=0.5, std=0.25
+    )
+    batch = batches(3)
+    assert batch["images"].shape == (16, 3, 8, 8) and batch["labels"].shape == (16,)
+    assert batch["images"].dtype == torch.float32
+    assert torch.equal(batches(3)["images"], batch["images"])  # (seed, step) only
+    assert not torch.equal(batches(4)["images"], batch["images"])
+    plain = image_batches(images.float() / 255, labels, 16)(3)  # same draw, no changes
+    assert torch.equal(plain["labels"], batch["labels"])
+    assert plain["images"].min() >= 0 and plain["images"].max() <= 1
+    model = ViT(dataclasses.replace(SMALL, image_size=8, in_channels=3, n_classes=10))
+    loss = classification_loss(model, batch)
+    want = torch.nn.functional.cross_entropy(model(batch["images"]), batch["labels"])
+    torch.testing.assert_close(loss, want)
+
+
+@pytest.mark.parametrize(
+    ("labels", "kwargs", "error", "match"),
+    [
+        (torch.zeros(10), {}, TypeError, "labels must be an integer tensor"),
+        (
+            torch.zeros(9, dtype=torch.long),
+            {},
+            ValueError,
+            r"labels must have shape \(n\) with n=10",
+        ),
+        (
+            torch.zeros(10, dtype=torch.long),
+            dict(batch_size=0),
+            ValueError,
+            "batch_size must be an int >= 1",
+        ),
+        (
+            torch.zeros(10, dtype=torch.long),
+            dict(std=0.0),
+            ValueError,
+            "std must be a finite number > 0",
+        ),
+        (
+            torch.zeros(10, dtype=torch.long),
+            dict(flip=1),
+            TypeError,
+            "flip must be True or False",
+        ),
+        (
+            torch.zeros(10, dtype=torch.long),
+            dict(max_shift=-1),
+            ValueError,
+            "max_shift must be an int >= 0",
+        ),
+    ],
+)
+def test_image_batches_refuse_bad_arguments(labels, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        image_batches(torch.rand(10, 1, 8, 8), labels, **{"batch_size": 4, **kwargs})
+
+
+def test_image_batches_refuse_an_empty_set():
+    empty = torch.rand(0, 1, 8, 8), torch.zeros(0, dtype=torch.long)
+    with pytest.raises(ValueError, match="n_images must be an int >= 1, got 0"):
+        image_batches(*empty, 4)
+
+
+def test_confusion_matrix_sizes_and_empty_inputs():
+    empty = torch.zeros(0, dtype=torch.long)
+    assert torch.equal(
+        confusion_matrix(empty, empty, 3), torch.zeros(3, 3, dtype=torch.long)
+    )
+    with pytest.raises(ValueError, match="n_classes must be an int >= 1"):
+        confusion_matrix(empty, empty, 0)
+    with pytest.raises(ValueError, match=r"labels must be in 0..2, got -1..0"):
+        confusion_matrix(torch.tensor([0, 0]), torch.tensor([-1, 0]), 3)
+
+
+def test_mean_attention_distance_checks_its_grid_and_weights():
+    weights = torch.full((1, 1, 5, 5), 0.2)
+    with pytest.raises(TypeError, match=r"grid must be \(rows, columns\)"):
+        mean_attention_distance(weights, 4)
+    with pytest.raises(ValueError, match="grid_rows must be an int >= 1"):
+        mean_attention_distance(weights, (0, 4))
+    with pytest.raises(ValueError, match="patch_size must be a finite number > 0"):
+        mean_attention_distance(weights, (2, 2), -1)
+    with pytest.raises(TypeError, match="weights must be a floating-point tensor"):
+        mean_attention_distance(torch.ones(1, 1, 5, 5, dtype=torch.long), (2, 2))
+    nan = weights.clone()
+    nan[0, 0, 1, 1] = float("nan")
+    assert torch.isnan(mean_attention_distance(nan, (2, 2))).all()  # documented
+
+
+def test_weight_loading_helpers_refuse_wrong_types():
+    with pytest.raises(TypeError, match="prefix must be a str"):
+        vit_rows(prefix=1)
+    with pytest.raises(TypeError, match="head must be True or False"):
+        vit_rows(head="yes")
+    with pytest.raises(ValueError, match=r"kernel must have shape \(d_model c p1 p2\)"):
+        conv_kernels_as_rows(torch.rand(4, 3, 2))
+    with pytest.raises(TypeError, match="their_state_dict must be a state dict"):
+        vit_state_dict([("cls_token", torch.zeros(1))], SMALL)
+    with pytest.raises(TypeError, match="model must be a ViT, got Linear"):
+        load_hf_vit_state_dict(nn.Linear(2, 2), {})
