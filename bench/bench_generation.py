@@ -141,7 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"same tokens in all five: {same}")
     print(f"  {'':<18}{'tokens/s (wall)':>16}{'tokens/s (CPU)':>16}")
     for name in runs:
-        print(f"  {name:<18}{args.new / wall[name]:>16.0f}{args.new / cpu[name]:>16.0f}")
+        print(
+            f"  {name:<18}{args.new / wall[name]:>16.0f}{args.new / cpu[name]:>16.0f}"
+        )
     ours_wall, ours_cpu = wall["ours: generate"], cpu["ours: generate"]
     print("  ratios, ours: generate against        wall     CPU")
     for name, label, target in (

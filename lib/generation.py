@@ -62,7 +62,8 @@ def _check_knobs(temperature=1.0, top_k=None, top_p=None, generator=None, **logi
         check.positive_int("top_k", top_k)
     if top_p is not None:
         check.finite_float("top_p", top_p, low=0.0, high=1.0, low_open=True)
-    check.instance("generator", generator, (torch.Generator, type(None)))
+    none, what = type(None), "a torch.Generator or None"
+    check.instance("generator", generator, (torch.Generator, none), what=what)
     for kind, x in logits.items():
         check.tensor("logits", x, "... vocab", floating=True)
         if x.shape[-1] == 0 or (kind == "finite_logits" and bool(_bad_rows(x).any())):

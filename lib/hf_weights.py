@@ -1,5 +1,6 @@
 # This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/07-families.md, section "A loader is a table".
 """Load Hugging Face reference weights into the course's models (chapter 7).
 
 A loader is a table of rows ``(our key(s), their key(s), transform)``, with ``{i}``
@@ -23,44 +24,50 @@ from __future__ import annotations
 
 import re
 import string
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import product
 
 import torch
 from torch import nn
 
+from lib import _checks as check
+
 from lib.models import BERT, GPT, T5, TransformerConfig
 
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
-    "Row",
-    "StateDictMismatchError",
     "same",
     "transpose",
     "concat",
     "tied",
+    "Row",
     "expand_rows",
+    "StateDictMismatchError",
     "convert_state_dict",
     "load_checked",
     "config_from_gpt2",
+    "GPT2_SKIPPED",
     "gpt2_rows",
     "gpt2_state_dict",
-    "GPT2_SKIPPED",
     "config_from_bert",
+    "BERT_SKIPPED",
     "bert_rows",
     "bert_state_dict",
-    "BERT_SKIPPED",
     "config_from_t5",
     "t5_rows",
     "t5_state_dict",
     "config_from_llama",
+    "LLAMA_SKIPPED",
     "llama_rows",
     "llama_state_dict",
-    "LLAMA_SKIPPED",
     "REFERENCE_FAMILIES",
     "from_reference",
 ]
 
 
+# From chapters/07-families.md, section "A loader is a table".
 def same(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor unchanged."""
     return tensor
@@ -91,6 +98,7 @@ def tied(*copies: torch.Tensor) -> torch.Tensor:
     return first
 
 
+# From chapters/07-families.md, section "A loader is a table".
 #: ``(our key(s), their key(s), transform)``: a key pattern, or a tuple of them.
 Row = tuple[str | tuple[str, ...], str | tuple[str, ...], Callable[..., torch.Tensor]]
 
@@ -174,6 +182,7 @@ def convert_state_dict(
     expressions (buffers that are not weights); every key of ours must be filled, with
     its shape. Otherwise raises :class:`StateDictMismatchError` listing every offender.
     """
+    check.instance("their_state_dict", their_state_dict, Mapping, what="a state dict")
     ours: dict[str, torch.Tensor] = {}
     sources: dict[str, str] = {}
     attempted, used = set(), set()
@@ -225,12 +234,15 @@ def _shapes_of(model_class: type[nn.Module], cfg: TransformerConfig) -> dict:
     return {key: value.shape for key, value in model.state_dict().items()}
 
 
+# From chapters/07-families.md, section "A loader is a table".
 def load_checked(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> nn.Module:
     """Load ``state_dict`` into ``model`` strictly; returns ``model``.
 
     Raises :class:`StateDictMismatchError` for missing, unexpected or mis-shaped keys,
     and ``ValueError`` when the names of one tied parameter get different values.
     """
+    check.instance("model", model, nn.Module, owner="load_checked()")
+    check.instance("state_dict", state_dict, Mapping, what="a state dict (a mapping)")
     own = model.state_dict(keep_vars=True)  # tied names share one Parameter object
     missing = [key for key in own if key not in state_dict]
     unexpected = [key for key in state_dict if key not in own]
@@ -257,6 +269,7 @@ def load_checked(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> nn
     return model
 
 
+# From chapters/07-families.md, section "A loader is a table".
 #: transformers' activation names -> ours, for a plain FFN and for a gated one.
 _PLAIN_ACTIVATIONS = {
     "relu": "relu",
@@ -294,6 +307,23 @@ def _require(config: object, field: str, supported: object, why: str) -> None:
         )
 
 
+def _dropout(config: object, *fields: str, **fixed: float) -> float:
+    """Our one dropout rate from the reference's rates ``fields`` (and ``fixed`` ones it
+    does not configure): equal rates are carried; different ones are a warning that
+    names them, and the first is used (dropout matters only in training)."""
+    rates = {field: float(getattr(config, field, 0.0) or 0.0) for field in fields}
+    rates |= fixed
+    first = next(iter(rates.values()))
+    if len(set(rates.values())) > 1:
+        listed = ", ".join(f"{name}={rate}" for name, rate in rates.items())
+        warnings.warn(
+            f"{type(config).__name__} has {listed}, but TransformerConfig has one dropout "
+            f"for embeddings, attention weights and residuals: using {first}",
+            stacklevel=3,
+        )
+    return first
+
+
 def _token_rows(cfg: TransformerConfig, embedding: str | tuple, head: str) -> list[Row]:
     """The token embedding and the output head: one tied row, or two rows."""
     if cfg.tie_embeddings:
@@ -302,6 +332,7 @@ def _token_rows(cfg: TransformerConfig, embedding: str | tuple, head: str) -> li
     return [("embed.tokens.weight", embedding, tied), ("head.weight", head, same)]
 
 
+# From chapters/07-families.md, section "GPT-2".
 def config_from_gpt2(config: object) -> TransformerConfig:
     """Our configuration of a ``transformers`` ``GPT2Config`` (read by attribute)."""
     _require(config, "scale_attn_by_inverse_layer_idx", False, "one scale for all")
@@ -321,7 +352,7 @@ def config_from_gpt2(config: object) -> TransformerConfig:
         max_len=config.n_positions,
         bias=True,
         attn_scale=None if getattr(config, "scale_attn_weights", True) else 1.0,
-        dropout=config.resid_pdrop,  # one rate for GPT-2's three (equal by default)
+        dropout=_dropout(config, "resid_pdrop", "embd_pdrop", "attn_pdrop"),
         tie_embeddings=getattr(config, "tie_word_embeddings", True),
     )
 
@@ -370,6 +401,7 @@ def gpt2_state_dict(
     )
 
 
+# From chapters/07-families.md, section "BERT".
 def config_from_bert(config: object) -> TransformerConfig:
     """Our configuration of a ``transformers`` ``BertConfig`` (read by attribute)."""
     _require(config, "position_embedding_type", "absolute", "learned positions")
@@ -389,7 +421,7 @@ def config_from_bert(config: object) -> TransformerConfig:
         n_token_types=config.type_vocab_size,
         embedding_norm=True,
         bias=True,
-        dropout=config.hidden_dropout_prob,
+        dropout=_dropout(config, "hidden_dropout_prob", "attention_probs_dropout_prob"),
         tie_embeddings=getattr(config, "tie_word_embeddings", True),
     )
 
@@ -452,6 +484,7 @@ def bert_state_dict(
     )
 
 
+# From chapters/07-families.md, section "T5".
 def config_from_t5(config: object) -> TransformerConfig:
     """Our configuration of a ``transformers`` ``T5Config`` (read by attribute)."""
     gated = bool(getattr(config, "is_gated_act", False))
@@ -547,6 +580,7 @@ def t5_state_dict(
     )
 
 
+# From chapters/07-families.md, section "Llama".
 def config_from_llama(config: object) -> TransformerConfig:
     """Our configuration of a ``transformers`` ``LlamaConfig`` (read by attribute)."""
     _require(config, "rope_scaling", None, "plain RoPE, no context-extension scaling")
@@ -569,7 +603,8 @@ def config_from_llama(config: object) -> TransformerConfig:
         max_len=config.max_position_embeddings,
         rope_base=float(config.rope_theta),
         bias=False,
-        dropout=getattr(config, "attention_dropout", 0.0),
+        # Llama drops only attention weights; our one rate would drop everywhere
+        dropout=_dropout(config, "attention_dropout", embeddings_and_residuals=0.0),
         tie_embeddings=getattr(config, "tie_word_embeddings", False),
     )
 
@@ -612,6 +647,7 @@ def llama_state_dict(
     )
 
 
+# From chapters/07-families.md, section "Llama".
 #: ``model_type`` -> (config reader, state-dict converter, our model class).
 REFERENCE_FAMILIES = {
     "gpt2": (config_from_gpt2, gpt2_state_dict, GPT),

@@ -1,5 +1,6 @@
 # This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/07-families.md, section "How each family is trained".
 """Training objectives of the model families (chapter 7 of the course): batch builders.
 
 Each builder turns a batch of token ids into what a training step needs: the ids the
@@ -29,16 +30,6 @@ from torch.nn.utils.rnn import pad_sequence
 
 from lib import _checks as check
 
-__all__ = [
-    "IGNORE_INDEX",
-    "ObjectiveBatch",
-    "causal_lm_batch",
-    "masked_lm_batch",
-    "random_spans",
-    "span_corruption_batch",
-    "prefix_lm_mask",
-    "prefix_lm_batch",
-]
 
 IGNORE_INDEX = -100  # a target that carries no loss
 
@@ -62,39 +53,64 @@ class ObjectiveBatch:
     decoder_inputs: torch.Tensor | None = None
 
 
-def _check_fraction(name: str, value: object) -> float:
-    open_interval = dict(low=0.0, high=1.0, low_open=True, high_open=True)
-    return check.finite_float(name, value, **open_interval)
+# The public names: every top-level name the export cells define (tools/tangle.py).
+__all__ = [
+    "IGNORE_INDEX",
+    "ObjectiveBatch",
+    "causal_lm_batch",
+    "masked_lm_batch",
+    "random_spans",
+    "span_corruption_batch",
+    "prefix_lm_mask",
+    "prefix_lm_batch",
+]
 
 
-def _check_generator(generator: object) -> torch.Generator:
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(
-            "generator must be a torch.Generator (for example "
-            f"torch.Generator().manual_seed(0)), got {type(generator).__name__}"
-        )
-    return generator
+# From chapters/07-families.md, section "How each family is trained".
+_FRACTION = dict(low=0.0, high=1.0, low_open=True, high_open=True)  # in (0, 1)
 
 
-def _check_token_ids(token_ids: object, pad_id: int | None) -> torch.Tensor:
-    """Check ids ``(batch seq)``; return each row's real length ``(batch,)``."""
+_SEED_HINT = "for example torch.Generator().manual_seed(0)"
+
+
+def _check_token_ids(token_ids, pad_id, *generator, vocab_size=None) -> torch.Tensor:
+    """Check ids ``(batch seq)`` (in ``0..vocab_size-1``), ``pad_id`` (and the
+    generator, when one is passed); return each row's real length ``(batch,)``."""
     hint = "for one sequence, pass ids[None]"
     check.tensor("token_ids", token_ids, "batch seq", integer=True, hint=hint)
-    if token_ids.numel() and int(token_ids.min()) < 0:
-        raise ValueError(f"token ids must be >= 0, got {int(token_ids.min())}")
+    for given in generator:  # the builders that draw random numbers pass theirs
+        check.instance("generator", given, torch.Generator, hint=_SEED_HINT)
+    if pad_id is not None:
+        check.int_at_least("pad_id", pad_id, 0)
+    low, high = map(int, torch.aminmax(token_ids)) if token_ids.numel() else (0, 0)
+    if low < 0 or (vocab_size and high >= vocab_size):
+        limits = f"0..{vocab_size - 1}" if vocab_size else "of ids >= 0"
+        raise ValueError(f"token_ids {low}..{high}: outside the vocabulary {limits}")
+    return _lengths(token_ids, pad_id)
+
+
+def _lengths(token_ids: torch.Tensor, pad_id: int | None) -> torch.Tensor:
+    """Each row's real length ``(batch,)``; a row padded on the left is an error."""
     batch, seq = token_ids.shape
     if pad_id is None:
         return torch.full((batch,), seq, dtype=torch.long, device=token_ids.device)
-    check.int_at_least("pad_id", pad_id, 0)
     is_real = token_ids != pad_id
     lengths = is_real.sum(dim=1)
-    if not torch.equal(is_real, _real_positions(lengths, seq)):
-        row = int((is_real != _real_positions(lengths, seq)).any(dim=1).nonzero()[0])
-        raise ValueError(
-            f"token_ids must be right-padded with pad_id={pad_id}, but row {row} has a "
-            "pad token before a real one"
-        )
+    wrong = (is_real != _real_positions(lengths, seq)).any(dim=1)
+    if bool(wrong.any()):
+        row = f"row {int(wrong.nonzero()[0])} has a pad token before a real one"
+        raise ValueError(f"token_ids must be right-padded with pad_id={pad_id}: {row}")
     return lengths
+
+
+def _check_id_list(name, ids, *, high=None, avoid=(), distinct=False) -> list[int]:
+    """A non-empty list of ids in ``0..high-1``, none in ``avoid`` (none repeated)."""
+    values = [check.integer(f"{name}[{k}]", i) for k, i in enumerate(ids)]
+    fine = values and all(0 <= i < (high or i + 1) and i not in avoid for i in values)
+    if not fine or (distinct and len({*values}) < len(values)):
+        rule = f"{'distinct ' * distinct}ids in 0..{high or 'inf'} (excluded), none of"
+        raise ValueError(f"{name} must be a non-empty list of {rule} {sorted(avoid)}")
+    return values
 
 
 def _real_positions(lengths: torch.Tensor, seq: int) -> torch.Tensor:
@@ -103,6 +119,7 @@ def _real_positions(lengths: torch.Tensor, seq: int) -> torch.Tensor:
     return rearrange(positions, "seq -> 1 seq") < rearrange(lengths, "batch -> batch 1")
 
 
+# From chapters/07-families.md, section "Causal language modelling (GPT)".
 def causal_lm_batch(
     token_ids: torch.Tensor,
     *,
@@ -117,13 +134,13 @@ def causal_lm_batch(
     """
     lengths = _check_token_ids(token_ids, pad_id)
     if token_ids.shape[1] < 2:
-        seq = token_ids.shape[1]
-        raise ValueError(f"causal LM needs sequences of >= 2 tokens, got {seq}")
+        raise ValueError(f"causal LM needs >= 2 tokens, got {token_ids.shape[1]}")
     is_real = _real_positions(lengths, token_ids.shape[1])
     targets = token_ids[:, 1:].masked_fill(~is_real[:, 1:], IGNORE_INDEX)
     return ObjectiveBatch(inputs=token_ids[:, :-1].clone(), targets=targets)
 
 
+# From chapters/07-families.md, section "Masked language modelling (BERT)".
 def masked_lm_batch(
     token_ids: torch.Tensor,
     *,
@@ -148,26 +165,18 @@ def masked_lm_batch(
     ids) and ``targets`` ``(batch seq)``: the original id at chosen positions,
     ``IGNORE_INDEX`` elsewhere.
     """
-    lengths = _check_token_ids(token_ids, pad_id)
     check.positive_int("vocab_size", vocab_size)
+    lengths = _check_token_ids(token_ids, pad_id, generator, vocab_size=vocab_size)
     check.int_in_range("mask_id", mask_id, 0, vocab_size - 1)
-    _check_generator(generator)
-    mask_prob = _check_fraction("mask_prob", mask_prob)
-    if token_ids.numel() and int(token_ids.max()) >= vocab_size:
-        largest = int(token_ids.max())
-        message = f"token_ids holds id {largest}, outside the vocabulary"
-        raise ValueError(f"{message} 0..{vocab_size - 1}")
+    mask_prob = check.finite_float("mask_prob", mask_prob, **_FRACTION)
     device = token_ids.device
-    special = {int(i) for i in special_ids} | {mask_id}
-    if pad_id is not None:
-        special.add(pad_id)
+    special = {*_check_id_list("special_ids", [*special_ids, mask_id], high=vocab_size)}
+    special |= set() if pad_id is None else {pad_id}
     special_t = torch.tensor(sorted(special), device=device)
-    if replace_ids is None:
-        replace_ids = torch.arange(vocab_size, device=device)
-        replace_ids = replace_ids[~torch.isin(replace_ids, special_t)]
-    replace_ids = torch.as_tensor(replace_ids, device=device).long()
-    if replace_ids.dim() != 1 or replace_ids.numel() == 0:
-        raise ValueError("replace_ids must be a non-empty 1-D list of ids")
+    if replace_ids is None:  # every ordinary id of the vocabulary
+        replace_ids = [i for i in range(vocab_size) if i not in special]
+    replace = _check_id_list("replace_ids", replace_ids, high=vocab_size, avoid=special)
+    replace_ids = torch.tensor(replace, dtype=torch.long, device=device)
 
     shape = token_ids.shape
     eligible = _real_positions(lengths, shape[1]) & ~torch.isin(token_ids, special_t)
@@ -187,6 +196,7 @@ def masked_lm_batch(
     return ObjectiveBatch(inputs=inputs, targets=targets)
 
 
+# From chapters/07-families.md, section "Span corruption (T5)".
 def _random_composition(total: int, parts: int, generator: torch.Generator) -> list:
     """``parts`` positive ints summing to ``total``, uniform over all such lists."""
     cuts = torch.randperm(total - 1, generator=generator)[: parts - 1] + 1
@@ -208,9 +218,18 @@ def random_spans(
     are separated by at least one kept token. A sequence shorter than 2 gets no span.
     """
     check.int_at_least("length", length, 0)
-    _check_generator(generator)
-    noise_density = _check_fraction("noise_density", noise_density)
-    check.finite_float("mean_span_length", mean_span_length, low=1.0)
+    check.instance("generator", generator, torch.Generator, hint=_SEED_HINT)
+    options = _check_span_options(noise_density, mean_span_length)
+    return _random_spans(length, generator, *options)
+
+
+def _check_span_options(noise_density: float, mean_span_length: float) -> tuple:
+    mean = check.finite_float("mean_span_length", mean_span_length, low=1)
+    return check.finite_float("noise_density", noise_density, **_FRACTION), mean
+
+
+def _random_spans(length, generator, noise_density, mean_span_length) -> list:
+    """:func:`random_spans` for checked arguments."""
     if length < 2:
         return []
     n_noise = min(max(round(length * noise_density), 1), length - 1)
@@ -230,6 +249,7 @@ def random_spans(
     return spans
 
 
+# From chapters/07-families.md, section "Span corruption (T5)".
 def span_corruption_batch(
     token_ids: torch.Tensor,
     *,
@@ -253,34 +273,26 @@ def span_corruption_batch(
     with ``IGNORE_INDEX``; ``decoder_inputs`` ``(batch out_seq)``: ``decoder_start_id``
     (default ``pad_id``) then the targets but the last, padded with ``pad_id``.
     """
-    lengths = _check_token_ids(token_ids, pad_id)
-    _check_generator(generator)
+    lengths = _check_token_ids(token_ids, check.integer("pad_id", pad_id), generator)
+    options = _check_span_options(noise_density, mean_span_length)
+    extra = [] if eos_id is None else [check.int_at_least("eos_id", eos_id, 0)]
+    avoid = {pad_id, *extra}  # a sentinel must mean only "a span was here"
+    sentinels = _check_id_list("sentinel_ids", sentinel_ids, avoid=avoid, distinct=True)
     device = token_ids.device
-    sentinels = torch.as_tensor(list(sentinel_ids), dtype=torch.long, device=device)
-    if sentinels.dim() != 1 or sentinels.numel() == 0:
-        raise ValueError("sentinel_ids must be a non-empty list of ids")
+    sentinels = torch.tensor(sentinels, dtype=torch.long, device=device)
     is_real = _real_positions(lengths, token_ids.shape[1])
     if (torch.isin(token_ids, sentinels) & is_real).any():
         raise ValueError("token_ids hold a sentinel id; text must not hold sentinels")
-    extra = [] if eos_id is None else [check.int_at_least("eos_id", eos_id, 0)]
     extra = torch.tensor(extra, dtype=torch.long, device=device)
     start_id = pad_id if decoder_start_id is None else decoder_start_id
     check.int_at_least("decoder_start_id", start_id, 0)
 
     encoder_rows, target_rows = [], []
     for row, length in zip(token_ids, lengths.tolist()):
-        spans = random_spans(
-            length,
-            generator=generator,
-            noise_density=noise_density,
-            mean_span_length=mean_span_length,
-        )
+        spans = _random_spans(length, generator, *options)
         if len(spans) + 1 > len(sentinels):
-            raise ValueError(
-                f"a sequence of {length} tokens gets {len(spans)} spans and needs "
-                f"{len(spans) + 1} sentinel ids (one per span and a final one), "
-                f"but sentinel_ids has {len(sentinels)}"
-            )
+            needs = f"{length} tokens get {len(spans)} spans and needs {len(spans) + 1}"
+            raise ValueError(f"{needs} sentinel ids, sentinel_ids has {len(sentinels)}")
         encoder_pieces, target_pieces, kept_from = [], [], 0
         for i, (start, end) in enumerate(spans):
             encoder_pieces += [row[kept_from:start], sentinels[i : i + 1]]
@@ -299,6 +311,7 @@ def span_corruption_batch(
     return ObjectiveBatch(inputs=inputs, targets=targets, decoder_inputs=decoder_inputs)
 
 
+# From chapters/07-families.md, section "Prefix language modelling".
 def prefix_lm_mask(
     prefix_lengths: torch.Tensor | Sequence[int],
     seq_len: int,
@@ -314,10 +327,10 @@ def prefix_lm_mask(
     """
     check.int_at_least("seq_len", seq_len, 0)
     prefix = torch.as_tensor(prefix_lengths, device=device)
+    prefix = prefix if prefix.numel() else prefix.long()  # [] would be float
     check.tensor("prefix_lengths", prefix, "batch", integer=True)
-    if prefix.numel() and (int(prefix.min()) < 0 or int(prefix.max()) > seq_len):
-        got = prefix.tolist()
-        raise ValueError(f"prefix_lengths must lie in 0..seq_len={seq_len}, got {got}")
+    if prefix.numel() and not 0 <= int(prefix.min()) <= int(prefix.max()) <= seq_len:
+        raise ValueError(f"prefix_lengths must lie in 0..seq_len={seq_len}: {prefix}")
     positions = torch.arange(seq_len, device=prefix.device)
     keys = rearrange(positions, "k_pos -> 1 1 k_pos")
     queries = rearrange(positions, "q_pos -> 1 q_pos 1")
@@ -326,6 +339,7 @@ def prefix_lm_mask(
     return rearrange(mask, "batch q_pos k_pos -> batch 1 q_pos k_pos")
 
 
+# From chapters/07-families.md, section "Prefix language modelling".
 def prefix_lm_batch(
     token_ids: torch.Tensor,
     *,
@@ -340,12 +354,9 @@ def prefix_lm_batch(
     targets inside the prefix (positions ``< P-1``), and ``mask``
     ``(batch 1 seq-1 seq-1)``: :func:`prefix_lm_mask` without the padding keys.
     """
-    lengths = _check_token_ids(token_ids, pad_id)
-    _check_generator(generator)
+    lengths = _check_token_ids(token_ids, pad_id, generator)
     if token_ids.shape[0] and int(lengths.min()) < 2:
-        raise ValueError(
-            f"prefix LM needs >= 2 real tokens per row, got lengths {lengths.tolist()}",
-        )
+        raise ValueError(f"prefix LM needs >= 2 real tokens per row, got {lengths}")
     draws = torch.rand(token_ids.shape[0], generator=generator).to(lengths.device)
     prefix = 1 + (draws * (lengths - 1)).long()  # uniform in 1..n-1
     seq = token_ids.shape[1] - 1

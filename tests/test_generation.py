@@ -717,3 +717,110 @@ def test_t5_beam_search_runs_and_beam_one_is_greedy():
         assert torch.equal(beam_search(bound, start, 8, beam_size=1), greedy)
         out, scores = beam_search(bound, start, 8, beam_size=4, return_scores=True)
         assert out.shape == (3, 9) and torch.isfinite(scores).all()
+
+
+# -- issue 19: no token from unusable logits, no id outside the vocabulary --------------
+
+
+class BrokenLM(ToyLM):
+    """A ToyLM whose logits turn bad (NaN, or all -inf) from position ``at`` on."""
+
+    def __init__(self, bad, at=4, **kwargs):
+        super().__init__(**kwargs)
+        self.bad, self.at = bad, at
+
+    def full_logits(self, ids):
+        logits = super().full_logits(ids).clone()
+        logits[:, self.at :] = self.bad
+        return logits
+
+
+@pytest.mark.parametrize(
+    "bad", [math.nan, -math.inf, math.inf], ids=["nan", "-inf", "inf"]
+)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_generate_refuses_tokens_from_unusable_logits(bad, temperature):
+    model = BrokenLM(bad)
+    gen = torch.Generator().manual_seed(0)
+    with pytest.raises(ValueError, match="logits hold NaN or \\+inf, or a row"):
+        generate(model, torch.tensor([1, 2]), 6, temperature=temperature, generator=gen)
+    with pytest.raises(ValueError, match="logits hold NaN"):
+        beam_search(model, torch.tensor([1, 2]), 6)
+    with pytest.raises(ValueError, match="logits hold NaN"):
+        speculative_generate(model, ToyLM(), torch.tensor([1, 2]), 6)
+    # bad logits only where the output does not depend on them: fine
+    assert generate(BrokenLM(bad, at=20), torch.tensor([1, 2]), 6).shape == (8,)
+
+
+def test_next_token_probs_and_sampling_refuse_unusable_logits():
+    for row in ([math.nan, 0.0], [-math.inf, -math.inf], [math.inf, 0.0]):
+        logits = torch.tensor([[0.0, 1.0], row])
+        with pytest.raises(ValueError, match="logits hold NaN or \\+inf"):
+            next_token_probs(logits)
+        with pytest.raises(ValueError, match="logits hold NaN or \\+inf"):
+            sample_next_token(logits, temperature=0)
+    # -inf in some entries is what filters make: fine
+    probs = next_token_probs(torch.tensor([[-math.inf, 0.0]]))
+    assert torch.equal(probs, torch.tensor([[0.0, 1.0]]))
+
+
+def test_stop_and_pad_ids_must_be_in_the_vocabulary():
+    model = ToyLM()  # vocabulary 0..6
+    prompt = torch.tensor([1, 2])
+    for run in (generate, beam_search):
+        with pytest.raises(ValueError, match=r"stop_ids holds ids outside .* 0..6"):
+            run(model, prompt, 3, stop_ids=[7])
+        with pytest.raises(ValueError, match=r"pad_id holds ids outside .* 0..6"):
+            run(model, prompt, 3, stop_ids=[1], pad_id=9)
+        with pytest.raises(ValueError, match="pad_id must be an int >= 0"):
+            run(model, prompt, 3, pad_id=-1)  # no more rows padded with -1
+    with pytest.raises(ValueError, match="stop_ids holds ids outside"):
+        speculative_generate(model, model, prompt, 3, stop_ids=[7])
+    # a model that does not say its vocabulary: checked against the first logits
+    with pytest.raises(ValueError, match=r"stop_ids holds ids outside the vocabulary"):
+        generate(_NoVocabModel(), prompt, 3, stop_ids=[7])
+
+
+def test_beam_search_pads_with_a_documented_id():
+    model = ToyLM(vocab_size=6, seed=4, scale=0.7)
+    prompts = torch.tensor([[0, 1], [3, 3]])
+    out = beam_search(model, prompts, 6, beam_size=3, stop_ids=[2, 5], length_alpha=0.0)
+    assert out.min() >= 0  # padding is the first stop id, a token of the vocabulary
+    out = beam_search(model, prompts, 6, beam_size=3, stop_ids=[2], pad_id=4)
+    assert out.min() >= 0 and out.max() < 6
+
+
+def _generation_calls():
+    model, prompt = ToyLM(), torch.tensor([1, 2])
+    no_step = SimpleNamespace(vocab_size=7)
+    return [
+        (lambda: generate(no_step, prompt, 3), TypeError, "step"),
+        (lambda: generate(model, prompt, 2.0), TypeError, "max_new_tokens must be an int"),
+        (lambda: generate(model, prompt, 3, stop_ids="ab"), TypeError, "stop_ids must be"),
+        (lambda: generate(model, prompt, 3, stop_ids=5), TypeError, "stop_ids must be"),
+        (lambda: generate(model, prompt, 3, generator=3), TypeError, "torch.Generator"),
+        (lambda: generate(model, prompt, 3, pad_id=1.5), TypeError, "pad_id must be"),
+        (lambda: beam_search(model, prompt, 3, length_alpha=math.nan), ValueError,
+         "length_alpha"),
+        (lambda: beam_search(model, prompt, 3, return_scores=1), TypeError,
+         "return_scores must be True or False"),
+        (lambda: speculative_generate(model, None, prompt, 3), TypeError, "step"),
+        (lambda: speculative_generate(model, model, prompt, 3, sampler=object()),
+         TypeError, "sampler needs"),
+        (lambda: speculative_generate(model, model, prompt, 3, return_stats="y"),
+         TypeError, "return_stats"),
+        (lambda: top_k_filter(torch.arange(5), 2), TypeError, "floating-point"),
+        (lambda: top_k_filter(torch.zeros(2, 0), 2), ValueError, "no vocab"),
+        (lambda: top_p_filter([0.1, 0.2], 0.5), TypeError, "torch.Tensor"),
+        (lambda: next_token_probs(torch.zeros(3), top_k=-1), ValueError, "top_k"),
+        (lambda: sample_next_token(torch.zeros(3)), ValueError, r"shape \(batch vocab\)"),
+        (lambda: sample_next_token(torch.zeros(1, 3), generator="seed"), TypeError,
+         "generator must be"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("index", range(17))
+def test_every_generation_function_names_the_bad_argument(index):
+    call, error, match = _generation_calls()[index]
+    with pytest.raises(error, match=match):
+        call()

@@ -8,6 +8,7 @@ weights; its state dict is converted and loaded into ours, and the logits must a
 from __future__ import annotations
 
 import ast
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -416,3 +417,39 @@ def test_lib_does_not_import_transformers():
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert "transformers" not in imported
+
+
+# --- issue 19: dropout rates carried or named, bad arguments named --------------------
+
+
+def test_equal_dropout_rates_are_carried_and_different_ones_named():
+    same = transformers.GPT2Config(resid_pdrop=0.2, embd_pdrop=0.2, attn_pdrop=0.2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert config_from_gpt2(same).dropout == 0.2
+    cases = [
+        (config_from_gpt2, transformers.GPT2Config(attn_pdrop=0.3), "attn_pdrop=0.3"),
+        (
+            config_from_bert,
+            transformers.BertConfig(attention_probs_dropout_prob=0.0),
+            "attention_probs_dropout_prob=0.0",
+        ),
+        (
+            config_from_llama,
+            transformers.LlamaConfig(attention_dropout=0.1),
+            "attention_dropout=0.1",
+        ),
+    ]
+    for read, config, named in cases:
+        with pytest.warns(UserWarning, match=f"{named}.*one dropout"):
+            read(config)
+
+
+def test_loader_functions_name_bad_arguments():
+    cfg = TransformerConfig(vocab_size=11, d_model=8, n_heads=2, n_layers=1, max_len=8)
+    with pytest.raises(TypeError, match="model must be a Module"):
+        load_checked("model", {})
+    with pytest.raises(TypeError, match="state_dict must be a state dict"):
+        load_checked(GPT(cfg), [("a", torch.ones(1))])
+    with pytest.raises(TypeError, match="their_state_dict must be a state dict"):
+        convert_state_dict(None, [], {})

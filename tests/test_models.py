@@ -278,3 +278,83 @@ def test_decoding_in_training_mode_uses_the_modules():
     b = model(_ids())  # the same draws of dropout: the same path
     assert torch.equal(a, b)  # the same dropout draws: the module path
     assert not torch.equal(a, model.eval()(_ids()))
+
+
+# -- issue 19: no silent wrong answer -------------------------------------------------
+
+
+def test_gpt_refuses_a_left_padded_mask():
+    model = GPT(CONFIGS["gpt2"]).eval()
+    ids = _ids()
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    mask[1, :3] = False  # row 1: three pads, then the text
+    with pytest.raises(ValueError, match="mask row 1 is left-padded"):
+        model(ids, mask=mask)
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    mask[1, 9:] = False  # right padding: fine, and equal to the row alone
+    with torch.no_grad():
+        padded, alone = model(ids, mask=mask)[1, :9], model(ids[1:, :9])[0]
+    assert (padded - alone).abs().max() < 1e-5
+
+
+def test_kv_cache_bytes_counts_the_blocks_a_model_builds():
+    t5 = T5(T5_CFG)  # 3 decoder blocks
+    assert (
+        kv_cache_bytes_per_token(t5)
+        == kv_cache_bytes_per_token(T5_CFG)
+        == 2 * 3 * 4 * 8 * 2
+    )
+    gpt = GPT(CONFIGS["llama"])
+    assert kv_cache_bytes_per_token(gpt) == 2 * 2 * 2 * 8 * 2
+    with pytest.raises(ValueError, match="GPT builds n_layers=2 blocks"):
+        GPT(replace_cfg(CONFIGS["gpt2"], n_decoder_layers=3))
+    with pytest.raises(TypeError, match="model_or_cfg must be"):
+        kv_cache_bytes_per_token("gpt2")
+
+
+def _model_calls():
+    gpt, bert = (
+        GPT(CONFIGS["gpt2"]).eval(),
+        BERT(TransformerConfig(**SMALL, n_token_types=2)),
+    )
+    t5 = T5(T5_CFG).eval()
+    ids = _ids()
+    _, cache = gpt.step(ids)
+    return [
+        (lambda: GPT({"vocab_size": 97}), TypeError, "cfg must be a TransformerConfig"),
+        (lambda: T5(T5_CFG, start_id=97), ValueError, "start_id must be an int in 0..96"),
+        (lambda: gpt(ids[:, :0]), ValueError, r"ids must be \(batch, seq\)"),
+        (lambda: gpt(ids.to(torch.int16)), TypeError, "int64 or int32"),
+        (lambda: gpt(ids, mask=torch.ones(2, 12)), TypeError, "mask must be a boolean"),
+        (lambda: gpt.step(ids, cache="cache"), TypeError, "cache must be a ModelCache"),
+        (lambda: gpt.step(ids[:1], cache), ValueError, "cache must fit the ids"),
+        (lambda: cache.crop(13), ValueError, r"length must be an int in 0..12"),
+        (lambda: cache.select([0.5]), TypeError, "indices must be an integer tensor"),
+        (lambda: bert(ids, token_types=torch.zeros(2, 5, dtype=torch.long)), ValueError,
+         "token_types must have shape"),
+        (lambda: bert(ids, token_types=torch.full((2, 12), 2)), ValueError,
+         r"token_types must be in 0..1"),
+        (lambda: t5(ids, ids, src_mask=torch.zeros(2, 12, dtype=torch.bool)), ValueError,
+         "src_mask has a row with no real token"),
+        (lambda: t5.bind(ids).step(ids[:1, :1]), ValueError, "ids must have shape"),
+        (lambda: t5.decode(ids, torch.zeros(3, 4, 32)), ValueError, "context must have"),
+        (lambda: init_weights(gpt, std=0.0), ValueError, "std must be a finite number > 0"),
+        (lambda: count_parameters("gpt"), TypeError, "model must be a Module"),
+        (lambda: Decoder(CONFIGS["gpt2"])(torch.zeros(2, 3, 32), use_cache=1), TypeError,
+         "use_cache must be True or False"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("index", range(17))
+def test_every_model_entry_names_the_bad_argument(index):
+    call, error, match = _model_calls()[index]
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_positions_beyond_the_rope_table_are_refused():
+    model = GPT(CONFIGS["llama"]).eval()  # max_len 40
+    with pytest.raises(
+        ValueError, match="exceed max_len=40 of its rope position table"
+    ):
+        model(_ids(seq=41))

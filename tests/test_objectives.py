@@ -357,3 +357,79 @@ def test_prefix_lm_batch_is_deterministic_and_checks_lengths():
         prefix_lm_batch(torch.tensor([[5, PAD, PAD]]), generator=_gen(), pad_id=PAD)
     with pytest.raises(TypeError, match="torch.Generator"):
         prefix_lm_batch(ids, generator=3)
+
+
+# -- issue 19: ids that would mean two things, and other bad input ---------------------
+
+
+@pytest.mark.parametrize(
+    "sentinels",
+    [[PAD, 1001], [EOS, 1001], [-100, 1001], [1000, 1001, 1000]],
+    ids=["pad", "eos", "ignore_index", "duplicated"],
+)
+def test_span_corruption_refuses_ambiguous_sentinels(sentinels):
+    ids = torch.tensor([[5] + [6] * 10])
+    with pytest.raises(ValueError, match="sentinel_ids must be a non-empty list of"):
+        span_corruption_batch(
+            ids, sentinel_ids=sentinels, pad_id=PAD, eos_id=EOS, generator=_gen()
+        )
+
+
+@pytest.mark.parametrize(
+    ("replace_ids", "why"),
+    [([VOCAB], "outside"), ([-1], "negative"), ([MASK], "mask"), ([PAD], "pad"),
+     ([CLS], "special")],
+)  # fmt: skip
+def test_mlm_refuses_replace_ids_outside_the_vocabulary_or_special(replace_ids, why):
+    with pytest.raises(
+        ValueError, match=r"replace_ids must be .* none of \[0, 1, 2, 3\]"
+    ):
+        _mlm(_mlm_input([10, 8]), replace_ids=replace_ids)
+
+
+def test_mlm_refuses_special_ids_outside_the_vocabulary():
+    with pytest.raises(ValueError, match="special_ids must be"):
+        _mlm(_mlm_input([10, 8]), special_ids=[CLS, VOCAB + 5])
+
+
+def _objective_calls():
+    ids = _mlm_input([10, 8])
+    mlm = dict(mask_id=MASK, vocab_size=VOCAB, pad_id=PAD)
+    span = dict(sentinel_ids=SENTINELS, pad_id=PAD)
+    return [
+        # (call, error, match)
+        (lambda: causal_lm_batch([[1, 2]]), TypeError, "torch.Tensor"),
+        (lambda: causal_lm_batch(ids, pad_id=-1), ValueError, "pad_id must be an int >= 0"),
+        (lambda: causal_lm_batch(ids, pad_id=0.5), TypeError, "pad_id must be an int"),
+        (lambda: masked_lm_batch(ids, generator=3, **mlm), TypeError, "torch.Generator"),
+        (lambda: masked_lm_batch(ids, generator=_gen(), **{**mlm, "vocab_size": 0}),
+         ValueError, "vocab_size must be an int >= 1"),
+        (lambda: _mlm(ids, mask_prob=float("nan")), ValueError, "mask_prob"),
+        (lambda: _mlm(ids.float()), TypeError, "integer tensor"),
+        (lambda: _mlm(ids, special_ids=[1.5]), TypeError, r"special_ids\[0\] must be an int"),
+        (lambda: random_spans(-1, generator=_gen()), ValueError, "length must be an int >= 0"),
+        (lambda: random_spans(10, generator=None), TypeError, "torch.Generator"),
+        (lambda: random_spans(10, generator=_gen(), noise_density=1.0), ValueError,
+         "noise_density"),
+        (lambda: span_corruption_batch(ids, generator=_gen(), eos_id=-2, **span),
+         ValueError, "eos_id must be an int >= 0"),
+        (lambda: span_corruption_batch(ids, generator=_gen(), decoder_start_id=-1, **span),
+         ValueError, "decoder_start_id"),
+        (lambda: span_corruption_batch(ids, generator=_gen(), **{**span, "pad_id": None}),
+         TypeError, "pad_id must be an int"),
+        (lambda: prefix_lm_mask([1], 3.0), TypeError, "seq_len must be an int"),
+        (lambda: prefix_lm_batch(ids[:, :1], generator=_gen()), ValueError, ">= 2 real"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("index", range(16))
+def test_every_builder_names_the_bad_argument(index):
+    call, error, match = _objective_calls()[index]
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_empty_batches_are_handled():
+    empty = torch.zeros(0, 5, dtype=torch.long)
+    assert causal_lm_batch(empty).inputs.shape == (0, 4)
+    assert prefix_lm_mask([], 4).shape == (0, 1, 4, 4)
