@@ -6,6 +6,7 @@
     python3 tasks.py lab      # install JupyterLab + Jupytext, open the chapters as notebooks
     python3 tasks.py tangle   # regenerate lib/ from the chapters' export cells
     python3 tasks.py notebooks  # regenerate notebooks/ (the Colab notebooks) and their links
+    python3 tasks.py compat   # the transformers comparisons under its lowest and newest versions
     python3 tasks.py lint     # ruff: lint and format check of lib/, tests/ and the chapters
     python3 tasks.py fmt      # ruff: format lib/, tests/ and the chapters' code cells
 
@@ -420,6 +421,58 @@ def cmd_lab(lab_args: list[str]) -> None:
     sys.exit(code)
 
 
+# The tests that compare our models with transformers' reference models (chapters 7, 10).
+COMPAT_TESTS = ["tests/test_hf_weights.py", "tests/test_vit.py"]
+
+
+def transformers_versions() -> dict[str, str]:
+    """``{"lowest": "transformers==4.46.*", "newest": "transformers"}``: the lowest release
+    line the ``chapters`` extra admits, and the newest release (pip's choice)."""
+    spec = re.search(
+        r'"transformers>=([\d.]+)[^"]*"', (ROOT / "pyproject.toml").read_text()
+    )
+    if spec is None:
+        sys.exit(
+            "[tasks] pyproject.toml: the chapters extra has no transformers>=X range"
+        )
+    major_minor = ".".join(spec.group(1).split(".")[:2])
+    return {"lowest": f"transformers=={major_minor}.*", "newest": "transformers"}
+
+
+def cmd_compat(which: list[str], pytest_args: list[str]) -> None:
+    """Run the equivalence tests under the lowest supported and the newest transformers.
+
+    Each version is installed with its own dependencies (tokenizers, huggingface_hub, ...)
+    into ``_build/compat/<name>`` and put first on ``PYTHONPATH``, so the project's
+    environment keeps its own copy."""
+    ensure_installed("test")
+    versions = transformers_versions()
+    for name in which or list(versions):
+        target = ROOT / "_build" / "compat" / name
+        stamp = target / ".installed"
+        if not stamp.exists() or stamp.read_text() != versions[name]:
+            shutil.rmtree(target, ignore_errors=True)
+            pip("--target", str(target), "--upgrade", versions[name])
+            stamp.write_text(versions[name])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(target), str(ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        version = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import transformers; print(transformers.__version__)",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        say(f"equivalence tests under transformers {version} ({name})")
+        run(sys.executable, "-m", "pytest", "-q", *COMPAT_TESTS, *pytest_args, env=env)
+
+
 def cmd_tangle(check: bool) -> None:
     ensure_installed("test")
     run(sys.executable, "tools/tangle.py", *(["--check"] if check else []))
@@ -502,10 +555,15 @@ def main() -> None:
         "notebooks", help="regenerate notebooks/ (Colab) from the chapters"
     )
     notebooks.add_argument("--check", action="store_true", help="only report drift")
+    compat = sub.add_parser(
+        "compat",
+        help="the tests against transformers under its lowest supported and newest versions",
+    )
+    compat.add_argument("which", nargs="*", choices=["lowest", "newest"], default=[])
     sub.add_parser("lint", help="ruff lint and format check")
     sub.add_parser("fmt", help="ruff format, chapters included")
     args, unknown = parser.parse_known_args()
-    if unknown and args.command not in ("test", "lab"):
+    if unknown and args.command not in ("test", "lab", "compat"):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
 
     if not in_managed_env():
@@ -518,6 +576,8 @@ def main() -> None:
         cmd_book(args.strict, args.verbose)
     elif args.command == "lab":
         cmd_lab(unknown + args.lab_args)
+    elif args.command == "compat":
+        cmd_compat(args.which, unknown)
     elif args.command == "tangle":
         cmd_tangle(args.check)
     elif args.command == "notebooks":
