@@ -8,11 +8,11 @@ call them again. Every check returns the value (converted where it says so) or r
 
 What they read: the tensor checks read only types, shapes, dtypes and devices, never a
 tensor's values, so they cost no device sync and ``torch.compile`` traces through them
-without a graph break. The one exception is :func:`integer` (and the int checks built on
-it) given a 0-d tensor, whose value it must read. Checks that do read values (token ids
-in range, sequence lengths, beam indices) are not here: they live in the modules, at a
-public function's front door, and read only CPU tensors or run once per call (a prompt),
-never once per decoded token.
+without a graph break. Two exceptions read values: :func:`integer` (and the int checks
+built on it) given a 0-d tensor, and :func:`ids_in_range`, whose job is to read them. A
+check that reads values runs only at a public function's front door, on CPU tensors or
+once per call (a prompt), never once per decoded token: on a GPU each read waits for the
+device.
 
 Scalars:
 
@@ -48,6 +48,8 @@ Tensors:
 * :func:`layer_input` ``(name, x, axes, weight, **sizes)`` -> ``x``: a layer's input, a
   floating-point :func:`tensor` with those axes and sizes, on the device of the layer's
   ``weight`` and of its dtype (autocast allowed, as :func:`same_dtype_and_device` does);
+* :func:`ids_in_range` ``(name, ids, size)`` -> ``ids``: every value of an integer tensor in
+  ``0..size - 1`` (token ids against a vocabulary); it **reads the values**;
 * :func:`same_device` ``(**tensors)``: the named tensors are on one device (``ValueError``);
 * :func:`same_dtype_and_device` ``(*, autocast=False, **tensors)``: the named tensors are on
   one device and share a dtype (``TypeError``); with ``autocast=True`` the dtypes may differ
@@ -76,6 +78,7 @@ __all__ = [
     "int_at_least",
     "int_in_range",
     "instance",
+    "ids_in_range",
     "integer",
     "layer_input",
     "one_of",
@@ -556,3 +559,29 @@ def layer_input(
     tensor(name, x, axes, floating=True, owner=owner, hint=hint, **sizes)
     same_dtype_and_device(autocast=True, owner=owner, **{name: x, "weight": weight})
     return x
+
+
+def ids_in_range(
+    name: str,
+    ids: torch.Tensor,
+    size: int,
+    *,
+    owner: str | None = None,
+    hint: str | None = None,
+) -> torch.Tensor:
+    """``ids``, an integer tensor whose values are all in ``0..size - 1`` (token ids).
+
+    The one tensor check that reads values (a reduction, and a wait for the device on a
+    GPU): call it at a front door, on CPU ids or once per call, never per decoded token.
+    """
+    if ids.numel():
+        (low, high), top = (int(v) for v in torch.aminmax(ids)), size - 1
+        if low < 0:
+            text = f"{name} {low} is negative; ids must be in 0..{top}"
+            raise ValueError(_message(text, owner, hint))
+        if high > top:
+            text = f"{name} {high} is out of range for vocab_size={size}"
+            raise ValueError(
+                _message(f"{text} (the largest valid id is {top})", owner, hint)
+            )
+    return ids

@@ -58,21 +58,7 @@ def init_embedding_(
 
 # From chapters/02-embeddings.md, section "The module".
 _IDS_HINT = "token ids are indices: convert them with .long()"
-
-
-def _check_id_range(token_ids: torch.Tensor, vocab_size: int, owner: str) -> None:
-    """A clear error unless every id of a non-empty ``token_ids`` is in ``0..vocab_size -
-    1`` (reads the ids: the caller passes CPU ids only)."""
-    (low, high), top = (int(v) for v in torch.aminmax(token_ids)), vocab_size - 1
-    if low < 0:
-        raise ValueError(
-            f"{owner}: token id {low} is negative; ids must be in 0..{top}"
-        )
-    if high > top:
-        raise ValueError(
-            f"{owner}: token id {high} is out of range for vocab_size={vocab_size} (the "
-            f"largest valid id is {top}); was the tokenizer's vocabulary the model's?"
-        )
+_RANGE_HINT = "was the tokenizer's vocabulary larger than the model's?"
 
 
 class TokenEmbedding(nn.Module):
@@ -128,8 +114,10 @@ class TokenEmbedding(nn.Module):
         owner = "TokenEmbedding"
         check.tensor("token_ids", token_ids, integer=True, owner=owner, hint=_IDS_HINT)
         check.same_device(token_ids=token_ids, weight=self.weight, owner=owner)
-        if self.check_ids and token_ids.numel() and token_ids.device.type == "cpu":
-            _check_id_range(token_ids, self.vocab_size, owner)
+        if self.check_ids and token_ids.device.type == "cpu":  # reads the ids
+            check.ids_in_range(
+                "token id", token_ids, self.vocab_size, owner=owner, hint=_RANGE_HINT
+            )
         # what F.embedding accepts
         if token_ids.dtype not in (torch.int64, torch.int32):
             token_ids = token_ids.long()

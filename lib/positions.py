@@ -433,9 +433,7 @@ class ALiBi(nn.Module):
 
 
 # From chapters/03-positions.md, section "T5's bucketed relative bias".
-def _check_buckets(
-    bidirectional: bool, num_buckets: int, max_distance: int
-) -> tuple[bool, int, int]:
+def _check_buckets(bidirectional, num_buckets, max_distance) -> tuple[bool, int, int]:
     """T5's bucket settings, checked: ``max_distance`` must exceed the exact range."""
     bidirectional = check.boolean("bidirectional", bidirectional)
     least = 4 if bidirectional else 2  # two buckets a direction, at least

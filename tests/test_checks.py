@@ -397,6 +397,23 @@ def test_layer_input_checks_axes_dtype_and_device_against_the_weight():
         )
 
 
+def test_ids_in_range_reads_the_values():
+    ids = torch.tensor([[0, 9], [3, 4]])
+    assert check.ids_in_range("token id", ids, 10) is ids
+    assert (
+        check.ids_in_range("token id", torch.zeros(0, dtype=torch.long), 1).numel() == 0
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"E: token id 10 is out of range for vocab_size=10 \(the largest",
+    ):
+        check.ids_in_range("token id", ids + 1, 10, owner="E")
+    with pytest.raises(
+        ValueError, match=r"token id -1 is negative; ids must be in 0\.\.9; h"
+    ):
+        check.ids_in_range("token id", ids - 1, 10, hint="h")
+
+
 def test_docstring_lists_every_check():
     for name in check.__all__:
         assert f":func:`{name}`" in check.__doc__, name
