@@ -7,6 +7,7 @@
     python3 tasks.py tangle   # regenerate lib/ from the chapters' export cells
     python3 tasks.py notebooks  # regenerate notebooks/ (the Colab notebooks) and their links
     python3 tasks.py compat   # the transformers comparisons under its lowest and newest versions
+    python3 tasks.py pages    # code blocks wider than the column, in headless Chromium
     python3 tasks.py lint     # ruff: lint and format check of lib/, tests/ and the chapters
     python3 tasks.py fmt      # ruff: format lib/, tests/ and the chapters' code cells
 
@@ -473,6 +474,13 @@ def cmd_compat(which: list[str], pytest_args: list[str]) -> None:
         run(sys.executable, "-m", "pytest", "-q", *COMPAT_TESTS, *pytest_args, env=env)
 
 
+def cmd_pages(extra: list[str]) -> None:
+    """Count code and output blocks wider than the column, in headless Chromium at the
+    widths readers use (tools/page_overflow.py), on the book ``tasks.py book`` built."""
+    ensure_installed("test")
+    run(sys.executable, "tools/page_overflow.py", *extra)
+
+
 def cmd_tangle(check: bool) -> None:
     ensure_installed("test")
     run(sys.executable, "tools/tangle.py", *(["--check"] if check else []))
@@ -560,10 +568,15 @@ def main() -> None:
         help="the tests against transformers under its lowest supported and newest versions",
     )
     compat.add_argument("which", nargs="*", choices=["lowest", "newest"], default=[])
+    sub.add_parser(
+        "pages",
+        help="count code blocks wider than the book's column, in headless Chromium "
+        "(after `book`; extra args go to tools/page_overflow.py)",
+    )
     sub.add_parser("lint", help="ruff lint and format check")
     sub.add_parser("fmt", help="ruff format, chapters included")
     args, unknown = parser.parse_known_args()
-    if unknown and args.command not in ("test", "lab", "compat"):
+    if unknown and args.command not in ("test", "lab", "compat", "pages"):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
 
     if not in_managed_env():
@@ -576,6 +589,8 @@ def main() -> None:
         cmd_book(args.strict, args.verbose)
     elif args.command == "lab":
         cmd_lab(unknown + args.lab_args)
+    elif args.command == "pages":
+        cmd_pages(unknown)
     elif args.command == "compat":
         cmd_compat(args.which, unknown)
     elif args.command == "tangle":

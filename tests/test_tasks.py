@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -169,3 +170,26 @@ def test_readme_badges_come_from_the_one_repository_setting():
     assert notebooks.colab_url("01-tokenizer.ipynb") in block
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert block in readme, "README.md's badges are stale: python3 tasks.py notebooks"
+
+
+@pytest.mark.skipif(
+    not any(shutil.which(c) for c in ("chromium", "chromium-browser", "google-chrome")),
+    reason="needs Chromium (apt install chromium)",
+)
+def test_the_browser_check_counts_blocks_wider_than_their_box(tmp_path):
+    from tools import page_overflow
+
+    page = tmp_path / "demo.html"
+    wide = "x " * 200
+    page.write_text(
+        "<html><body><article>"
+        '<pre style="width:300px;overflow:auto">short</pre>'
+        f'<pre style="width:300px;overflow:auto">{wide}</pre>'
+        "</article></body></html>",
+        encoding="utf-8",
+    )
+    chromium = page_overflow.find_chromium(None)
+    for width in (1280, 1366):
+        report = page_overflow.measure(page, width, chromium)
+        assert report["blocks"] == 2 and report["overflowing"] == 1
+    assert not list(tmp_path.glob(".overflow-*")), "the probe copy is removed"
