@@ -102,30 +102,27 @@ def cross_entropy(
     Shapes: ``logits`` ``(... vocab)``, ``targets`` ``(...)`` integer ids; positions
     whose target is ``ignore_index`` do not count. With ``label_smoothing`` ε the target
     is ``(1-ε)·one_hot + ε/vocab`` (PyTorch's convention). A batch in which every target
-    is ignored has loss 0 (PyTorch returns NaN), so it cannot stop a run.
+    is ignored has loss 0 (PyTorch returns NaN), so it cannot stop a run. The ids are
+    checked against the vocabulary on the CPU only: on a GPU that would sync each step.
     """
-    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-        raise TypeError(f"logits must be a floating-point tensor, got {logits!r:.60}")
-    integer_types = (torch.int64, torch.int32)
-    if not isinstance(targets, torch.Tensor) or targets.dtype not in integer_types:
-        raise TypeError(f"targets must be an int64 tensor of ids, got {targets!r:.60}")
-    if tuple(targets.shape) != tuple(logits.shape[:-1]):
-        raise ValueError(
-            f"targets {tuple(targets.shape)} must have the shape of logits "
-            f"{tuple(logits.shape)} without its last (vocab) axis"
-        )
-    if isinstance(label_smoothing, bool) or not 0.0 <= label_smoothing < 1.0:
-        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing!r}")
-    vocab = logits.shape[-1]
-    keep = targets != ignore_index
-    if not torch.compiler.is_compiling() and keep.any():
-        low, high = (int(v) for v in torch.aminmax(targets[keep]))
-        if low < 0 or high >= vocab:
-            allowed = f"0..{vocab - 1} or {ignore_index}"
-            raise ValueError(f"targets must be in {allowed}, got {low}..{high}")
+    check.tensor("logits", logits, floating=True, owner="cross_entropy")
+    check.tensor("targets", targets, integer=True, hint="(int64 ids)")
+    if targets.shape != logits.shape[:-1]:
+        shapes = f"{tuple(targets.shape)}, logits {tuple(logits.shape)}"
+        raise ValueError(f"targets must have the shape of logits minus vocab: {shapes}")
+    check.probability("label_smoothing", label_smoothing, owner="cross_entropy")
+    vocab, keep = logits.shape[-1], targets != ignore_index
+    low, high = (
+        map(int, torch.aminmax(targets[keep]))
+        if targets.is_cpu and keep.any()
+        else (0, 0)
+    )
+    if low < 0 or high >= vocab:
+        allowed = f"0..{vocab - 1} or {ignore_index}"
+        raise ValueError(f"targets must be in {allowed}, got {low}..{high}")
     logits = logits.float()
     log_probs = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
-    safe_targets = targets.masked_fill(~keep, 0).unsqueeze(-1)
+    safe_targets = targets.long().masked_fill(~keep, 0).unsqueeze(-1)
     per_position = -log_probs.gather(-1, safe_targets).squeeze(-1)
     if label_smoothing > 0.0:
         uniform = -reduce(log_probs, "... vocab -> ...", "mean")
@@ -153,17 +150,13 @@ def adamw_step(
     ``step`` counts from 1. Shapes: all four tensors alike; returns the new
     ``(param, exp_avg, exp_avg_sq)``.
     """
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise ValueError(f"step counts from 1, got {step!r}")
+    check.int_at_least("step", step, 1, owner="adamw_step", hint="(it counts from 1)")
     beta1, beta2 = _check_adam(lr, betas, eps, weight_decay)
     tensors = dict(param=param, grad=grad, exp_avg=exp_avg, exp_avg_sq=exp_avg_sq)
     for name, x in tensors.items():
         check.tensor(name, x, floating=True, owner="adamw_step")
-    if len({tuple(x.shape) for x in tensors.values()}) > 1:
-        shapes = {name: tuple(x.shape) for name, x in tensors.items()}
-        raise ValueError(
-            f"adamw_step: the four tensors must share a shape, got {shapes}"
-        )
+    if len(shapes := {tuple(x.shape) for x in tensors.values()}) > 1:
+        raise ValueError(f"adamw_step: the tensors must share a shape, got {shapes}")
     param = param * (1.0 - lr * weight_decay)  # decoupled: the moments never see it
     exp_avg = beta1 * exp_avg + (1.0 - beta1) * grad
     exp_avg_sq = beta2 * exp_avg_sq + (1.0 - beta2) * grad * grad
@@ -172,33 +165,21 @@ def adamw_step(
     return param - lr * m_hat / (v_hat.sqrt() + eps), exp_avg, exp_avg_sq
 
 
-def _check_adam(lr, betas, eps, weight_decay) -> tuple[float, float]:
-    """Adam's settings, checked once: ``lr``, ``weight_decay`` >= 0, ``eps`` > 0,
-    ``betas`` two numbers in [0, 1) (1 never forgets; the bias correction divides by 0).
-    """
+def _check_adam(lr, betas, eps, weight_decay) -> list[float]:
+    """Adam's settings: ``lr`` and ``weight_decay`` >= 0, ``eps`` > 0, ``betas`` a pair
+    in [0, 1) (at 1 the bias correction divides by zero)."""
     check.finite_float("lr", lr, low=0.0)
     check.finite_float("weight_decay", weight_decay, low=0.0)
     check.finite_float("eps", eps, low=0.0, low_open=True)
     if not isinstance(betas, tuple | list) or len(betas) != 2:
         raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-    return tuple(
-        check.finite_float(f"betas[{i}]", b, low=0.0, high=1.0, high_open=True)
-        for i, b in enumerate(betas)
-    )
-
-
-def _check_module(name: str, value: Any) -> None:
-    if not isinstance(value, nn.Module):
-        raise TypeError(f"{name} must be a torch.nn.Module, got {value!r:.60}")
+    return [check.finite_float(f"betas[{i}]", b, low=0, high=1, high_open=True) for i, b in enumerate(betas)]  # fmt: skip
 
 
 def _check_max_norm(max_norm: float) -> None:
-    if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real):
-        raise TypeError(f"max_norm must be a number, got {max_norm!r}")
-    if not max_norm > 0:  # a negative one would flip the gradients; NaN fails too
-        raise ValueError(
-            f"max_norm must be > 0 (math.inf: only measure), got {max_norm}"
-        )
+    check.instance("max_norm", max_norm, numbers.Real, what="a number")
+    if isinstance(max_norm, bool) or not max_norm > 0:  # below 0 it flips the gradients
+        raise ValueError(f"max_norm must be > 0 (inf: only measure), got {max_norm}")
 
 
 # From chapters/08-training.md, section "The optimiser: Adam, AdamW and what to decay".
@@ -208,7 +189,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
     The rest, with ``weight_decay=0``: biases, norm gains, embeddings and position
     tables (and a head tied to the embedding). Frozen parameters are left out.
     """
-    _check_module("model", model)
+    check.instance("model", model, nn.Module, what="a torch.nn.Module")
     check.finite_float("weight_decay", weight_decay, low=0.0)
     matrices = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     decay, no_decay = [], []
@@ -306,11 +287,9 @@ def make_scheduler(
     optimizer: torch.optim.Optimizer, schedule: Callable[[int], float]
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A ``LambdaLR`` that multiplies each group's base rate by ``schedule(step)``."""
-    if not isinstance(optimizer, torch.optim.Optimizer) or not callable(schedule):
-        raise TypeError(
-            f"make_scheduler takes an optimizer and a schedule step -> multiplier, got "
-            f"{type(optimizer).__name__} and {type(schedule).__name__}"
-        )
+    check.instance("optimizer", optimizer, torch.optim.Optimizer, what="an optimizer")
+    if not callable(schedule):
+        raise TypeError(f"schedule must be a function step -> factor, got {schedule!r}")
     return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
 
@@ -345,12 +324,7 @@ def rng_states() -> dict[str, Any]:
 
 def set_rng_states(states: Mapping[str, Any]) -> None:
     """Restore the generators from :func:`rng_states`."""
-    if not isinstance(states, Mapping) or set(states) != {
-        "python",
-        "numpy",
-        "torch",
-        "cuda",
-    }:
+    if not isinstance(states, Mapping) or set(states) != set(rng_states()):
         raise ValueError(f"states must be a dict of rng_states(), got {states!r:.80}")
     random.setstate(states["python"])
     numpy_state = states["numpy"]
@@ -370,7 +344,7 @@ def set_rng_states(states: Mapping[str, Any]) -> None:
 
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The plain module inside ``torch.compile`` and ``DistributedDataParallel``."""
-    _check_module("model", model)
+    check.instance("model", model, nn.Module, what="a torch.nn.Module")
     while True:
         if hasattr(model, "_orig_mod"):  # torch.compile
             model = model._orig_mod
@@ -471,74 +445,55 @@ def save_checkpoint(
     return path
 
 
-def _check_compatible(
-    model: nn.Module,
-    saved: Mapping[str, torch.Tensor],
-    path: Path,
-) -> None:
+def _mismatches(model: nn.Module, saved: Mapping[str, torch.Tensor]) -> list[str]:
+    """How a saved state dict differs from ``model``'s: keys and shapes, five of each."""
     own = model.state_dict()
-    problems = []
-    missing = [k for k in own if k not in saved]
-    unexpected = [k for k in saved if k not in own]
-    shapes = [
-        f"{k} {tuple(saved[k].shape)} in the checkpoint, {tuple(own[k].shape)} in the model"
-        for k in own
-        if k in saved and tuple(own[k].shape) != tuple(saved[k].shape)
+    found = {
+        "missing keys": [k for k in own if k not in saved],
+        "unexpected keys": [k for k in saved if k not in own],
+        "shape mismatches": [
+            f"{k} {tuple(saved[k].shape)} in the checkpoint, {tuple(own[k].shape)} in the model"
+            for k in own
+            if k in saved and own[k].shape != saved[k].shape
+        ],
+    }
+    return [
+        f"{what}: {', '.join(items[:5])}"
+        + (f" (and {len(items) - 5} more)" if len(items) > 5 else "")
+        for what, items in found.items()
+        if items
     ]
-    for what, items in (
-        ("missing keys", missing),
-        ("unexpected keys", unexpected),
-        ("shape mismatches", shapes),
-    ):
-        if items:
-            more = f" (and {len(items) - 5} more)" if len(items) > 5 else ""
-            problems.append(f"{what}: {', '.join(items[:5])}{more}")
-    if problems:
-        raise CheckpointError(
-            f"{path} was saved from a model of another configuration: "
-            + " | ".join(problems)
-            + ". Build the model with the checkpoint's configuration (train() "
-            "stores it under extra['config'])."
-        )
 
 
-def _check_same_config(saved: Any, config: Mapping[str, Any], path: Path) -> None:
-    """Refuse to resume under another configuration, naming the fields that differ."""
-    if saved is None:
-        return
+def _config_differences(saved: Any, config: Mapping[str, Any] | None) -> list[str]:
+    """The fields in which the saved configuration differs from ``config``."""
+    if saved is None or config is None:
+        return []
     config, absent = _plain_state(dict(config), "config"), "(absent)"
-    differ = [
+    return [
         f"{k}: {saved.get(k, absent)!r} in the checkpoint, {config.get(k, absent)!r} now"
         for k in sorted(saved.keys() | config.keys())
         if saved.get(k, absent) != config.get(k, absent)
     ]
-    if differ:
-        raise CheckpointError(
-            f"{path} was saved with another configuration; {'; '.join(differ)}"
-        )
 
 
 def _restore_settings_and_position(optimizer, scheduler, state: Mapping) -> None:
-    """Resume *this* run's settings at the saved position (the rule in the prose):
-    the saved moments and step counts, the caller's learning rates, betas, weight decay
-    and schedule (``LambdaLR.load_state_dict`` would overwrite the schedule and the
-    base rates with the saved ones)."""
+    """Resume *this* run's settings at the saved position (the rule in the prose): the
+    saved moments and step counts; the caller's rates, betas, weight decay, schedule
+    (``LambdaLR.load_state_dict`` would overwrite the schedule and the base rates)."""
     if optimizer is not None:
-        settings = [
+        kept = [
             {k: v for k, v in g.items() if k != "params"}
             for g in optimizer.param_groups
         ]
         optimizer.load_state_dict(state["optimizer"])
-        for group, kept in zip(optimizer.param_groups, settings):
-            group.update(kept)
+        for group, settings in zip(optimizer.param_groups, kept):
+            group.update(settings)
     if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
-        position = {
-            k: v
-            for k, v in state["scheduler"].items()
-            if k not in ("base_lrs", "_last_lr")
-        }
-        scheduler.load_state_dict(
-            {**position, "lr_lambdas": [None] * len(position["lr_lambdas"])}
+        saved = state["scheduler"]
+        scheduler.last_epoch, scheduler._step_count = (
+            saved["last_epoch"],
+            saved["_step_count"],
         )
         groups = scheduler.optimizer.param_groups
         for group, base, schedule in zip(
@@ -571,8 +526,7 @@ def load_checkpoint(
     caller's settings (rates, betas, weight decay, schedule) and take the saved state
     and position. Returns the whole state (``state["step"]``, ``state["extra"]``...).
     """
-    path = Path(path)
-    _check_module("model", model)
+    path, target = Path(path), unwrap_model(model)
     check.boolean("restore_rng", restore_rng, owner="load_checkpoint")
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
@@ -583,31 +537,27 @@ def load_checkpoint(
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:
-        raise CheckpointError(
-            f"{path} is not a readable checkpoint (truncated or corrupted?).{hint} "
-            f"The cause, in full: {type(err).__name__}: {err}",
-            damaged=True,
-        ) from err
+        message = (
+            f"{path} is not a readable checkpoint (truncated or corrupted?).{hint}"
+        )
+        cause = f" The cause, in full: {type(err).__name__}: {err}"
+        raise CheckpointError(message + cause, damaged=True) from err
     if not isinstance(state, dict) or state.get("format") != _FORMAT:
-        got = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise CheckpointError(
-            f"{path} is not a checkpoint written by lib.training (format {got!r}, "
-            f"expected {_FORMAT!r})"
+        raise CheckpointError(f"{path} is not a checkpoint written by lib.training")
+    if state.pop("sha256", None) != _sha256(state):  # a changed byte
+        raise CheckpointError(f"{path} is damaged: not its sha256.{hint}", damaged=True)
+    problems = _config_differences(state["extra"].get("config"), config)
+    problems += _mismatches(target, state["model"]) + [
+        f"no {name} state"
+        for name, obj in (
+            ("optimizer", optimizer),
+            ("scheduler", scheduler),
+            ("scaler", scaler),
         )
-    if state.pop("sha256", None) != _sha256(state):
-        raise CheckpointError(
-            f"{path} is damaged: its content differs from the sha256 stored when it "
-            f"was saved (a changed byte).{hint}",
-            damaged=True,
-        )
-    if config is not None:
-        _check_same_config(state["extra"].get("config"), config, path)
-    target = unwrap_model(model)
-    _check_compatible(target, state["model"], path)
-    parts = {"optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
-    for name, obj in parts.items():
-        if obj is not None and state[name] is None:
-            raise CheckpointError(f"{path} holds no {name} state to resume from")
+        if obj is not None and state[name] is None
+    ]
+    if problems:  # the model's configuration is in state["extra"]["config"]
+        raise CheckpointError(f"{path} does not fit: {' | '.join(problems)}")
     target.load_state_dict(state["model"])
     _restore_settings_and_position(optimizer, scheduler, state)
     if scaler is not None:
@@ -642,12 +592,11 @@ def as_batch(
     **more: torch.Tensor,
 ) -> Batch:
     """The tensors of an ``ObjectiveBatch`` (or a dict) as a dict, with ``more``."""
+    check.instance("batch", batch, (ObjectiveBatch, Mapping), what="a batch dict")
     if isinstance(batch, ObjectiveBatch):
         items = {f.name: getattr(batch, f.name) for f in fields(batch)}
-    elif isinstance(batch, Mapping):
-        items = dict(batch)
     else:
-        raise TypeError(f"batch must be an ObjectiveBatch or a dict, got {batch!r:.60}")
+        items = dict(batch)
     items = {k: v for k, v in {**items, **more}.items() if v is not None}
     for name, value in items.items():
         check.tensor(name, value, owner="as_batch")
@@ -659,30 +608,22 @@ def _step_generator(seed: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + step)
 
 
-def _token_stream(tokens: torch.Tensor | list[int], seq_len: int) -> torch.Tensor:
+def _token_stream(tokens, seq_len, batch_size, seed, objective) -> torch.Tensor:
+    """The checked arguments of :func:`lm_batches`; the tokens as one long tensor."""
+    check.positive_int("batch_size", batch_size)
+    check.int_at_least("seed", seed, 0)
+    if objective is not None and not callable(objective):
+        raise TypeError(f"objective must be (windows, generator) -> batch, {objective}")
     if isinstance(tokens, torch.Tensor) and tokens.is_floating_point():
         raise TypeError(f"tokens must be integer ids, got dtype {tokens.dtype}")
     tokens = torch.as_tensor(tokens, dtype=torch.long)
     if tokens.dim() != 1:
-        shape = tuple(tokens.shape)
-        raise ValueError(f"tokens must be one stream (n,), got shape {shape}")
+        raise ValueError(f"tokens must be one stream (n,), got {tuple(tokens.shape)}")
     check.positive_int("seq_len", seq_len)
-    if len(tokens) < seq_len + 1:
-        raise ValueError(
-            f"the data holds {len(tokens)} tokens, fewer than one window of "
-            f"seq_len + 1 = {seq_len + 1} (a context and the token after it); use a "
-            "shorter seq_len or more text"
-        )
+    if len(tokens) < seq_len + 1:  # a context and the token after it
+        n, window = len(tokens), f"seq_len + 1 = {seq_len + 1}"
+        raise ValueError(f"it holds {n} tokens, fewer than one window of {window}")
     return tokens
-
-
-def _check_batching(batch_size: int, seed: int, objective: Any) -> None:
-    check.positive_int("batch_size", batch_size)
-    check.int_at_least("seed", seed, 0)
-    if objective is not None and not callable(objective):
-        raise TypeError(
-            f"objective must be (windows, generator) -> batch, got {objective!r}"
-        )
 
 
 def lm_batches(
@@ -700,8 +641,7 @@ def lm_batches(
     ``inputs`` and ``targets`` ``(batch seq_len)``. The windows and the objective's
     random choices depend on ``(seed, step)`` only.
     """
-    tokens = _token_stream(tokens, seq_len)
-    _check_batching(batch_size, seed, objective)
+    tokens = _token_stream(tokens, seq_len, batch_size, seed, objective)
     offsets = torch.arange(seq_len + 1)
 
     def batch_at(step: int) -> Batch:
@@ -726,8 +666,7 @@ def lm_eval_batches(
 ) -> list[Batch]:
     """The whole stream as consecutive windows (each token predicted once), in batches:
     what a final, honest evaluation uses. Arguments as :func:`lm_batches`."""
-    tokens = _token_stream(tokens, seq_len)
-    _check_batching(batch_size, seed, objective)
+    tokens = _token_stream(tokens, seq_len, batch_size, seed, objective)
     n_windows = (len(tokens) - 1) // seq_len
     starts = torch.arange(n_windows) * seq_len
     windows = tokens[rearrange(starts, "w -> w 1") + torch.arange(seq_len + 1)]
@@ -756,8 +695,9 @@ def model_loss(
     ``model(inputs, mask)``.
     """
     if not isinstance(batch, Mapping) or not {"inputs", "targets"} <= set(batch):
-        keys = sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__
-        raise ValueError(f"a batch is a dict with 'inputs' and 'targets', got {keys}")
+        raise ValueError(
+            f"a batch is a dict with 'inputs' and 'targets': {batch!r:.30}"
+        )
     if "decoder_inputs" in batch:
         logits = model(
             batch["inputs"],
@@ -774,8 +714,7 @@ def _rows(batch: Batch) -> int:
     sizes = {v.shape[0] for v in batch.values()}
     if len(sizes) != 1:
         shapes = {k: tuple(v.shape) for k, v in batch.items()}
-        message = f"a batch's tensors must share their first axis (batch), got {shapes}"
-        raise ValueError(message)
+        raise ValueError(f"a batch's tensors must share their first axis, got {shapes}")
     return sizes.pop()
 
 
@@ -796,28 +735,17 @@ def shard_batch(
     :func:`train` and :func:`evaluate` weight each by its number of targets.
     """
     n = _rows(batch)
-    world_size = check.positive_int("world_size", world_size, owner="shard_batch")
-    rank = check.int_in_range("rank", rank, 0, world_size - 1, owner="shard_batch")
-    if even and n % world_size:
-        raise ValueError(
-            f"a batch of {n} rows does not divide across {world_size} processes; "
-            "use a batch size that is a multiple of it, or even=False for shards that "
-            "differ by a row"
-        )
-    return {
-        k: v[n * rank // world_size : n * (rank + 1) // world_size]
-        for k, v in batch.items()
-    }
+    world = check.positive_int("world_size", world_size, owner="shard_batch")
+    rank = check.int_in_range("rank", rank, 0, world - 1, owner="shard_batch")
+    if even and n % world:  # (even=False: shards that differ by a row)
+        raise ValueError(f"batch: {n} rows does not divide across {world} processes")
+    return {k: v[n * rank // world : n * (rank + 1) // world] for k, v in batch.items()}
 
 
 def _micro_batches(batch: Batch, n_micro: int) -> list[Batch]:
     n = _rows(batch)
     if n % n_micro:
-        raise ValueError(
-            f"a batch of {n} rows (per process) does not split into "
-            f"grad_accum={n_micro} equal micro-batches; make the batch size a "
-            "multiple of grad_accum"
-        )
+        raise ValueError(f"{n} rows per process do not split into grad_accum={n_micro}")
     return [shard_batch(batch, i, n_micro) for i in range(n_micro)]
 
 
@@ -847,13 +775,10 @@ def evaluate(
     differ by a row, or be empty) and the shards' losses are weighted by their numbers
     of targets, so the result equals one process's.
     """
-    _check_module("model", model)
+    check.instance("model", model, nn.Module, what="a torch.nn.Module")
     if n_batches is None:
         if callable(batches) or not isinstance(batches, list | tuple) or not batches:
-            raise ValueError(
-                "evaluate takes a non-empty list of batches, or a function with "
-                f"n_batches; got {type(batches).__name__} and n_batches=None"
-            )
+            raise ValueError("evaluate takes a non-empty list, or with n_batches")
         n_batches = len(batches)
     check.positive_int("n_batches", n_batches, owner="evaluate")
     device = next(model.parameters()).device
@@ -924,47 +849,35 @@ class NonFiniteLossError(FloatingPointError):
         )
 
 
+def _non_finite(step, values, checkpoint, found_at: int) -> NonFiniteLossError:
+    """The error for the first non-finite step; ``values`` its (loss, gradient norm)."""
+    loss, norm = values.tolist()
+    what, value = ("loss", loss) if not math.isfinite(loss) else ("gradient norm", norm)
+    return NonFiniteLossError(int(step), what, value, checkpoint, found_at=found_at)
+
+
 def _tokens_in(batch: Batch) -> int:
     return sum(batch[k].numel() for k in ("inputs", "decoder_inputs") if k in batch)
 
 
-def _check_train_options(model, batches, optimizer, loss_fn, options) -> None:
-    """:func:`train`'s arguments, checked once at its front door."""
-    _check_module("model", model)
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(
-            f"optimizer must be a torch.optim.Optimizer, got {optimizer!r:.60}"
-        )
+def _check_train(model, batches, optimizer, loss_fn, o: dict[str, Any]) -> None:
+    """:func:`train`'s arguments ``o``, checked once at its front door."""
+    check.instance("model", model, nn.Module, what="a torch.nn.Module")
+    check.instance("optimizer", optimizer, torch.optim.Optimizer, what="an optimizer")
     if not callable(batches) or not callable(loss_fn):
-        raise TypeError(
-            "batches (step -> batch) and loss_fn (model, batch) -> loss must be callable"
-        )
-    check.positive_ints(
-        **{
-            k: options[k]
-            for k in ("n_steps", "grad_accum", "log_every", "keep_checkpoints")
-        }
-    )
+        raise TypeError("batches (step -> batch) and loss_fn must be callable")
+    for name in ("n_steps", "grad_accum", "log_every", "keep_checkpoints"):
+        check.positive_int(name, o[name], owner="train")
     for name in ("eval_every", "checkpoint_every"):
-        check.int_at_least(name, options[name], 0, owner="train")
-    check.booleans(resume=options["resume"], compile=options["compile"], owner="train")
-    if options["max_grad_norm"] is not None:
-        _check_max_norm(options["max_grad_norm"])
-    if (options["checkpoint_every"] or options["resume"]) and options[
-        "checkpoint_dir"
-    ] is None:
+        check.int_at_least(name, o[name], 0, owner="train")
+    check.booleans(resume=o["resume"], compile=o["compile"], owner="train")
+    if o["max_grad_norm"] is not None:
+        _check_max_norm(o["max_grad_norm"])
+    if (o["checkpoint_every"] or o["resume"]) and o["checkpoint_dir"] is None:
         raise ValueError("checkpoint_every and resume need a checkpoint_dir")
-    eval_batches = options["eval_batches"]
-    if options["eval_every"] and eval_batches is None:
-        raise ValueError("eval_every needs eval_batches to evaluate on")
-    if (
-        options["eval_every"]
-        and callable(eval_batches)
-        and options["eval_iters"] is None
-    ):
-        raise ValueError("eval_batches given as a function needs eval_iters")
-    if options["eval_iters"] is not None:
-        check.positive_int("eval_iters", options["eval_iters"], owner="train")
+    no_list = callable(o["eval_batches"]) or o["eval_batches"] is None
+    if o["eval_every"] and no_list and o["eval_iters"] is None:
+        raise ValueError("eval_every needs eval_batches (a list, or with eval_iters)")
 
 
 def _resume(
@@ -983,9 +896,7 @@ def _resume(
             warnings.warn(f"resuming from an older checkpoint: {err}", stacklevel=3)
             errors.append(str(err))
     if errors:
-        raise CheckpointError(
-            f"no intact checkpoint in {directory}: {' | '.join(errors)}"
-        )
+        raise CheckpointError(f"no intact checkpoint in {directory}: {errors}")
     return None, None
 
 
@@ -1027,7 +938,7 @@ def train(
     Raises :class:`NonFiniteLossError` on a NaN or infinite loss or gradient norm.
     """
     options = dict(locals())
-    _check_train_options(model, batches, optimizer, loss_fn, options)
+    _check_train(model, batches, optimizer, loss_fn, options)
     device = next(model.parameters()).device
     precision = precision or get_precision(device)
     scaler = torch.amp.GradScaler(device.type) if precision.use_grad_scaler else None
@@ -1079,9 +990,7 @@ def train(
         whole = batches(step)
         n_targets, n_rows = max(_n_targets(whole), 1), _rows(whole)
         if n_rows < world:
-            raise ValueError(
-                f"step {step}: a batch of {n_rows} rows cannot feed {world} processes"
-            )
+            raise ValueError(f"a batch of {n_rows} rows cannot feed {world} processes")
         batch = shard_batch(whole, rank, world, even=False)
         micro_batches = _micro_batches(batch, grad_accum)
         loss_sum = torch.zeros((), device=device)
@@ -1118,15 +1027,7 @@ def train(
         logged = step % log_every == 0 or step == n_steps - 1
         if logged or due_eval or due_save:  # a read: stop before the update
             if not healthy.item():
-                bad, (loss_bad, norm_bad) = int(first_bad), bad_values.tolist()
-                what, value = (
-                    ("loss", loss_bad)
-                    if not math.isfinite(loss_bad)
-                    else ("gradient norm", norm_bad)
-                )
-                raise NonFiniteLossError(
-                    bad, what, value, last_checkpoint, found_at=done
-                )
+                raise _non_finite(first_bad, bad_values, last_checkpoint, done)
             loss_value, norm_value = loss_sum.item(), float(norm)
         else:  # no read, no sync: a non-finite step (and all after it) updates nothing
             for p in model.parameters():
@@ -1203,8 +1104,7 @@ def _blocks(model: nn.Module) -> list[TransformerBlock]:
     modules = unwrap_model(model).modules()
     blocks = [m for m in modules if isinstance(m, TransformerBlock)]
     if not blocks:
-        name = type(model).__name__
-        raise ValueError(f"{name} has no TransformerBlock to checkpoint")
+        raise ValueError(f"{type(model).__name__}: no TransformerBlock to checkpoint")
     return blocks
 
 
@@ -1284,14 +1184,14 @@ def gpu_seconds(
             known = [key for key, _ in _PEAK_FLOPS]
             raise ValueError(f"unknown GPU {peak!r}; known: {known}, or give FLOP/s")
         peak = found[0]
-    check.finite_float("flops", flops, low=0.0, owner="gpu_seconds")
-    check.finite_float("steps", steps, low=0.0, owner="gpu_seconds")
+    for name, value in dict(
+        flops=flops, steps=steps, step_overhead=step_overhead
+    ).items():
+        check.finite_float(name, value, low=0.0, owner="gpu_seconds")
     if not peak > 0:
         raise ValueError(f"peak must be positive FLOP/s, got {peak!r}")
     if not 0.0 < mfu <= 1.0:
         raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
-    if not step_overhead >= 0.0:
-        raise ValueError(f"step_overhead must be >= 0 seconds, got {step_overhead!r}")
     return flops / (peak * mfu) + steps * step_overhead
 
 

@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from lib.datasets import load_tiny_shakespeare
-from lib.models import GPT, TransformerConfig
+from lib.models import BERT, GPT, TransformerConfig
 from lib.runs import (
     RUNS,
+    SequenceClassifier,
+    char_gpt_run,
     estimate_run_seconds,
     main,
     run_flops,
@@ -203,7 +205,9 @@ def _losses(record: dict) -> dict[str, float]:
     """Every loss a record holds: the curves' and the metrics'."""
     found = {k: v for k, v in record["metrics"].items() if k.endswith("loss")}
     for name, columns in record["curves"].items():
-        found.update({f"{name}@{s}": x for s, x in zip(columns["step"], columns["loss"])})
+        found.update(
+            {f"{name}@{s}": x for s, x in zip(columns["step"], columns["loss"])}
+        )
     return found
 
 
@@ -220,3 +224,40 @@ def test_torchrun_with_2_and_3_processes_equals_one_process(run, tmp_path):
         assert got.keys() == expected.keys()
         for key, value in expected.items():
             assert got[key] == pytest.approx(value, rel=1e-5), (run, n, key)
+
+
+def test_bad_inputs_of_the_runs_name_the_argument(tmp_path):
+    cfg = TransformerConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, max_len=8)
+    cases = [
+        (lambda: SequenceClassifier(GPT(cfg), 3), TypeError, "takes a BERT"),
+        (lambda: SequenceClassifier(BERT(cfg), 0), ValueError, "n_classes must be"),
+        (lambda: SequenceClassifier(BERT(cfg), 3, dropout=1.0), ValueError, "dropout"),
+        (lambda: split_pairs_by_source([], 0.1), ValueError, "non-empty list"),
+        (lambda: split_pairs_by_source([("a", 1)], 0.1), TypeError, "pairs of strings"),
+        (lambda: split_pairs_by_source([("a", "b")], 1.0), ValueError, r"test_fraction must be in \(0, 1\)"),
+        (lambda: split_pairs_by_source([("a", "b")], 0.5, seed=1.5), TypeError, "seed must be an int"),
+        (lambda: char_gpt_run("smoke", compile="no"), TypeError, "compile must be True or False"),
+        (lambda: char_gpt_run("smoke", seed=-1), ValueError, "seed must be an int >= 0"),
+        (lambda: char_gpt_run("smoke", progress=1), ValueError, "progress must be one of"),
+        (lambda: char_gpt_run("smoke", resume=True), ValueError, "resume needs a checkpoint_dir"),
+        (lambda: char_gpt_run("smoke", sizes={"depth": 2}), ValueError, r"no size \['depth'\]"),
+        (lambda: char_gpt_run("tpu"), ValueError, "profile must be one of"),
+    ]  # fmt: skip
+    for call, error, message in cases:
+        with pytest.raises(error, match=message):
+            call()
+
+
+def test_a_run_checkpoints_and_resumes(tmp_path, monkeypatch):
+    """With a checkpoint folder a run writes one at each evaluation; resumed, a finished
+    run trains no more and gives the same result."""
+    sizes = dict(d_model=16, n_heads=2, n_layers=1, seq_len=16, batch_size=4,
+                 n_steps=4, eval_every=2, eval_iters=1)  # fmt: skip
+    first = char_gpt_run("smoke", sizes=sizes, checkpoint_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step-00000002.pt",
+        "step-00000004.pt",
+    ]
+    again = char_gpt_run("smoke", sizes=sizes, checkpoint_dir=tmp_path, resume=True)
+    assert again["curves"] == first["curves"]
+    assert again["metrics"]["val_loss"] == first["metrics"]["val_loss"]
