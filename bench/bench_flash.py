@@ -16,9 +16,11 @@ Then the peak memory of one forward+backward pass (1 sequence x 32 heads, d 64) 
 the length for the math path, the tiled PyTorch version and the Triton kernel.
 
 On a machine without a CUDA GPU it prints that it needs one and exits with status 0. It
-never asserts on time. ``--out DIR`` also writes ``metrics.json`` (GPU, versions,
-commit, wall time, command, every measurement), ``speed.png`` and ``memory.png`` there,
-the files chapter 9 shows from ``book/results/``.
+never asserts on time. ``--out DIR`` also writes there ``metrics.json``, in the one
+schema of ``lib.utils.write_record`` (GPU, versions, commit, wall time, command; the
+sizes as ``config``; the ratios of ours to SDPA's flash backend per pass as ``metrics``;
+every measurement under ``extra``: ``speed`` and ``memory``), with ``speed.png`` and
+``memory.png``: the files chapter 9 shows from ``book/results/``.
 
     python bench/bench_flash.py [--lengths 1024 2048 4096 8192 16384]
         [--head-dims 64 128] [--batch 4] [--heads 32]
@@ -28,7 +30,6 @@ the files chapter 9 shows from ``book/results/``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
-from lib.utils import get_precision, git_commit  # noqa: E402 (after the path is set)
+from lib.utils import get_precision, write_record  # noqa: E402 (after the path is set)
 
 METHODS = ("triton", "sdpa_flash", "sdpa_cudnn", "sdpa_math")
 MEMORY_METHODS = ("sdpa_math", "flash_torch", "triton")
@@ -262,6 +263,25 @@ def plot_memory(memory: list[dict]):
     return fig
 
 
+def write_results(out, command, wall, summary, config, speed, memory, device):
+    """``out/metrics.json`` in ``lib.utils.write_record``'s schema (the ratios per pass
+    as ``metrics``, every measurement under ``extra``), ``speed.png`` and
+    ``memory.png``. Returns the path of ``metrics.json``."""
+    path = write_record(
+        out,
+        name=Path(out).name,
+        command=command,
+        wall_seconds=wall,
+        metrics=summary,  # per pass: ours / sdpa_flash, min, max and the target
+        config=config,
+        extra=dict(speed=speed, memory=memory),
+        device=device,
+    )
+    plot_speed(speed).savefig(Path(out) / "speed.png", dpi=150)
+    plot_memory(memory).savefig(Path(out) / "memory.png", dpi=150)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -370,29 +390,21 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - started
     print(f"wall time {wall:.0f} s")
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        metrics = dict(
-            gpu=gpu,
-            torch=torch.__version__,
-            triton=triton.__version__,
-            commit=git_commit(),
-            wall_time_s=round(wall, 1),
-            command=" ".join(
-                [
-                    "python bench/bench_flash.py",
-                    *(sys.argv[1:] if argv is None else argv),
-                ],
-            ),
+        command = [
+            "python bench/bench_flash.py",
+            *(sys.argv[1:] if argv is None else argv),
+        ]
+        config = dict(
             dtype={"fp16": "float16", "bf16": "bfloat16"}[dtype_name],
             batch=args.batch,
             heads=args.heads,
-            speed=speed,
-            memory=memory,
-            summary=summary,
+            lengths=args.lengths,
+            head_dims=args.head_dims,
+            memory_lengths=args.memory_lengths,
         )
-        (args.out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
-        plot_speed(speed).savefig(args.out / "speed.png", dpi=150)
-        plot_memory(memory).savefig(args.out / "memory.png", dpi=150)
+        write_results(
+            args.out, " ".join(command), wall, summary, config, speed, memory, "cuda"
+        )
         print(f"wrote {args.out}/metrics.json, speed.png and memory.png")
     return 0
 

@@ -570,8 +570,7 @@ def test_benchmark_skips_cleanly_without_a_gpu(capsys, monkeypatch):
     assert "needs a CUDA GPU" in capsys.readouterr().out
 
 
-def test_benchmark_plots_recorded_results():
-    bench = _bench_module()
+def _recorded_measurements(bench):
     speed = [
         {
             "method": m,
@@ -597,8 +596,32 @@ def test_benchmark_plots_recorded_results():
         for m in bench.MEMORY_METHODS
         for n in (1024, 4096)
     ]
+    return speed, memory
+
+
+def test_benchmark_plots_recorded_results():
+    bench = _bench_module()
+    speed, memory = _recorded_measurements(bench)
     assert len(bench.plot_speed(speed).axes) == 4
     assert len(bench.plot_memory(memory).axes[0].lines) == 3
+
+
+def test_benchmark_writes_the_one_record_schema_the_chapter_reads(tmp_path):
+    from lib.utils import RECORD_KEYS, read_record
+
+    bench = _bench_module()
+    speed, memory = _recorded_measurements(bench)
+    summary = {"fwd": dict(min=0.9, max=1.1, target=1.0)}
+    out = tmp_path / "09-flash-attention-test"
+    config = dict(dtype="bfloat16", batch=4, heads=32)
+    path = bench.write_results(
+        out, "python bench/bench_flash.py", 12.5, summary, config, speed, memory, "cpu"
+    )
+    record = read_record(path)
+    assert tuple(record) == RECORD_KEYS and record["name"] == out.name
+    assert record["metrics"] == summary and record["config"] == config
+    assert record["extra"]["speed"] == speed and record["extra"]["memory"] == memory
+    assert (out / "speed.png").is_file() and (out / "memory.png").is_file()
 
 
 # ------------------------------------------- issue 19: every public function, bad input
