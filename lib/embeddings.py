@@ -23,7 +23,6 @@ from torch import nn
 
 from lib import _checks as check
 
-
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "init_embedding_",

@@ -27,7 +27,6 @@ import regex
 
 from lib import _checks as check
 
-
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "CharTokenizer",

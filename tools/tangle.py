@@ -191,7 +191,19 @@ def with_derived_all(cells: list[str], chapter: Path) -> list[str]:
         "# The public names: every top-level name the export cells define (tools/tangle.py).\n"
         f"__all__ = [\n{listed}]"
     )
-    return [cells[0], generated, *cells[1:]]
+    # right after the first cell's imports, one blank line between, as ruff's isort rule
+    # (I001) wants
+    first = cells[0].splitlines()
+    imports = [
+        node
+        for node in ast.parse(cells[0]).body
+        if isinstance(node, ast.Import | ast.ImportFrom)
+    ]
+    after = imports[-1].end_lineno if imports else len(first)
+    head = "\n".join(first[:after]).rstrip()
+    tail = "\n".join(first[after:]).strip("\n")
+    merged = head + "\n\n" + generated + ("\n\n\n" + tail if tail else "")
+    return [merged, *cells[1:]]
 
 
 def export_cells(chapter: Path) -> list[str]:
