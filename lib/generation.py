@@ -37,7 +37,6 @@ from einops import rearrange
 
 from lib import _checks as check
 
-
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "top_k_filter",
@@ -101,19 +100,13 @@ def _check_ids_in_vocab(ids: torch.Tensor, vocab_size: int | None, name: str) ->
 def _check_prompt(prompt_ids: object, model: Any) -> tuple[torch.Tensor, bool]:
     """The prompt as ``(batch seq)`` int64, and whether it came as ``(seq,)``."""
     if not callable(getattr(model, "step", None)):
-        raise TypeError(
-            f"model needs a step(ids, cache) method: {type(model).__name__}"
-        )
+        raise TypeError(f"model needs step(ids, cache), got {type(model).__name__}")
     check.tensor("prompt_ids", prompt_ids, integer=True)
     shape = tuple(prompt_ids.shape)
     if prompt_ids.dim() not in (1, 2):
-        raise ValueError(
-            f"prompt_ids must be (batch, seq) or (seq,), got shape {shape}"
-        )
+        raise ValueError(f"prompt_ids must be (batch, seq) or (seq,), got {shape}")
     if 0 in shape:  # for an encoder-decoder, the decoder's start token
-        raise ValueError(
-            f"prompt_ids is empty (shape {shape}): give at least one token"
-        )
+        raise ValueError(f"prompt_ids is empty ({shape}): give at least one token")
     ids = prompt_ids if prompt_ids.dim() == 2 else rearrange(prompt_ids, "seq -> 1 seq")
     _check_ids_in_vocab(ids, _vocab_size(model), "prompt_ids")
     return ids.long(), prompt_ids.dim() == 1
@@ -304,9 +297,7 @@ def generate(
     logits, cache = _first_step(model, ids, to_check)
     step = _unchecked(model)
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
-    bad = torch.zeros_like(
-        finished
-    )  # rows given unusable logits: read once, at the end
+    bad = torch.zeros_like(finished)  # rows given unusable logits, read at the end
     new_tokens = []
     for position in range(max_new_tokens):
         last = logits[:, -1]

@@ -35,7 +35,6 @@ from lib import _checks as check
 
 from lib.models import BERT, GPT, T5, TransformerConfig
 
-
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "same",

@@ -57,7 +57,6 @@ from lib.positions import (
     T5RelativePositionBias,
 )
 
-
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "POSITION_KINDS",
@@ -132,13 +131,8 @@ class TransformerConfig:
         owner = "TransformerConfig"
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_len"):
             check.positive_int(name, getattr(self, name), owner=owner)
-        for name in (
-            "n_kv_heads",
-            "d_head",
-            "d_ff",
-            "t5_num_buckets",
-            "t5_max_distance",
-        ):
+        optional = ("n_kv_heads", "d_head", "d_ff", "t5_num_buckets", "t5_max_distance")
+        for name in optional:
             if getattr(self, name) is not None:
                 check.positive_int(name, getattr(self, name), owner=owner)
         for name in ("n_decoder_layers", "n_token_types"):
@@ -418,10 +412,9 @@ class ModelCache:
         """The cache of the first ``length`` decoded positions, cross-attention
         kept."""
         length = check.int_in_range("length", length, 0, self.seq_len)
-        layers = tuple(
-            _kv(c.keys[:, :, :length], c.values[:, :, :length]) for c in self.self_attn
-        )
-        return replace(self, self_attn=layers)
+        layers = self.self_attn
+        kept = [(c.keys[..., :length, :], c.values[..., :length, :]) for c in layers]
+        return replace(self, self_attn=tuple(_kv(*pair) for pair in kept))
 
 
 def _kv(keys: torch.Tensor, values: torch.Tensor) -> KVCache:
@@ -616,9 +609,8 @@ class Decoder(_Stack):
         for i, block in enumerate(self.blocks):
             past = None if cache is None else cache.self_attn[i]
             sublayer = block.self_attn
-            x, layer = _residual(
-                sublayer, x, _self_attention, past, rope, mask, is_causal
-            )
+            attend = (past, rope, mask, is_causal)
+            x, layer = _residual(sublayer, x, _self_attention, *attend)
             new_self.append(layer)
             layer = None
             if block.cross_attn is not None:
@@ -674,9 +666,8 @@ def _attend(mha, q, k, v, mask, is_causal: bool) -> torch.Tensor:
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, is_causal=is_causal, scale=mha.scale
     )
-    return F.linear(
-        out.transpose(1, 2).flatten(2), mha.out_proj.weight, mha.out_proj.bias
-    )
+    out = rearrange(out, "batch heads q_pos d_head -> batch q_pos (heads d_head)")
+    return F.linear(out, mha.out_proj.weight, mha.out_proj.bias)
 
 
 def _rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -690,11 +681,8 @@ def _self_attention(mha, h, past, rope, mask, is_causal):
     the output and the extended :class:`KVCache`."""
     projected = F.linear(h, mha.qkv_proj.weight, mha.qkv_proj.bias)
     q, k, v = projected.split([mha.q_dim, mha.kv_dim, mha.kv_dim], dim=-1)
-    q, k, v = (
-        _heads(q, mha.n_heads),
-        _heads(k, mha.n_kv_heads),
-        _heads(v, mha.n_kv_heads),
-    )
+    q, k = _heads(q, mha.n_heads), _heads(k, mha.n_kv_heads)
+    v = _heads(v, mha.n_kv_heads)
     if rope is not None:
         q, k = _rotated(q, *rope), _rotated(k, *rope)
     if past is not None:

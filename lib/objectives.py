@@ -30,6 +30,18 @@ from torch.nn.utils.rnn import pad_sequence
 
 from lib import _checks as check
 
+# The public names: every top-level name the export cells define (tools/tangle.py).
+__all__ = [
+    "IGNORE_INDEX",
+    "ObjectiveBatch",
+    "causal_lm_batch",
+    "masked_lm_batch",
+    "random_spans",
+    "span_corruption_batch",
+    "prefix_lm_mask",
+    "prefix_lm_batch",
+]
+
 
 IGNORE_INDEX = -100  # a target that carries no loss
 
@@ -53,35 +65,20 @@ class ObjectiveBatch:
     decoder_inputs: torch.Tensor | None = None
 
 
-# The public names: every top-level name the export cells define (tools/tangle.py).
-__all__ = [
-    "IGNORE_INDEX",
-    "ObjectiveBatch",
-    "causal_lm_batch",
-    "masked_lm_batch",
-    "random_spans",
-    "span_corruption_batch",
-    "prefix_lm_mask",
-    "prefix_lm_batch",
-]
-
-
 # From chapters/07-families.md, section "How each family is trained".
 _FRACTION = dict(low=0.0, high=1.0, low_open=True, high_open=True)  # in (0, 1)
 
 
 _SEED_HINT = "for example torch.Generator().manual_seed(0)"
+_IDS_HINT = "for one sequence, pass ids[None]"
 
 
 def _check_token_ids(token_ids, pad_id, *generator, vocab_size=None) -> torch.Tensor:
     """Check ids ``(batch seq)`` (in ``0..vocab_size-1``), ``pad_id`` (and the
     generator, when one is passed); return each row's real length ``(batch,)``."""
-    hint = "for one sequence, pass ids[None]"
-    check.tensor("token_ids", token_ids, "batch seq", integer=True, hint=hint)
+    check.tensor("token_ids", token_ids, "batch seq", integer=True, hint=_IDS_HINT)
     for given in generator:  # the builders that draw random numbers pass theirs
         check.instance("generator", given, torch.Generator, hint=_SEED_HINT)
-    if pad_id is not None:
-        check.int_at_least("pad_id", pad_id, 0)
     low, high = map(int, torch.aminmax(token_ids)) if token_ids.numel() else (0, 0)
     if low < 0 or (vocab_size and high >= vocab_size):
         limits = f"0..{vocab_size - 1}" if vocab_size else "of ids >= 0"
@@ -94,7 +91,7 @@ def _lengths(token_ids: torch.Tensor, pad_id: int | None) -> torch.Tensor:
     batch, seq = token_ids.shape
     if pad_id is None:
         return torch.full((batch,), seq, dtype=torch.long, device=token_ids.device)
-    is_real = token_ids != pad_id
+    is_real = token_ids != check.int_at_least("pad_id", pad_id, 0)
     lengths = is_real.sum(dim=1)
     wrong = (is_real != _real_positions(lengths, seq)).any(dim=1)
     if bool(wrong.any()):
@@ -133,8 +130,8 @@ def causal_lm_batch(
     so no generator.
     """
     lengths = _check_token_ids(token_ids, pad_id)
-    if token_ids.shape[1] < 2:
-        raise ValueError(f"causal LM needs >= 2 tokens, got {token_ids.shape[1]}")
+    hint = "causal LM needs >= 2 tokens"
+    check.int_at_least("token_ids.shape[1]", token_ids.shape[1], 2, hint=hint)
     is_real = _real_positions(lengths, token_ids.shape[1])
     targets = token_ids[:, 1:].masked_fill(~is_real[:, 1:], IGNORE_INDEX)
     return ObjectiveBatch(inputs=token_ids[:, :-1].clone(), targets=targets)
@@ -219,13 +216,9 @@ def random_spans(
     """
     check.int_at_least("length", length, 0)
     check.instance("generator", generator, torch.Generator, hint=_SEED_HINT)
-    options = _check_span_options(noise_density, mean_span_length)
-    return _random_spans(length, generator, *options)
-
-
-def _check_span_options(noise_density: float, mean_span_length: float) -> tuple:
-    mean = check.finite_float("mean_span_length", mean_span_length, low=1)
-    return check.finite_float("noise_density", noise_density, **_FRACTION), mean
+    noise_density = check.finite_float("noise_density", noise_density, **_FRACTION)
+    mean_span_length = check.finite_float("mean_span_length", mean_span_length, low=1)
+    return _random_spans(length, generator, noise_density, mean_span_length)
 
 
 def _random_spans(length, generator, noise_density, mean_span_length) -> list:
@@ -274,7 +267,8 @@ def span_corruption_batch(
     (default ``pad_id``) then the targets but the last, padded with ``pad_id``.
     """
     lengths = _check_token_ids(token_ids, check.integer("pad_id", pad_id), generator)
-    options = _check_span_options(noise_density, mean_span_length)
+    noise_density = check.finite_float("noise_density", noise_density, **_FRACTION)
+    mean_span_length = check.finite_float("mean_span_length", mean_span_length, low=1)
     extra = [] if eos_id is None else [check.int_at_least("eos_id", eos_id, 0)]
     avoid = {pad_id, *extra}  # a sentinel must mean only "a span was here"
     sentinels = _check_id_list("sentinel_ids", sentinel_ids, avoid=avoid, distinct=True)
@@ -289,7 +283,7 @@ def span_corruption_batch(
 
     encoder_rows, target_rows = [], []
     for row, length in zip(token_ids, lengths.tolist()):
-        spans = _random_spans(length, generator, *options)
+        spans = _random_spans(length, generator, noise_density, mean_span_length)
         if len(spans) + 1 > len(sentinels):
             needs = f"{length} tokens get {len(spans)} spans and needs {len(spans) + 1}"
             raise ValueError(f"{needs} sentinel ids, sentinel_ids has {len(sentinels)}")
@@ -329,8 +323,9 @@ def prefix_lm_mask(
     prefix = torch.as_tensor(prefix_lengths, device=device)
     prefix = prefix if prefix.numel() else prefix.long()  # [] would be float
     check.tensor("prefix_lengths", prefix, "batch", integer=True)
-    if prefix.numel() and not 0 <= int(prefix.min()) <= int(prefix.max()) <= seq_len:
-        raise ValueError(f"prefix_lengths must lie in 0..seq_len={seq_len}: {prefix}")
+    hint = f"each must lie in 0..seq_len={seq_len}"
+    for extreme in map(int, torch.aminmax(prefix)) if prefix.numel() else ():
+        check.int_in_range("prefix_lengths", extreme, 0, seq_len, hint=hint)
     positions = torch.arange(seq_len, device=prefix.device)
     keys = rearrange(positions, "k_pos -> 1 1 k_pos")
     queries = rearrange(positions, "q_pos -> 1 q_pos 1")
@@ -355,8 +350,9 @@ def prefix_lm_batch(
     ``(batch 1 seq-1 seq-1)``: :func:`prefix_lm_mask` without the padding keys.
     """
     lengths = _check_token_ids(token_ids, pad_id, generator)
-    if token_ids.shape[0] and int(lengths.min()) < 2:
-        raise ValueError(f"prefix LM needs >= 2 real tokens per row, got {lengths}")
+    if token_ids.shape[0]:
+        shortest, hint = int(lengths.min()), "prefix LM needs >= 2 real tokens per row"
+        check.int_at_least("the shortest row's length", shortest, 2, hint=hint)
     draws = torch.rand(token_ids.shape[0], generator=generator).to(lengths.device)
     prefix = 1 + (draws * (lengths - 1)).long()  # uniform in 1..n-1
     seq = token_ids.shape[1] - 1
