@@ -37,14 +37,6 @@ from torch.autograd.function import once_differentiable
 from lib import _checks as check
 from lib.attention import register_attention_backend, sdpa_attention
 
-try:  # Linux x86_64 wheels only; elsewhere the Triton backend says so when called
-    import triton
-    import triton.language as tl
-except ImportError:
-    triton = None
-    tl = None
-
-
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "attention_core_flops",
@@ -64,6 +56,14 @@ __all__ = [
     "flash_attention_torch",
     "flash_attention_triton",
 ]
+
+
+try:  # Linux x86_64 wheels only; elsewhere the Triton backend says so when called
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+    tl = None
 
 
 # From chapters/09-flash-attention.md, section "Why attention is memory-bound".

@@ -34,7 +34,6 @@ from lib.hf_weights import Row, concat, convert_state_dict, load_checked, same
 from lib.models import Encoder, TransformerConfig, init_weights
 from lib.training import cross_entropy
 
-
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "patchify",
