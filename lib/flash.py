@@ -209,10 +209,12 @@ _SHAPES = (
 )
 
 
-def _check_attention(owner, q, k, v, scale, causal, block_q, block_k, **saved) -> float:
-    """Check the arguments of ``owner`` (``saved``: the backward's ``out``, ``lse`` and
-    ``grad_out``); return the scale, ``1/√d`` for None. Shapes and dtypes only."""
-    triton = owner.startswith(("triton", "FlashAttentionTriton"))
+def _check_attention(
+    owner, q, k, v, scale, causal, block_q, block_k, *, triton=False, **saved
+) -> float:
+    """Check the arguments of ``owner``, for the Triton kernels with ``triton``
+    (``saved``: the backward's ``out``, ``lse`` and ``grad_out``); return the scale,
+    ``1/√d`` for None. Shapes, dtypes and devices only: the data is never read."""
     if triton:  # first: where the kernels cannot run, say so before anything else
         _require_triton(q, owner)
     for name, t in dict(q=q, k=k, v=v).items():
@@ -241,6 +243,8 @@ def _check_attention(owner, q, k, v, scale, causal, block_q, block_k, **saved) -
             f"{owner} supports head dims {TRITON_HEAD_DIMS}, got {d}; {hint}"
         )
     rows = dict(b=batch, h=heads, q=q_len, owner=owner)  # the backward's out, lse, dO
+    if saved:
+        check.same_device(q=q, **saved, owner=owner)
     for name, t in saved.items():
         if name == "lse":
             check.tensor(name, t, "b h q", floating=True, **rows)
@@ -814,7 +818,8 @@ def triton_attention_forward(
     (powers of two >= 16) fix the tile; by default the autotuner picks it on a GPU.
     """
     options = dict(causal=causal, block_q=block_q, block_k=block_k)
-    scale = _check_attention("triton_attention_forward", q, k, v, scale, **options)
+    owner = "triton_attention_forward"
+    scale = _check_attention(owner, q, k, v, scale, **options, triton=True)
     if any(t.stride(-1) != 1 for t in (q, k, v)):
         raise ValueError(
             "triton_attention_forward: q, k, v need a contiguous last axis"
@@ -882,9 +887,8 @@ def triton_attention_backward(
     """
     options = dict(causal=causal, block_q=block_q, block_k=block_k)
     saved = dict(out=out, lse=lse, grad_out=grad_out)
-    scale = _check_attention(
-        "triton_attention_backward", q, k, v, scale, **options, **saved
-    )
+    owner = "triton_attention_backward"
+    scale = _check_attention(owner, q, k, v, scale, **options, **saved, triton=True)
     return _triton_backward(q, k, v, out, lse, grad_out, scale=scale, **options)
 
 
@@ -951,7 +955,8 @@ class FlashAttentionTriton(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, scale, causal, block_q, block_k):
         options = dict(causal=causal, block_q=block_q, block_k=block_k)
-        scale = _check_attention("FlashAttentionTriton", q, k, v, scale, **options)
+        owner = "FlashAttentionTriton"
+        scale = _check_attention(owner, q, k, v, scale, **options, triton=True)
         q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
         options["scale"] = scale
         out, lse = _triton_forward(q, k, v, **options)

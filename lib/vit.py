@@ -333,10 +333,8 @@ def vit_state_dict(
     bare ``ViTModel``, which has no classifier, without our ``head``."""
     check.instance("their_state_dict", their_state_dict, Mapping, what="a state dict")
     if any(key.startswith(("pooler.", "vit.pooler.")) for key in their_state_dict):
-        raise ValueError(
-            "the state dict has a pooler, which ViT does not use: build the reference "
-            "with ViTModel(config, add_pooling_layer=False)"
-        )
+        hint = "build the reference with ViTModel(config, add_pooling_layer=False)"
+        raise ValueError(f"the state dict has a pooler, which ViT does not use: {hint}")
     prefix = "vit." if any(key.startswith("vit.") for key in their_state_dict) else ""
     head = "classifier.weight" in their_state_dict
     with torch.device("meta"):  # shapes only, no data
