@@ -61,14 +61,14 @@ def _check_knobs(temperature=1.0, top_k=None, top_p=None, generator=None, **logi
         check.positive_int("top_k", top_k)
     if top_p is not None:
         check.finite_float("top_p", top_p, low=0.0, high=1.0, low_open=True)
-    none, what = type(None), "a torch.Generator or None"
-    check.instance("generator", generator, (torch.Generator, none), what=what)
+    check.instance("generator", generator, _GENERATOR, what="a torch.Generator or None")
     for kind, x in logits.items():
         check.tensor("logits", x, "... vocab", floating=True)
         if x.shape[-1] == 0 or (kind == "finite_logits" and bool(_bad_rows(x).any())):
             raise ValueError(_BAD_LOGITS if x.shape[-1] else "logits has no vocab axis")
 
 
+_GENERATOR = (torch.Generator, type(None))
 _BAD_LOGITS = (
     "logits hold NaN or +inf, or a row whose every logit is -inf (every token "
     "filtered out): no distribution to choose from"
@@ -367,8 +367,6 @@ def beam_search(
 
     logits, cache = _first_step(model, ids, to_check)
     step = _unchecked(model)
-    if bool(_bad_rows(logits[:, -1]).any()):
-        raise ValueError(f"{_BAD_LOGITS}: model.step gave them for the prompt")
     vocab = logits.shape[-1]
     log_probs = rearrange(_last_log_probs(logits), "b vocab -> b 1 vocab")
     scores = torch.zeros_like(log_probs[:, :, 0])  # live beams' summed log-probs
@@ -379,7 +377,11 @@ def beam_search(
     # the largest penalty a live beam can still reach, at length 1 or max_new_tokens
     best_reachable = max(length_penalty(n, alpha) for n in (1, max_new_tokens))
 
+    live = scores == 0  # (b beams): the beams whose log-probs count
     for length in range(1, max_new_tokens + 1):  # new tokens after this step
+        # unusable logits (NaN in the log-probs) of a live beam: the loop reads anyway
+        if bool((_bad_rows(log_probs) & live).any()):
+            raise ValueError(f"{_BAD_LOGITS}: model.step gave them at step {length}")
         n_beams = scores.shape[1]
         candidates = rearrange(
             rearrange(scores, "b beams -> b beams 1") + log_probs,
@@ -428,9 +430,7 @@ def beam_search(
         scores = scores.masked_fill(rearrange(done_rows, "b -> b 1"), float("-inf"))
         cache = cache.select(rows)
         logits, cache = step(rearrange(tokens, "b beams -> (b beams) 1"), cache)
-        live_rows = rearrange(~done_rows, "b -> b 1").expand(-1, beam_size).flatten()
-        if bool((_bad_rows(logits[:, -1]) & live_rows).any()):  # the loop reads anyway
-            raise ValueError(f"{_BAD_LOGITS}: model.step gave them at {length}")
+        live = rearrange(~done_rows, "b -> b 1").expand(-1, beam_size)
         log_probs = _last_log_probs(logits)  # ((batch beams) vocab)
         log_probs = rearrange(log_probs, "(b beams) vocab -> b beams vocab", b=batch)
 
