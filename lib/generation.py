@@ -130,9 +130,7 @@ def _unchecked(model: Any):
     return getattr(model, "step_unchecked", None) or model.step
 
 
-def _stop_and_pad(
-    stop_ids: Iterable[int], pad_id: int | None, ids: torch.Tensor, model
-):
+def _stop_and_pad(stop_ids: Iterable[int], pad_id: int | None, ids, model: Any):
     """Stop ids as a tensor and the pad id: ``pad_id``, else the first stop id, else 0;
     all checked against the vocabulary when the model gives its size."""
     kinds, what = (list, tuple, range, torch.Tensor), "a list of ints"
