@@ -107,12 +107,12 @@ def attention_hbm_bytes(
     """
     sizes = dict(seq_len=seq_len, d_head=d_head, bytes_per_value=bytes_per_value)
     n, d, _ = check.positive_ints(**sizes)
-    if check.one_of("method", method, ("standard", "flash")) == "standard":
+    check.one_of("method", method, ("standard", "flash"))
+    if block_q is not None:
+        check.positive_int("block_q", block_q)
+    if method == "standard":
         return (4 * n * d + 4 * n * n) * bytes_per_value
-    if block_q is None:
-        n_query_blocks = 1
-    else:  # ceil(n / block_q)
-        n_query_blocks = -(-n // check.positive_int("block_q", block_q))
+    n_query_blocks = 1 if block_q is None else -(-n // block_q)  # ceil(n / block_q)
     values = n * d + 2 * n * d * n_query_blocks + n * d  # q, k and v per block, out
     return values * bytes_per_value + 4 * n
 

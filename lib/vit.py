@@ -414,6 +414,7 @@ def image_batches(
     check.positive_ints(batch_size=batch_size, n_images=images.shape[0])
     check.int_at_least("max_shift", max_shift, 0)
     check.boolean("flip", flip)
+    mean = check.finite_float("mean", mean)
     std = check.finite_float("std", std, low=0.0, low_open=True)
 
     def batch_at(step: int) -> dict[str, torch.Tensor]:

@@ -463,6 +463,12 @@ def test_image_batches_draw_shift_normalise_and_depend_on_the_step_only():
         ),
         (
             torch.zeros(10, dtype=torch.long),
+            dict(mean=float("nan")),
+            ValueError,
+            "mean must be a finite number, got nan",
+        ),
+        (
+            torch.zeros(10, dtype=torch.long),
             dict(std=0.0),
             ValueError,
             "std must be a finite number > 0",
