@@ -70,7 +70,6 @@ from lib.utils import (
     write_record,
 )
 
-
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "RUNS",

@@ -52,7 +52,6 @@ from lib.models import T5, TransformerBlock, count_parameters
 from lib.objectives import IGNORE_INDEX, ObjectiveBatch, causal_lm_batch
 from lib.utils import Precision, autocast, get_device, get_precision, get_profile
 
-
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
     "cross_entropy",
