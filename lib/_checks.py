@@ -8,8 +8,9 @@ call them again. Every check returns the value (converted where it says so) or r
 
 What they read: the tensor checks read only types, shapes, dtypes and devices, never a
 tensor's values, so they cost no device sync and ``torch.compile`` traces through them
-without a graph break. Two exceptions read values: :func:`integer` (and the int checks
-built on it) given a 0-d tensor, and :func:`ids_in_range`, whose job is to read them. A
+without a graph break. Three exceptions read values: :func:`integer` (and the int checks
+built on it) given a 0-d tensor, :func:`ids_in_range`, whose job is to read them, and
+:func:`token_ids`, which turns a tensor of ids into a list (a tokenizer's decode). A
 check that reads values runs only at a public function's front door, on CPU tensors or
 once per call (a prompt), never once per decoded token: on a GPU each read waits for the
 device.
@@ -29,7 +30,20 @@ Scalars:
 * :func:`booleans` ``(**values)``: :func:`boolean` on each keyword (several flags in one line);
 * :func:`positive_ints` ``(**values)`` -> ``tuple[int, ...]``: :func:`positive_int` on each
   keyword, the ints in the keywords' order (several sizes in one line);
-* :func:`string` ``(name, value, *, nonempty=False)`` -> ``str``;
+* :func:`nonnegative_ints` ``(**values)`` -> ``tuple[int, ...]``: the same with ``>= 0``
+  (offsets, lengths, counts that may be zero);
+* :func:`string` ``(name, value, *, nonempty=False, utf8=False)`` -> ``str`` (``utf8``:
+  one that UTF-8 can encode, with no lone surrogate);
+* :func:`strings` ``(name, values, *, nonempty=False, distinct=False, utf8=False)`` ->
+  ``list[str]``: a list of str (one str is refused: it is not a list of them);
+* :func:`text_lines` ``(name, lines)`` -> an iterator of ``str``: an iterable of lines
+  (an open text file), not one str; each line is checked as it is read;
+* :func:`token_ids` ``(name, ids, vocab_size=None)`` -> ``list[int]``: a 1-D sequence,
+  array or tensor of int ids (in ``0..vocab_size - 1`` when a size is given);
+* :func:`divisible` ``(**pair)``: of two keywords (ints), the first is a multiple of the
+  second, such as ``divisible(d_model=d_model, n_heads=n_heads)``;
+* :func:`function` ``(name, value)`` -> the value, which must be callable;
+* :func:`float_dtype` ``(name, dtype)`` -> ``dtype``, a floating-point ``torch.dtype``;
 * :func:`instance` ``(name, value, cls, *, what=None)`` -> the value, which must be an
   instance of ``cls`` (the message says ``what``, default ``"a <cls name>"``);
 * :func:`one_of` ``(name, value, choices)`` -> the value, which must equal one of ``choices``
@@ -51,6 +65,10 @@ Tensors:
 * :func:`ids_in_range` ``(name, ids, size)`` -> ``ids``: every value of an integer tensor in
   ``0..size - 1`` (token ids against a vocabulary); it **reads the values**;
 * :func:`same_device` ``(**tensors)``: the named tensors are on one device (``ValueError``);
+  a ``None`` among them is an optional tensor not given, and is skipped;
+* :func:`attention_inputs` ``(q, k, v)``: queries ``(batch heads q_pos d_head)``, keys
+  ``(batch kv_heads k_pos d_head)`` and values ``(batch kv_heads k_pos d_v)`` of one
+  floating dtype on one device, ``heads`` a multiple of ``kv_heads``;
 * :func:`same_dtype_and_device` ``(*, autocast=False, **tensors)``: the named tensors are on
   one device and share a dtype (``TypeError``); with ``autocast=True`` the dtypes may differ
   inside an autocast region, which casts them itself.
@@ -64,7 +82,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -72,15 +90,20 @@ import torch
 __all__ = [
     "boolean",
     "booleans",
+    "attention_inputs",
     "broadcastable",
     "even",
+    "divisible",
     "finite_float",
+    "float_dtype",
+    "function",
     "int_at_least",
     "int_in_range",
     "instance",
     "ids_in_range",
     "integer",
     "layer_input",
+    "nonnegative_ints",
     "one_of",
     "positive_int",
     "positive_ints",
@@ -88,7 +111,10 @@ __all__ = [
     "same_device",
     "same_dtype_and_device",
     "string",
+    "strings",
     "tensor",
+    "text_lines",
+    "token_ids",
 ]
 
 
@@ -292,15 +318,68 @@ def positive_ints(
     )
 
 
+def nonnegative_ints(
+    *, owner: str | None = None, hint: str | None = None, **values: Any
+) -> tuple[int, ...]:
+    """The keywords' values as ints ``>= 0`` (:func:`int_at_least` on each), in order."""
+    return tuple(
+        int_at_least(name, value, 0, owner=owner, hint=hint)
+        for name, value in values.items()
+    )
+
+
+def divisible(
+    *, owner: str | None = None, hint: str | None = None, **pair: int
+) -> None:
+    """Of two keywords (ints, checked already), the first is a multiple of the second:
+    ``divisible(d_model=30, n_heads=4)`` raises ``d_model=30 is not divisible by
+    n_heads=4``. Zero divides nothing."""
+    if len(pair) != 2:
+        raise TypeError(
+            f"divisible() takes a value and its divisor, got {sorted(pair)}"
+        )
+    (name, value), (by_name, by) = pair.items()
+    if by == 0 or value % by:
+        text = f"{name}={value} is not divisible by {by_name}={by}"
+        raise ValueError(_message(text, owner, hint))
+
+
+def function(
+    name: str, value: Any, *, owner: str | None = None, hint: str | None = None
+) -> Any:
+    """``value``, which must be callable (a function, a module, a class)."""
+    if not callable(value):
+        raise TypeError(
+            _message(f"{name} must be callable, got {_describe(value)}", owner, hint)
+        )
+    return value
+
+
+def float_dtype(
+    name: str, dtype: Any, *, owner: str | None = None, hint: str | None = None
+) -> torch.dtype:
+    """``dtype``, which must be a floating-point ``torch.dtype`` (``torch.float32``...)."""
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        text = f"{name} must be a floating torch.dtype, got {dtype!r}"
+        raise TypeError(_message(text, owner, hint))
+    return dtype
+
+
 def string(
     name: str,
     value: Any,
     *,
     nonempty: bool = False,
+    utf8: bool = False,
     owner: str | None = None,
     hint: str | None = None,
 ) -> str:
-    """``value``, which must be a ``str`` (and not empty, with ``nonempty=True``)."""
+    """``value``, which must be a ``str`` (and not empty, with ``nonempty=True``).
+
+    With ``utf8=True`` it must also be encodable as UTF-8: a Python str may hold a lone
+    surrogate (``"\\udc80"``, from bytes decoded with ``errors="surrogateescape"``),
+    which no encoder accepts.
+    """
     if not isinstance(value, str):
         raise TypeError(
             _message(f"{name} must be a str, got {_describe(value)}", owner, hint)
@@ -309,7 +388,107 @@ def string(
         raise ValueError(
             _message(f"{name} must be a non-empty str, got ''", owner, hint)
         )
+    if utf8:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            text = (
+                f"{name} contains {value[err.start]!r} at position {err.start}, a lone "
+                "surrogate that UTF-8 cannot encode; it usually comes from decoding "
+                "bytes with errors='surrogateescape'"
+            )
+            raise ValueError(_message(text, owner, hint)) from None
     return value
+
+
+def _not_one(name: str, values: Any, what: str, owner, hint) -> None:
+    """A ``TypeError`` unless ``values`` is an iterable other than one str or bytes."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        text = f"{name} must be {what}, got {type(values).__name__}"
+        raise TypeError(_message(text, owner, hint))
+
+
+def strings(
+    name: str,
+    values: Any,
+    *,
+    nonempty: bool = False,
+    distinct: bool = False,
+    utf8: bool = False,
+    owner: str | None = None,
+    hint: str | None = None,
+) -> list[str]:
+    """``values`` (any iterable of str, not one str) as a list, each item checked as
+    :func:`string` does (``name[i]``); ``distinct=True`` refuses a repeated item."""
+    if isinstance(values, str):  # a common slip: one token where a list was meant
+        hint = f"write [{values!r}] for a list of one" + (f"; {hint}" if hint else "")
+    _not_one(name, values, "a list of str", owner, hint)
+    items = list(values)
+    for i, item in enumerate(items):
+        string(
+            f"{name}[{i}]", item, nonempty=nonempty, utf8=utf8, owner=owner, hint=hint
+        )
+    if distinct and len(set(items)) != len(items):
+        raise ValueError(_message(f"{name} must be distinct, got {items}", owner, hint))
+    return items
+
+
+def text_lines(
+    name: str, lines: Any, *, owner: str | None = None, hint: str | None = None
+) -> Iterator[str]:
+    """``lines``, an iterable of str (an open text file, a list of lines), not one str.
+
+    The iterable is checked now; each line is checked as it is read (``line n must be a
+    str``), so that a file too large for memory is never read twice.
+    """
+    what = "an iterable of str (an open text file, a list of lines)"
+    _not_one(name, lines, what, owner, hint)
+    mode = "open files in text mode"
+    return (
+        string(f"line {n}", line, owner=owner, hint=mode)
+        for n, line in enumerate(lines)
+    )
+
+
+def token_ids(
+    name: str,
+    ids: Any,
+    vocab_size: int | None = None,
+    *,
+    owner: str | None = None,
+    hint: str | None = None,
+) -> list[int]:
+    """``ids`` (a list, tuple, NumPy array or 1-D tensor of ints) as a list of ints.
+
+    Items are checked as :func:`integer` does (``name[i]``); with ``vocab_size``, each
+    must lie in ``0..vocab_size - 1`` (the message gives the first one that does not
+    and its position). A str is refused: it is text, not ids (encode it first).
+    """
+    if hasattr(ids, "tolist"):  # torch tensors and NumPy arrays
+        ids = ids.tolist()
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        got = _describe(ids)
+        if isinstance(ids, (str, bytes)):
+            got += " (text is not a sequence of ids: encode it first)"
+        text = f"{name} must be a sequence of integer ids, got {got}"
+        raise TypeError(_message(text, owner, hint))
+    ids = list(ids)
+    for position, token_id in enumerate(ids):
+        if type(token_id) is not int:  # NumPy ints are converted; bools, lists refused
+            one_d = hint or f"{name} must be ints in a 1-D sequence"
+            ids[position] = integer(
+                f"{name}[{position}]", token_id, owner=owner, hint=one_d
+            )
+    if vocab_size is not None and ids and (min(ids) < 0 or max(ids) >= vocab_size):
+        position, bad = next(
+            (p, i) for p, i in enumerate(ids) if not 0 <= i < vocab_size
+        )
+        text = (
+            f"id {bad} at position {position} is out of range for a vocabulary of "
+            f"{vocab_size} tokens (valid ids are 0..{vocab_size - 1})"
+        )
+        raise ValueError(_message(text, owner, hint))
+    return ids
 
 
 def instance(
@@ -495,13 +674,17 @@ def broadcastable(
 def same_device(
     *, owner: str | None = None, hint: str | None = None, **tensors: torch.Tensor
 ) -> None:
-    """The named tensors (at least two) are on one device (``ValueError`` if not)."""
+    """The named tensors (at least two) are on one device (``ValueError`` if not).
+
+    A ``None`` is an optional tensor that was not given (``mask=None``): it is skipped.
+    """
     if len(tensors) < 2:
         raise TypeError("same_device() compares at least two named tensors")
+    tensors = {name: x for name, x in tensors.items() if x is not None}
     for name, x in tensors.items():
         tensor(name, x, owner=owner)
     devices = [x.device for x in tensors.values()]
-    if any(device != devices[0] for device in devices):
+    if any(device != devices[0] for device in devices[1:]):
         listed = ", ".join(f"{name} on {x.device}" for name, x in tensors.items())
         raise ValueError(
             _message(
@@ -559,6 +742,35 @@ def layer_input(
     tensor(name, x, axes, floating=True, owner=owner, hint=hint, **sizes)
     same_dtype_and_device(autocast=True, owner=owner, **{name: x, "weight": weight})
     return x
+
+
+def attention_inputs(
+    q: Any, k: Any, v: Any, *, owner: str | None = None, hint: str | None = None
+) -> None:
+    """Attention's inputs: ``q`` ``(batch heads q_pos d_head)``, ``k`` ``(batch kv_heads
+    k_pos d_head)`` and ``v`` ``(batch kv_heads k_pos d_v)``, floating point, of one
+    dtype on one device, with ``heads`` a multiple of ``kv_heads`` (grouped queries).
+
+    Each message names the tensor at fault and the tensor whose sizes it must match.
+    """
+    tensor("q", q, "batch heads q_pos d_head", floating=True, owner=owner, hint=hint)
+    (batch, heads, _, d_head), same = q.shape, dict(floating=True, owner=owner)
+    axes, like_q = (
+        "batch kv_heads k_pos d_head",
+        f"batch and d_head as in q {tuple(q.shape)}",
+    )
+    tensor("k", k, axes, batch=batch, d_head=d_head, hint=hint or like_q, **same)
+    (_, kv_heads, k_len, _), axes = k.shape, "batch kv_heads k_pos d_v"
+    like_k = f"batch, kv_heads and k_pos as in k {tuple(k.shape)}"
+    sizes = dict(batch=batch, kv_heads=kv_heads, k_pos=k_len)
+    tensor("v", v, axes, hint=hint or like_k, **sizes, **same)
+    same_dtype_and_device(q=q, k=k, v=v, owner=owner, hint=hint)
+    if kv_heads == 0 or heads % kv_heads:
+        text = (
+            f"q has {heads} heads, not a multiple of the {kv_heads} key/value heads: "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
+        raise ValueError(_message(text, owner, hint))
 
 
 def ids_in_range(

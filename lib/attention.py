@@ -160,8 +160,7 @@ def additive_mask(
     """
     owner = "additive_mask()"
     check.tensor("mask", mask, boolean=True, owner=owner, hint=_MASK_HINT)
-    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise TypeError(f"{owner}: dtype must be a floating torch.dtype, got {dtype!r}")
+    check.float_dtype("dtype", dtype, owner=owner)
     zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return zeros.masked_fill(~mask, float("-inf"))
 
@@ -180,24 +179,8 @@ def _check_args(owner, q, k, v, mask, bias, dropout_p, scale, causal):
     device; ``heads`` a multiple of ``kv_heads``; ``mask`` and ``bias`` as
     :func:`_check_mask_and_bias` says.
     """
-    check.tensor("q", q, "batch heads q_pos d_head", floating=True, owner=owner)
-    (batch, heads, _, d_head), same = q.shape, dict(floating=True, owner=owner)
-    hint = f"batch and d_head as in q {tuple(q.shape)}"
-    axes = "batch kv_heads k_pos d_head"
-    check.tensor("k", k, axes, batch=batch, d_head=d_head, hint=hint, **same)
-    (_, kv_heads, k_len, _), axes = k.shape, "batch kv_heads k_pos d_v"
-    hint = f"batch, kv_heads and k_pos as in k {tuple(k.shape)}"
-    check.tensor(
-        "v", v, axes, batch=batch, kv_heads=kv_heads, k_pos=k_len, hint=hint, **same
-    )
-    check.same_dtype_and_device(q=q, k=k, v=v, owner=owner)
-    if kv_heads == 0 or heads % kv_heads:
-        shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}"
-        raise ValueError(
-            f"{owner}: q has {heads} heads, not a multiple of the {kv_heads} key/value "
-            f"heads: {shapes}"
-        )
-    _check_mask_and_bias(owner, q, k_len, mask, bias)
+    check.attention_inputs(q, k, v, owner=owner)
+    _check_mask_and_bias(owner, q, k.shape[2], mask, bias)
     dropout_p = check.probability("dropout_p", dropout_p, owner=owner)
     if scale is not None:
         scale = check.finite_float("scale", scale, **_POSITIVE, owner=owner)
@@ -213,10 +196,9 @@ def _check_mask_and_bias(owner, q, k_len, mask, bias) -> None:
     if mask is not None:
         hint = _MASK_HINT + "; pass an additive float tensor as bias= instead"
         check.broadcastable("mask", mask, _SCORES, boolean=True, hint=hint, **scores)
-        check.same_device(q=q, mask=mask, owner=owner)
     if bias is not None:
         check.broadcastable("bias", bias, _SCORES, floating=True, **scores)
-        check.same_device(q=q, bias=bias, owner=owner)
+    check.same_device(q=q, mask=mask, bias=bias, owner=owner)
 
 
 # From chapters/04-attention.md, section "The attention function".
@@ -414,13 +396,11 @@ def register_attention_backend(
     owner = "register_attention_backend()"
     check.string("name", name, nonempty=True, owner=owner)
     check.boolean("replace", replace, owner=owner)
-    if not callable(fn):
-        raise TypeError(f"{owner}: fn must be callable, got {type(fn).__name__}")
+    check.function("fn", fn, owner=owner)
     taken = name in ATTENTION_BACKENDS and ATTENTION_BACKENDS[name] is not fn
     if taken and not replace:
-        raise ValueError(
-            f"attention backend {name!r} exists; pass replace=True to replace it"
-        )
+        exists = f"attention backend {name!r} exists"
+        raise ValueError(f"{exists}; pass replace=True to replace it")
     ATTENTION_BACKENDS[name] = fn
 
 
@@ -434,20 +414,15 @@ def attention_backend_names() -> list[str]:
     return sorted(set(ATTENTION_BACKENDS) | set(_LAZY_BACKENDS))
 
 
-def _load_backend(name: str) -> str:
-    """``name`` (a checked backend name), registered: a lazy backend's module is
-    imported the first time, which registers it."""
+def _load_backend(name: object, owner: str) -> str:
+    """``name``, which must name a backend (the message lists them), registered: a lazy
+    backend's module is imported the first time, which registers it."""
+    known = attention_backend_names()
+    hint = "register_attention_backend(name, fn) adds one"
+    name = check.one_of("backend", name, known, owner=owner, hint=hint)
     if name not in ATTENTION_BACKENDS:
         importlib.import_module(_LAZY_BACKENDS[name])
     return name
-
-
-def _check_backend(name: object, owner: str) -> str:
-    """``name``, which must name a backend (the message lists them)."""
-    hint = "register_attention_backend(name, fn) adds one"
-    return check.one_of(
-        "backend", name, attention_backend_names(), owner=owner, hint=hint
-    )
 
 
 def set_attention_backend(model: nn.Module, name: str) -> nn.Module:
@@ -459,12 +434,11 @@ def set_attention_backend(model: nn.Module, name: str) -> nn.Module:
     """
     owner = "set_attention_backend()"
     check.instance("model", model, nn.Module, what="an nn.Module", owner=owner)
-    _load_backend(_check_backend(name, owner))
+    _load_backend(name, owner)
     modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     if not modules:
-        raise ValueError(
-            f"{type(model).__name__} has no MultiHeadAttention module to switch",
-        )
+        kind = type(model).__name__
+        raise ValueError(f"{kind} has no MultiHeadAttention module to switch")
     for module in modules:
         module.backend = name
     return model
@@ -537,9 +511,8 @@ class KVCache:
             low, high = (int(i) for i in torch.aminmax(indices))
             if low < 0 or high >= batch:
                 rows = f"a batch of {batch} (rows 0..{batch - 1})"
-                raise IndexError(
-                    f"{owner}: indices {indices.tolist()} out of range for {rows}"
-                )
+                got = f"indices {indices.tolist()}"
+                raise IndexError(f"{owner}: {got} out of range for {rows}")
         indices = indices.to(self.keys.device)
         return KVCache(
             self.keys.index_select(0, indices),
@@ -612,18 +585,14 @@ class MultiHeadAttention(nn.Module):
         n_kv_heads = check.positive_int("n_kv_heads", n_kv_heads, owner=owner)
         if d_head is not None:
             d_head = check.positive_int("d_head", d_head, owner=owner)
-        elif d_model % n_heads != 0:
-            raise ValueError(
-                f"{owner}: d_model={d_model} is not divisible by n_heads={n_heads}: "
-                f"each head needs d_model / n_heads dimensions (or pass d_head)"
-            )
-        if n_heads % n_kv_heads != 0:
-            sizes = f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}"
-            why = "each key/value head must serve a whole group of query heads"
-            raise ValueError(f"{owner}: {sizes}: {why}")
+        else:
+            why = "each head needs d_model / n_heads dimensions (or pass d_head)"
+            check.divisible(d_model=d_model, n_heads=n_heads, owner=owner, hint=why)
+        why = "each key/value head must serve a whole group of query heads"
+        check.divisible(n_heads=n_heads, n_kv_heads=n_kv_heads, owner=owner, hint=why)
         check.boolean("bias", bias, owner=owner)
         dropout = check.probability("dropout", dropout, owner=owner)
-        _load_backend(_check_backend(backend, owner))
+        _load_backend(backend, owner)
         if scale is not None:
             scale = check.finite_float("scale", scale, **_POSITIVE, owner=owner)
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
@@ -668,9 +637,9 @@ class MultiHeadAttention(nn.Module):
         q_pos d_model)``, or a tuple with the :class:`KVCache` and/or the weights
         ``(batch heads q_pos k_pos)`` after it.
         """
-        owner, flags = "MultiHeadAttention", dict(use_cache=use_cache, causal=causal)
-        check.booleans(**flags, need_weights=need_weights, owner=owner)
-        check.boolean("cross_attention", cross_attention, owner=owner)
+        owner = "MultiHeadAttention"
+        flags = dict(use_cache=use_cache, causal=causal, need_weights=need_weights)
+        check.booleans(**flags, cross_attention=cross_attention, owner=owner)
         cross = cross_attention or context is not None
         _check_mha_args(self, x, context, position_bias, rope, past, cross)
         if not cross:  # self-attention: one fused projection for q, k and v
@@ -740,6 +709,9 @@ class MultiHeadAttention(nn.Module):
 # From chapters/04-attention.md, section "The module".
 _ROPE_NOT_CROSS = "rope rotates positions of one sequence; it does not apply to "
 _ROPE_NOT_CROSS += "cross-attention"
+_CROSS_NEEDS_KV = "cross_attention=True needs the encoder's keys and values: pass "
+_CROSS_NEEDS_KV += "context (the encoder output) or past (a KVCache made from it)"
+_BIAS_KINDS = "a tensor or a module called as position_bias(q_len, k_len, offset)"
 
 
 def _check_mha_args(mha, x, context, position_bias, rope, past, cross):
@@ -749,24 +721,19 @@ def _check_mha_args(mha, x, context, position_bias, rope, past, cross):
     axes = "batch q_pos d_model"
     check.layer_input("x", x, axes, weight, d_model=d_model, owner=owner)
     if cross and context is None and past is None:
-        raise ValueError(
-            f"{owner}: cross_attention=True needs the encoder's keys and values: pass "
-            "context (the encoder output) or past (a KVCache made from it)"
-        )
+        raise ValueError(f"{owner}: {_CROSS_NEEDS_KV}")
     if rope is not None and (cross or context is not None):
         raise ValueError(f"{owner}: {_ROPE_NOT_CROSS}")
     if context is not None:
         axes, hint = "batch k_pos d_model", f"x is {tuple(x.shape)}"
         sizes = dict(batch=x.shape[0], d_model=d_model, owner=owner, hint=hint)
         check.layer_input("context", context, axes, weight, **sizes)
-    if rope is not None and not callable(rope):
-        raise TypeError(f"{owner}: rope must be callable, got {type(rope).__name__}")
+    if rope is not None:
+        check.function("rope", rope, owner=owner)
     bias = position_bias
     if not (bias is None or torch.is_tensor(bias) or callable(bias)):
-        raise TypeError(
-            f"{owner}: position_bias must be a tensor or a module called as "
-            f"position_bias(q_len, k_len, offset), got {type(bias).__name__}"
-        )
+        got = type(bias).__name__
+        raise TypeError(f"{owner}: position_bias must be {_BIAS_KINDS}, got {got}")
     if past is not None:
         check.instance("past", past, KVCache, owner=owner)
         hint = "a cache fits only the layer that made it"
@@ -789,14 +756,10 @@ def kv_cache_bytes(
 
     The 2 counts keys and values; ``bytes_per_value`` is 2 for fp16/bf16, 4 for fp32.
     """
-    sizes = dict(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head,
-                 seq_len=seq_len, batch_size=batch_size,
-                 bytes_per_value=bytes_per_value)  # fmt: skip
-    owner = "kv_cache_bytes()"
-    n_layers, n_kv_heads, d_head, seq_len, batch_size, bytes_per_value = (
-        check.positive_int(name, value, owner=owner) for name, value in sizes.items()
-    )
-    return 2 * n_layers * n_kv_heads * d_head * seq_len * batch_size * bytes_per_value
+    sizes = (n_layers, n_kv_heads, d_head, seq_len, batch_size, bytes_per_value)
+    names = "n_layers n_kv_heads d_head seq_len batch_size bytes_per_value".split()
+    sizes = check.positive_ints(owner="kv_cache_bytes()", **dict(zip(names, sizes)))
+    return 2 * math.prod(sizes)  # 2: keys and values
 
 
 # From chapters/04-attention.md, section "What attention costs".
@@ -812,8 +775,7 @@ def attention_layer_flops(
     · d²`` for the default ``d_ff = 4d``).
     """
     owner = "attention_layer_flops()"
-    n = check.positive_int("seq_len", seq_len, owner=owner)
-    d = check.positive_int("d_model", d_model, owner=owner)
+    n, d = check.positive_ints(seq_len=seq_len, d_model=d_model, owner=owner)
     d_ff = 4 * d if d_ff is None else check.positive_int("d_ff", d_ff, owner=owner)
     return {
         "scores": 4 * n * n * d,

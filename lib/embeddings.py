@@ -58,6 +58,7 @@ def init_embedding_(
 # From chapters/02-embeddings.md, section "The module".
 _IDS_HINT = "token ids are indices: convert them with .long()"
 _RANGE_HINT = "was the tokenizer's vocabulary larger than the model's?"
+_IN_VOCAB = dict(owner="TokenEmbedding", hint=_RANGE_HINT)  # for ids out of range
 
 
 class TokenEmbedding(nn.Module):
@@ -114,9 +115,7 @@ class TokenEmbedding(nn.Module):
         check.tensor("token_ids", token_ids, integer=True, owner=owner, hint=_IDS_HINT)
         check.same_device(token_ids=token_ids, weight=self.weight, owner=owner)
         if self.check_ids and token_ids.device.type == "cpu":  # reads the ids
-            check.ids_in_range(
-                "token id", token_ids, self.vocab_size, owner=owner, hint=_RANGE_HINT
-            )
+            check.ids_in_range("token id", token_ids, self.vocab_size, **_IN_VOCAB)
         # what F.embedding accepts
         if token_ids.dtype not in (torch.int64, torch.int32):
             token_ids = token_ids.long()
@@ -174,15 +173,12 @@ class Unembedding(nn.Module):
         if tie_to is not None:
             tied_weight, got = getattr(tie_to, "weight", None), type(tie_to).__name__
             if not isinstance(tied_weight, nn.Parameter):
-                raise TypeError(
-                    f"tie_to must be an embedding module (with a weight), got {got}"
-                )
+                what = "an embedding module (with a weight)"
+                raise TypeError(f"tie_to must be {what}, got {got}")
             shape, wanted = tuple(tied_weight.shape), (vocab_size, d_model)
             if shape != wanted:
-                got = f"the embedding's weight has shape {shape}"
-                raise ValueError(
-                    f"cannot tie: {got}, not (vocab_size, d_model) = {wanted}"
-                )
+                got = f"cannot tie: the embedding's weight has shape {shape}"
+                raise ValueError(f"{got}, not (vocab_size, d_model) = {wanted}")
             # The same Parameter object: one tensor, two roles.
             self.weight = tied_weight
         else:
@@ -198,10 +194,8 @@ class Unembedding(nn.Module):
         the weight's dtype (any dtype under autocast) and on its device; the result is
         ``(... vocab)``.
         """
-        owner, d_model = "Unembedding", self.d_model
-        check.layer_input(
-            "hidden", hidden, "... d_model", self.weight, d_model=d_model, owner=owner
-        )
+        sizes = dict(d_model=self.d_model, owner="Unembedding")
+        check.layer_input("hidden", hidden, "... d_model", self.weight, **sizes)
         logits = einsum(hidden, self.weight, "... d_model, vocab d_model -> ... vocab")
         if self.bias is not None:
             logits = logits + self.bias

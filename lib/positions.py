@@ -55,6 +55,15 @@ def _finer_than_tables(dtype: torch.dtype) -> bool:
     return torch.finfo(dtype).bits > 32
 
 
+def _check_input(owner: str, x, offset, axis: str, size: int, **table) -> int:
+    """A module's input ``x`` ``(... seq axis)`` with ``axis`` of ``size``, floating
+    point, on the device of the module's table (one keyword: ``pe=self.pe``); returns
+    ``offset``, which must be an int ``>= 0``."""
+    check.tensor("x", x, f"... seq {axis}", floating=True, owner=owner, **{axis: size})
+    check.same_device(x=x, owner=owner, **table)
+    return check.int_at_least("offset", offset, 0, owner=owner)
+
+
 # From chapters/03-positions.md, section "Sinusoidal positions".
 def sinusoidal_positions(
     n_positions: int,
@@ -75,8 +84,7 @@ def sinusoidal_positions(
     n_positions = check.int_at_least("n_positions", n_positions, 0)
     d_model = check.even("d_model", d_model, positive=True, hint="sin/cos pairs")
     base = check.finite_float("base", base, **_BASE)
-    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    check.float_dtype("dtype", dtype)
     position = torch.arange(n_positions, dtype=torch.float64)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
     frequency = base ** (-two_i / d_model)  # (pair): one angular frequency per pair
@@ -141,11 +149,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         point, on the module's device; the result has the shape and dtype of ``x``.
         """
         owner, d_model = "SinusoidalPositionalEncoding", self.d_model
-        check.tensor(
-            "x", x, "... seq d_model", d_model=d_model, floating=True, owner=owner
-        )
-        check.same_device(x=x, pe=self.pe, owner=owner)
-        offset = check.int_at_least("offset", offset, 0, owner=owner)
+        offset = _check_input(owner, x, offset, "d_model", d_model, pe=self.pe)
         end = offset + x.shape[-2]
         if end <= self.max_len and not _finer_than_tables(x.dtype):
             pe = self.pe[offset:end]
@@ -184,17 +188,11 @@ class LearnedPositionalEmbedding(nn.Module):
         """
         owner, d_model = "LearnedPositionalEmbedding", self.d_model
         weight = self.embedding.weight
-        check.tensor(
-            "x", x, "... seq d_model", d_model=d_model, floating=True, owner=owner
-        )
-        check.same_device(x=x, weight=weight, owner=owner)
-        offset = check.int_at_least("offset", offset, 0, owner=owner)
-        end = offset + x.shape[-2]
-        if end > self.max_len:
-            raise ValueError(
-                f"{owner}: positions {offset}..{end - 1} go past max_len={self.max_len}: "
-                f"a learned table has no row for position {self.max_len} or later"
-            )
+        offset = _check_input(owner, x, offset, "d_model", d_model, weight=weight)
+        end, max_len = offset + x.shape[-2], self.max_len
+        if end > max_len:
+            rows = f"positions {offset}..{end - 1} go past max_len={max_len}"
+            raise ValueError(f"{owner}: {rows}: the table ends at row {max_len - 1}")
         positions = torch.arange(offset, end, device=weight.device)
         return x + self.embedding(positions).to(x.dtype)
 
@@ -285,10 +283,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     check.even("d_head", x.shape[-1], owner=owner)
     check.same_dtype_and_device(x=x, cos=cos, sin=sin, owner=owner)
     if cos.shape != sin.shape or cos.shape[-2:] != x.shape[-2:]:
-        raise ValueError(
-            f"{owner}: cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must both end "
-            f"in (seq d_head) = {tuple(x.shape[-2:])}, as x {tuple(x.shape)} does"
-        )
+        got = f"cos {tuple(cos.shape)}, sin {tuple(sin.shape)}, x {tuple(x.shape)}"
+        raise ValueError(f"{owner}: cos, sin must both end in x's (seq d_head): {got}")
     return x * cos + _rotate_half(x) * sin
 
 
@@ -321,8 +317,7 @@ class RotaryEmbedding(nn.Module):
         """The ``(seq d_head)`` cos and sin rows of the positions
         ``offset .. offset + seq - 1``, in ``dtype`` (default: the tables' dtype)."""
         owner = "RotaryEmbedding.cos_sin()"
-        offset = check.int_at_least("offset", offset, 0, owner=owner)
-        seq = check.int_at_least("seq", seq, 0, owner=owner)
+        offset, seq = check.nonnegative_ints(offset=offset, seq=seq, owner=owner)
         return self._cos_sin(offset, seq, dtype)
 
     def _cos_sin(
@@ -345,12 +340,8 @@ class RotaryEmbedding(nn.Module):
         floating point, on the module's device; the result has the shape and dtype of
         ``x``.
         """
-        owner, d_head = "RotaryEmbedding", self.d_head
-        check.tensor(
-            "x", x, "... seq d_head", d_head=d_head, floating=True, owner=owner
-        )
-        check.same_device(x=x, cos_cached=self.cos_cached, owner=owner)
-        offset = check.int_at_least("offset", offset, 0, owner=owner)
+        owner, table = "RotaryEmbedding", self.cos_cached
+        offset = _check_input(owner, x, offset, "d_head", self.d_head, cos_cached=table)
         # checked: rotate with the unchecked helpers (apply_rotary's formula)
         cos, sin = self._cos_sin(offset, x.shape[-2], x.dtype)
         return x * cos + _rotate_half(x) * sin
@@ -440,12 +431,9 @@ def _check_buckets(bidirectional, num_buckets, max_distance) -> tuple[bool, int,
     if bidirectional:
         check.even("num_buckets", num_buckets, hint="bidirectional buckets: two halves")
     max_distance = check.positive_int("max_distance", max_distance)
-    per_direction = num_buckets // 2 if bidirectional else num_buckets
-    if max_distance <= (max_exact := per_direction // 2):
-        raise ValueError(
-            f"max_distance={max_distance} must exceed the exact range max_exact="
-            f"{max_exact} (half of the {per_direction} buckets per direction)"
-        )
+    if max_distance <= (max_exact := num_buckets // (4 if bidirectional else 2)):
+        exact = f"max_exact={max_exact} (half the buckets of a direction)"
+        raise ValueError(f"max_distance={max_distance} must exceed {exact}")
     return bidirectional, num_buckets, max_distance
 
 

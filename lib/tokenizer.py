@@ -41,49 +41,6 @@ __all__ = [
 
 
 # From chapters/01-tokenizer.md, section "Characters: the simplest tokenizer".
-def _as_id_list(ids: Any, vocab_size: int, owner: str) -> list[int]:
-    """``ids`` (a sequence, array or 1-D tensor of ints) as a list of ids in range."""
-    if hasattr(ids, "tolist"):  # torch tensors and NumPy arrays
-        ids = ids.tolist()
-    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
-        kind = type(ids).__name__
-        raise TypeError(f"{owner}.decode() takes a sequence of integer ids, got {kind}")
-    ids = list(ids)
-    for position, token_id in enumerate(ids):
-        # NumPy ints are converted; bools, floats and lists are refused
-        if type(token_id) is not int:
-            hint = "ids must be ints in a 1-D sequence"
-            name, where = f"ids[{position}]", f"{owner}.decode()"
-            ids[position] = check.integer(name, token_id, owner=where, hint=hint)
-    if ids and (min(ids) < 0 or max(ids) >= vocab_size):
-        bad_ids = ((p, i) for p, i in enumerate(ids) if not 0 <= i < vocab_size)
-        position, bad = next(bad_ids)
-        raise ValueError(
-            f"{owner}.decode(): id {bad} at position {position} is out of range for a "
-            f"vocabulary of {vocab_size} tokens (valid ids are 0..{vocab_size - 1})"
-        )
-    return ids
-
-
-def _checked_lines(lines: Iterable[str], owner: str) -> Iterator[str]:
-    """``lines`` (checked now: an iterable, not one str), each item checked as a str."""
-    if isinstance(lines, (str, bytes)) or not isinstance(lines, Iterable):
-        raise TypeError(
-            f"{owner} takes an iterable of str (an open text file, a list of lines), "
-            f"got {type(lines).__name__}; encode() takes one str"
-        )
-    hint = "open files in text mode"
-    numbered = enumerate(lines)
-    return (check.string(f"line {n}", x, owner=owner, hint=hint) for n, x in numbered)
-
-
-def _check_id_sequence(ids: object, owner: str) -> None:
-    """``ids`` must be a sequence of ids (a list, a tuple), not a str or bytes."""
-    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
-        raise TypeError(f"{owner} takes a sequence of ids, got {type(ids).__name__}")
-
-
-# From chapters/01-tokenizer.md, section "Characters: the simplest tokenizer".
 class CharTokenizer:
     """One token per distinct character of a text; ids follow code-point order.
 
@@ -117,12 +74,14 @@ class CharTokenizer:
 
     def encode_iterable(self, lines: Iterable[str]) -> Iterator[int]:
         """The ids of ``"".join(lines)``, produced lazily, one line at a time."""
-        lines = _checked_lines(lines, "CharTokenizer.encode_iterable()")
+        owner, hint = "CharTokenizer.encode_iterable()", "encode() takes one str"
+        lines = check.text_lines("lines", lines, owner=owner, hint=hint)
         return chain.from_iterable(map(self.encode, lines))
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids`` (a list, array or tensor of shape ``(seq,)``)."""
-        ids = _as_id_list(ids, self.vocab_size, "CharTokenizer")
+        owner = "CharTokenizer.decode()"
+        ids = check.token_ids("ids", ids, self.vocab_size, owner=owner)
         return "".join([self.chars[i] for i in ids])
 
     def __repr__(self) -> str:
@@ -135,7 +94,7 @@ def count_adjacent_pairs(ids: Sequence[int]) -> Counter[tuple[int, int]]:
 
     Overlapping pairs all count: ``(7, 7, 7)`` contains the pair ``(7, 7)`` twice.
     """
-    _check_id_sequence(ids, "count_adjacent_pairs()")
+    ids = check.token_ids("ids", ids, owner="count_adjacent_pairs()")
     return Counter(pairwise(ids))
 
 
@@ -164,7 +123,7 @@ def merge_adjacent_pair(
     Occurrences are taken left to right without overlap, so merging ``(7, 7)`` into 300
     turns ``[7, 7, 7]`` into ``[300, 7]``. The input is not modified.
     """
-    _check_id_sequence(ids, "merge_adjacent_pair()")
+    ids = check.token_ids("ids", ids, owner="merge_adjacent_pair()")
     if not (isinstance(pair, tuple) and len(pair) == 2):
         raise ValueError(f"pair must be a tuple of two int ids, got {pair!r}")
     left, right = (check.int_at_least(f"pair[{i}]", pair[i], 0) for i in (0, 1))
@@ -196,8 +155,7 @@ def train_bpe_merges(
     merges the pair with the largest count, ties broken by the smallest ``(a, b)``.
     Training stops early when no pair is left (every word is one token).
     """
-    n_merges = check.int_at_least("n_merges", n_merges, 0)
-    first_id = check.int_at_least("first_id", first_id, 0)
+    n_merges, first_id = check.nonnegative_ints(n_merges=n_merges, first_id=first_id)
     if not isinstance(word_counts, Mapping):
         got = type(word_counts).__name__
         raise TypeError(f"word_counts must map words to counts, got {got}")
@@ -263,6 +221,8 @@ def train_bpe_merges(
 # inside a run of whitespace, before its last character, when a non-space character that
 # cannot start a special token ({starts}) follows.
 _SAFE_CUT = r"(?<=\S[^\S ])(?=\S)|(?<=\s)(?=\s[^\s{starts}])"
+# Special tokens: distinct non-empty str that UTF-8 can encode (their bytes are tokens).
+_SPECIALS = dict(nonempty=True, distinct=True, utf8=True)
 
 
 # From chapters/01-tokenizer.md, section "The tokenizer: special tokens, encoding, decoding, saving".
@@ -314,27 +274,12 @@ class BPETokenizer:
     def vocab_size(self) -> int:
         return len(self.vocab)
 
-    @staticmethod
-    def _check_special_tokens(special_tokens: Iterable[str]) -> list[str]:
-        if isinstance(special_tokens, str):
-            raise TypeError(
-                "special_tokens must be a list of strings, got the string "
-                f"{special_tokens!r}; write [{special_tokens!r}]"
-            )
-        tokens = list(special_tokens)
-        for i, token in enumerate(tokens):
-            check.string(f"special_tokens[{i}]", token, nonempty=True)
-            _check_utf8(token)
-        if len(set(tokens)) != len(tokens):
-            raise ValueError(f"special tokens must be distinct, got {tokens}")
-        return tokens
-
     @classmethod
     def from_merges(
         cls, merges: Iterable[tuple[int, int]], special_tokens: Iterable[str] = ()
     ) -> BPETokenizer:
         """A tokenizer from its merges (pairs of ids, in order) and special tokens."""
-        specials = cls._check_special_tokens(special_tokens)
+        specials = check.strings("special_tokens", special_tokens, **_SPECIALS)
         tokenizer = cls()
         next_id = 256 + len(specials)
         special_ids = range(256, next_id)
@@ -380,16 +325,15 @@ class BPETokenizer:
         runs out of pairs first, the vocabulary is smaller than ``vocab_size``.
         """
         owner = "BPETokenizer.train()"
-        check.string("text", text, owner=owner)
+        check.string("text", text, utf8=True, owner=owner)
         vocab_size = check.integer("vocab_size", vocab_size, owner=owner)
-        specials = self._check_special_tokens(special_tokens)
+        specials = check.strings("special_tokens", special_tokens, **_SPECIALS)
         base = 256 + len(specials)
         if vocab_size < base:
             raise ValueError(
                 f"vocab_size={vocab_size} is smaller than the byte alphabet plus the "
                 f"special tokens (256 + {len(specials)} = {base})"
             )
-        _check_utf8(text)
         chunks = [text]
         if specials:  # special tokens are cut out: no merge may involve them
             longest_first = sorted(specials, key=len, reverse=True)
@@ -440,8 +384,8 @@ class BPETokenizer:
                             cache.clear()
                         word_ids = cache[word] = self._encode_word(word)
                     ids.extend(word_ids)
-        except UnicodeEncodeError:
-            _check_utf8(text)
+        except UnicodeEncodeError:  # a lone surrogate: say where it is
+            check.string("text", text, utf8=True)
             raise
         return ids
 
@@ -452,15 +396,13 @@ class BPETokenizer:
         held only back to the last place where cutting it cannot change the ids (see
         :data:`_SAFE_CUT`): in ordinary text, the last line or two.
         """
-        owner = "BPETokenizer.encode_iterable()"
-        lines = _checked_lines(lines, owner)
-        for token in self.special_tokens:
-            if regex.search(r"\s", token):
-                raise ValueError(
-                    f"{owner} cuts the text at whitespace, so it cannot stream with "
-                    f"the special token {token!r}, which contains whitespace; use "
-                    "encode()"
-                )
+        owner, hint = "BPETokenizer.encode_iterable()", "encode() takes one str"
+        lines = check.text_lines("lines", lines, owner=owner, hint=hint)
+        spaced = [token for token in self.special_tokens if regex.search(r"\s", token)]
+        if spaced:
+            token = f"the special token {spaced[0]!r}, which contains whitespace"
+            cut = "cuts the text at whitespace, so it cannot stream with"
+            raise ValueError(f"{owner} {cut} {token}; use encode()")
         return self._encode_stream(lines)
 
     def _encode_stream(self, lines: Iterator[str]) -> Iterator[int]:
@@ -490,7 +432,8 @@ class BPETokenizer:
         The tokens' bytes are joined, then decoded once; bytes that are not valid UTF-8
         (a character cut between tokens, say) become U+FFFD.
         """
-        ids = _as_id_list(ids, self.vocab_size, "BPETokenizer")
+        owner = "BPETokenizer.decode()"
+        ids = check.token_ids("ids", ids, self.vocab_size, owner=owner)
         vocab = self.vocab
         return b"".join([vocab[i] for i in ids]).decode("utf-8", errors="replace")
 
@@ -558,18 +501,6 @@ class BPETokenizer:
             f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
             f"special_tokens={list(self.special_tokens)})"
         )
-
-
-def _check_utf8(text: str) -> None:
-    """A clear error for the one kind of str UTF-8 cannot encode: lone surrogates."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise ValueError(
-            f"text contains {text[err.start]!r} at position {err.start}, a lone "
-            "surrogate that UTF-8 cannot encode; it usually comes from decoding bytes "
-            "with errors='surrogateescape'"
-        ) from None
 
 
 # From chapters/01-tokenizer.md, section "The tokenizer: special tokens, encoding, decoding, saving".

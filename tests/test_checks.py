@@ -414,6 +414,127 @@ def test_ids_in_range_reads_the_values():
         check.ids_in_range("token id", ids - 1, 10, hint="h")
 
 
+def test_same_device_skips_optional_tensors_not_given():
+    q = torch.randn(2, 3)
+    check.same_device(q=q, mask=None, bias=None)  # nothing to compare q with
+    with pytest.raises(
+        ValueError, match="q and bias must be on one device, got q on cpu, bias on meta"
+    ):
+        check.same_device(q=q, mask=None, bias=torch.zeros(1, device="meta"))
+    with pytest.raises(TypeError, match="at least two"):
+        check.same_device(q=q)
+
+
+def test_attention_inputs_name_the_tensor_at_fault():
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 7, 8), torch.randn(2, 2, 7, 6)
+    check.attention_inputs(q, k, v)  # grouped queries, d_v != d_head: fine
+    with pytest.raises(
+        ValueError, match=r"A: k must have shape .* d_head=8, got shape \(2, 2, 7, 4\)"
+    ):
+        check.attention_inputs(q, k[..., :4], v, owner="A")
+    with pytest.raises(ValueError, match=r"v must have shape .* k_pos=7, got"):
+        check.attention_inputs(q, k, v[:, :, :3])
+    with pytest.raises(ValueError, match="q has 4 heads, not a multiple of the 3"):
+        check.attention_inputs(q, torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8))
+    with pytest.raises(TypeError, match="q, k and v must share a dtype"):
+        check.attention_inputs(q.double(), k, v)
+    with pytest.raises(TypeError, match="k must be a floating-point tensor"):
+        check.attention_inputs(q, k.long(), v)
+
+
+def test_nonnegative_ints_divisible_function_and_float_dtype():
+    assert check.nonnegative_ints(a=0, b=np.int64(3)) == (0, 3)
+    with pytest.raises(ValueError, match="b must be an int >= 0, got -1"):
+        check.nonnegative_ints(a=0, b=-1)
+    check.divisible(d_model=32, n_heads=4)
+    with pytest.raises(
+        ValueError, match="^M: d_model=30 is not divisible by n_heads=4; why$"
+    ):
+        check.divisible(d_model=30, n_heads=4, owner="M", hint="why")
+    with pytest.raises(ValueError, match="n_heads=4 is not divisible by n_kv=0"):
+        check.divisible(n_heads=4, n_kv=0)
+    with pytest.raises(TypeError, match="a value and its divisor"):
+        check.divisible(d_model=32)
+    assert check.function("fn", len) is len
+    with pytest.raises(TypeError, match="fn must be callable, got str 'x'"):
+        check.function("fn", "x")
+    assert check.float_dtype("dtype", torch.bfloat16) is torch.bfloat16
+    for bad in (torch.int64, "float32", float):
+        with pytest.raises(TypeError, match="dtype must be a floating torch.dtype"):
+            check.float_dtype("dtype", bad)
+
+
+def test_string_utf8_names_the_lone_surrogate():
+    assert check.string("text", "héllo", utf8=True) == "héllo"
+    check.string("text", "a\udc80")  # a str all the same, when UTF-8 is not asked
+    with pytest.raises(
+        ValueError, match=r"T: text contains '\\udc80' at position 1, a lone surrogate"
+    ):
+        check.string("text", "a\udc80", utf8=True, owner="T")
+
+
+def test_strings_is_a_list_of_str_not_one_str():
+    assert check.strings("tokens", ("<a>", "<b>")) == ["<a>", "<b>"]
+    assert check.strings("tokens", []) == []
+    with pytest.raises(
+        TypeError, match=r"tokens must be a list of str, got str; write"
+    ):
+        check.strings("tokens", "<eos>")
+    with pytest.raises(TypeError, match="tokens must be a list of str, got int"):
+        check.strings("tokens", 3)
+    with pytest.raises(TypeError, match=r"tokens\[1\] must be a str, got bytes"):
+        check.strings("tokens", ["a", b"b"])
+    with pytest.raises(ValueError, match=r"tokens\[0\] must be a non-empty str"):
+        check.strings("tokens", [""], nonempty=True)
+    with pytest.raises(ValueError, match=r"tokens must be distinct, got \['a', 'a'\]"):
+        check.strings("tokens", ["a", "a"], distinct=True)
+    check.strings("tokens", ["a", "a"])  # repeats are refused only when asked
+    with pytest.raises(ValueError, match=r"tokens\[0\] contains .* lone surrogate"):
+        check.strings("tokens", ["\ud800"], utf8=True)
+
+
+def test_text_lines_checks_the_iterable_now_and_each_line_when_read():
+    assert list(check.text_lines("lines", iter(["a\n", "b"]))) == ["a\n", "b"]
+    with pytest.raises(TypeError, match="lines must be an iterable of str .* got str"):
+        check.text_lines("lines", "one string")
+    with pytest.raises(TypeError, match="got int"):
+        check.text_lines("lines", 3)
+    lazy = check.text_lines("lines", ["ok\n", b"bytes\n"], owner="E")
+    assert next(lazy) == "ok\n"  # nothing is read before it is asked for
+    with pytest.raises(
+        TypeError, match="E: line 1 must be a str, got bytes .*text mode"
+    ):
+        next(lazy)
+
+
+def test_token_ids_converts_and_checks_each_id():
+    assert check.token_ids("ids", [1, np.int64(2)]) == [1, 2]
+    assert check.token_ids("ids", torch.tensor([3, 0]), 4) == [3, 0]
+    assert check.token_ids("ids", np.array([5]), 6) == [5]
+    assert check.token_ids("ids", (), 1) == []
+    with pytest.raises(
+        TypeError, match=r"ids must be a sequence of integer ids, got str 'ab' \(text"
+    ):
+        check.token_ids("ids", "ab")
+    with pytest.raises(TypeError, match="sequence of integer ids, got int 7"):
+        check.token_ids("ids", torch.tensor(7))  # one id, not a sequence
+    with pytest.raises(TypeError, match=r"ids\[1\] must be an int, got float 1.5"):
+        check.token_ids("ids", [0, 1.5])
+    with pytest.raises(TypeError, match=r"ids\[0\] must be an int, got list .* 1-D"):
+        check.token_ids("ids", torch.zeros(2, 2, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"ids\[0\] must be an int, got bool True"):
+        check.token_ids("ids", [True])
+    with pytest.raises(
+        ValueError,
+        match=r"^D: id 9 at position 2 is out of range for a vocabulary of 4 tokens "
+        r"\(valid ids are 0\.\.3\)$",
+    ):
+        check.token_ids("ids", [0, 3, 9, -1], 4, owner="D")
+    with pytest.raises(ValueError, match="id -1 at position 1"):
+        check.token_ids("ids", [0, -1], 4)
+    assert check.token_ids("ids", [0, -1]) == [0, -1]  # no range without a vocabulary
+
+
 def test_docstring_lists_every_check():
     for name in check.__all__:
         assert f":func:`{name}`" in check.__doc__, name
