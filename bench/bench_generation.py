@@ -19,7 +19,7 @@ falls on all of them alike; the best is the run least disturbed), measured in wa
 time and in the process's CPU time (on a shared machine the CPU time is the steadier of
 the two), and the ratios of ours to each baseline. It never asserts on time.
 
-    python bench/bench_generation.py [--new 256] [--prompt 16] [--repeats 5]
+    python bench/bench_generation.py [--new 512] [--prompt 16] [--repeats 5]
         [--d-model 128] [--heads 4] [--layers 4] [--vocab 512] [--threads 1]
 """
 
@@ -70,7 +70,7 @@ def bare_loop_hf(model, prompt: torch.Tensor, n_new: int) -> torch.Tensor:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--new", type=int, default=256, help="tokens to generate")
+    parser.add_argument("--new", type=int, default=512, help="tokens to generate")
     parser.add_argument("--prompt", type=int, default=16, help="prompt length")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--d-model", type=int, default=128)
