@@ -85,6 +85,14 @@ def sinusoidal_positions(
     d_model = check.even("d_model", d_model, positive=True, hint="sin/cos pairs")
     base = check.finite_float("base", base, **_BASE)
     check.float_dtype("dtype", dtype)
+    return _sinusoidal_table(n_positions, d_model, base, dtype)
+
+
+def _sinusoidal_table(
+    n_positions: int, d_model: int, base: float, dtype: torch.dtype
+) -> torch.Tensor:
+    """:func:`sinusoidal_positions` for checked arguments (a module's rows past its
+    table, computed at every call that needs them)."""
     position = torch.arange(n_positions, dtype=torch.float64)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
     frequency = base ** (-two_i / d_model)  # (pair): one angular frequency per pair
@@ -154,7 +162,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         if end <= self.max_len and not _finer_than_tables(x.dtype):
             pe = self.pe[offset:end]
         else:  # past the table, or finer than it: the formula gives any row
-            table = sinusoidal_positions(end, self.d_model, self.base, dtype=x.dtype)
+            table = _sinusoidal_table(end, self.d_model, self.base, x.dtype)
             pe = table[offset:]
         return self.dropout(x + pe.to(x.device, x.dtype))
 
