@@ -32,7 +32,6 @@ import torch
 from torch import nn
 
 from lib import _checks as check
-
 from lib.models import BERT, GPT, T5, TransformerConfig
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
@@ -511,7 +510,14 @@ def config_from_t5(config: object) -> TransformerConfig:
         bias=False,
         attn_scale=1.0,
         dropout=config.dropout_rate,
-        tie_embeddings=getattr(config, "tie_word_embeddings", True),
+        # the d_model^-0.5 rescaling of the head goes with a tied head in 4.x; 5.x always
+        # ties the weights and keeps the rescaling flag apart (scale_decoder_outputs): an
+        # untied copy of a tied matrix gives the same logits
+        tie_embeddings=getattr(
+            config,
+            "scale_decoder_outputs",
+            getattr(config, "tie_word_embeddings", True),
+        ),
     )
 
 
@@ -580,9 +586,27 @@ def t5_state_dict(
 
 
 # From chapters/07-families.md, section "Llama".
+def _plain_rope_base(config: object) -> float:
+    """RoPE's base of a Llama config that uses plain RoPE, refusing context-extension
+    scaling. 4.x: ``rope_theta``, and ``rope_scaling`` None; 5.x: ``rope_parameters``
+    (also read as ``rope_scaling``) with ``rope_type`` ``"default"`` and the base in it."""
+    rope = getattr(config, "rope_parameters", None) or getattr(
+        config, "rope_scaling", None
+    )
+    plain = rope is None or (
+        isinstance(rope, dict) and rope.get("rope_type") == "default"
+    )
+    if not plain:
+        raise ValueError(
+            f"{type(config).__name__}.rope_scaling={rope!r} is not supported (plain "
+            "RoPE, no context-extension scaling); only None or rope_type 'default' is"
+        )
+    return float((rope or {}).get("rope_theta") or config.rope_theta)
+
+
 def config_from_llama(config: object) -> TransformerConfig:
     """Our configuration of a ``transformers`` ``LlamaConfig`` (read by attribute)."""
-    _require(config, "rope_scaling", None, "plain RoPE, no context-extension scaling")
+    rope_base = _plain_rope_base(config)
     _require(config, "attention_bias", False, "Llama here has no biases")
     _require(config, "mlp_bias", False, "Llama here has no biases")
     n_heads = config.num_attention_heads
@@ -600,7 +624,7 @@ def config_from_llama(config: object) -> TransformerConfig:
         norm_position="pre",
         positions="rope",
         max_len=config.max_position_embeddings,
-        rope_base=float(config.rope_theta),
+        rope_base=rope_base,
         bias=False,
         # Llama drops only attention weights; our one rate would drop everywhere
         dropout=_dropout(config, "attention_dropout", embeddings_and_residuals=0.0),

@@ -42,6 +42,7 @@ __all__ = [
     "ViT",
     "config_from_vit",
     "conv_kernels_as_rows",
+    "VIT_BLOCK_NAMES",
     "vit_rows",
     "vit_state_dict",
     "load_hf_vit_state_dict",
@@ -291,23 +292,48 @@ def conv_kernels_as_rows(kernel: torch.Tensor) -> torch.Tensor:
     return rearrange(kernel, "d c p1 p2 -> d (c p1 p2)")
 
 
-def vit_rows(prefix: str = "", head: bool = False) -> list[Row]:
-    """``transformers``' ViT table (4.x names). ``{i}`` runs over the blocks, ``{w}``
-    over ``weight`` and ``bias``. ``prefix`` is ``"vit."`` in
-    ``ViTForImageClassification``, whose ``classifier`` is our ``head`` (``head=True``).
+#: transformers' names inside a ViT block: 4.x, and 5.x (which renamed them)
+VIT_BLOCK_NAMES = {
+    "4.x": {
+        "block": "encoder.layer.{i}.",
+        "qkv": (
+            "attention.attention.query",
+            "attention.attention.key",
+            "attention.attention.value",
+        ),
+        "out": "attention.output.dense",
+        "fc1": "intermediate.dense",
+        "fc2": "output.dense",
+    },
+    "5.x": {
+        "block": "layers.{i}.",
+        "qkv": ("attention.q_proj", "attention.k_proj", "attention.v_proj"),
+        "out": "attention.o_proj",
+        "fc1": "mlp.fc1",
+        "fc2": "mlp.fc2",
+    },
+}
+
+
+def vit_rows(prefix: str = "", head: bool = False, names: str = "4.x") -> list[Row]:
+    """``transformers``' ViT table, with the block names of ``names`` (``"4.x"`` or
+    ``"5.x"``, :data:`VIT_BLOCK_NAMES`). ``{i}`` runs over the blocks, ``{w}`` over
+    ``weight`` and ``bias``. ``prefix`` is ``"vit."`` in ``ViTForImageClassification``,
+    whose ``classifier`` is our ``head`` (``head=True``).
     """
     check.string("prefix", prefix)
     check.boolean("head", head)
+    check.one_of("names", names, tuple(VIT_BLOCK_NAMES))
+    table = VIT_BLOCK_NAMES[names]
     e = prefix + "embeddings."
-    ours, theirs = "encoder.blocks.{i}.", prefix + "encoder.layer.{i}."
-    attention = theirs + "attention.attention."
-    qkv = tuple(attention + name + ".{w}" for name in ("query", "key", "value"))
-    block = [  # (ours under encoder.blocks.{i}., theirs under encoder.layer.{i}.)
+    ours, theirs = "encoder.blocks.{i}.", prefix + table["block"]
+    qkv = tuple(theirs + name + ".{w}" for name in table["qkv"])
+    block = [  # (ours under encoder.blocks.{i}., theirs under their block)
         ("self_attn.norm.{w}", "layernorm_before.{w}"),
-        ("self_attn.sublayer.out_proj.{w}", "attention.output.dense.{w}"),
+        ("self_attn.sublayer.out_proj.{w}", table["out"] + ".{w}"),
         ("ffn.norm.{w}", "layernorm_after.{w}"),
-        ("ffn.sublayer.w_in.{w}", "intermediate.dense.{w}"),
-        ("ffn.sublayer.w_out.{w}", "output.dense.{w}"),
+        ("ffn.sublayer.w_in.{w}", table["fc1"] + ".{w}"),
+        ("ffn.sublayer.w_out.{w}", table["fc2"] + ".{w}"),
     ]
     conv = e + "patch_embeddings.projection."
     rows: list[Row] = [
@@ -336,6 +362,12 @@ def vit_state_dict(
         hint = "build the reference with ViTModel(config, add_pooling_layer=False)"
         raise ValueError(f"the state dict has a pooler, which ViT does not use: {hint}")
     prefix = "vit." if any(key.startswith("vit.") for key in their_state_dict) else ""
+    # transformers 5 renamed the blocks (layers.{i}.attention.q_proj, ...)
+    names = (
+        "5.x"
+        if any(k.startswith(prefix + "layers.") for k in their_state_dict)
+        else "4.x"
+    )
     head = "classifier.weight" in their_state_dict
     with torch.device("meta"):  # shapes only, no data
         shapes = {key: t.shape for key, t in ViT(cfg).state_dict().items()}
@@ -343,7 +375,7 @@ def vit_state_dict(
         shapes = {key: shape for key, shape in shapes.items() if key[:5] != "head."}
     return convert_state_dict(
         their_state_dict,
-        vit_rows(prefix, head),
+        vit_rows(prefix, head, names),
         shapes,
         ranges={"i": range(cfg.n_layers), "w": ("weight", "bias")},
         what="transformers ViT -> ViT",

@@ -12,6 +12,7 @@ from torch import nn
 from lib.hf_weights import StateDictMismatchError, expand_rows
 from lib.models import TransformerConfig
 from lib.vit import (
+    VIT_BLOCK_NAMES,
     PatchEmbedding,
     ViT,
     ViTConfig,
@@ -303,10 +304,14 @@ def test_vit_state_dict_stacks_qkv_and_unflattens_nothing_else():
     theirs = transformers.ViTModel(hf_config, add_pooling_layer=False).state_dict()
     ours = vit_state_dict(theirs, config_from_vit(hf_config))
     assert "head.weight" not in ours
-    attention = "encoder.layer.1.attention.attention."
+    # the block's names of the installed transformers: 4.x, or 5.x's renamed ones
+    names = VIT_BLOCK_NAMES[
+        "5.x" if "layers.1.layernorm_before.weight" in theirs else "4.x"
+    ]
+    block = names["block"].format(i=1)
     qkv = ours["encoder.blocks.1.self_attn.sublayer.qkv_proj.weight"]
-    for rows, name in zip(qkv.split(24), ("query", "key", "value")):
-        assert torch.equal(rows, theirs[attention + name + ".weight"])
+    for rows, name in zip(qkv.split(24), names["qkv"]):
+        assert torch.equal(rows, theirs[block + name + ".weight"])
     kernel = theirs["embeddings.patch_embeddings.projection.weight"]  # (24 3 4 4)
     assert torch.equal(ours["patch_embed.proj.weight"], conv_kernels_as_rows(kernel))
     assert torch.equal(
@@ -329,11 +334,13 @@ def test_loader_rejects_poolers_and_unused_missing_or_misshapen_keys():
         match=r"(?s)missing.*layernorm.weight.*unexpected.*layernorm.scale",
     ):
         load_hf_vit_state_dict(ViT(cfg), renamed)
-    with pytest.raises(StateDictMismatchError, match=r"(?s)missing .*encoder.layer.2"):
+    # the blocks' key prefix of the installed transformers (5.x renamed it)
+    layer = (
+        "layers." if "layers.0.layernorm_before.weight" in state else "encoder.layer."
+    )
+    with pytest.raises(StateDictMismatchError, match=rf"(?s)missing .*{layer}2"):
         load_hf_vit_state_dict(ViT(dataclasses.replace(cfg, n_layers=3)), state)
-    with pytest.raises(
-        StateDictMismatchError, match=r"(?s)unexpected .*encoder.layer.1"
-    ):
+    with pytest.raises(StateDictMismatchError, match=rf"(?s)unexpected .*{layer}1"):
         load_hf_vit_state_dict(ViT(dataclasses.replace(cfg, n_layers=1)), state)
     with pytest.raises(StateDictMismatchError, match=r"(?s)mis-shaped.*pos_embedding"):
         load_hf_vit_state_dict(ViT(dataclasses.replace(cfg, image_size=(8, 16))), state)
