@@ -172,9 +172,7 @@ def causal_block_kind(
     for name, value in (bounds | dict(offset=offset)).items():
         check.integer(name, value)
     if not (q_start < q_stop and k_start < k_stop):
-        raise ValueError(
-            f"a tile has q_start < q_stop and k_start < k_stop, got {bounds}"
-        )
+        raise ValueError(f"a tile has q_start < q_stop and k_start < k_stop: {bounds}")
     return _block_kind(q_start, q_stop, k_start, k_stop, offset)
 
 
@@ -205,8 +203,11 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _SHAPES = (
-    "q is (batch, heads, q_pos, d), k and v (batch, kv_heads, k_pos, d): 4-D tensors"
+    "q is (batch, heads, q_pos, d), k and v (batch, kv_heads, k_pos, d): 4-D tensors, "
+    "heads a multiple of kv_heads"
 )
+_SCALE = "scale must be positive and finite, or None for 1/√d_head"
+_OTHER = "use the 'flash_torch' or 'sdpa' backend for this model"
 
 
 def _check_attention(
@@ -217,53 +218,36 @@ def _check_attention(
     ``1/√d`` for None. Shapes, dtypes and devices only: the data is never read."""
     if triton:  # first: where the kernels cannot run, say so before anything else
         _require_triton(q, owner)
-    for name, t in dict(q=q, k=k, v=v).items():
-        check.tensor(
-            name, t, "batch heads pos d", floating=True, owner=owner, hint=_SHAPES
-        )
+    for name, t in dict(q=q, k=k, v=v).items():  # 4-D first: the sizes below read them
+        check.tensor(name, t, "batch heads pos d", owner=owner, hint=_SHAPES)
     if not q.device == k.device == v.device:
         raise ValueError(f"{owner}: q, k, v are on {q.device}, {k.device}, {v.device}")
-    check.same_dtype_and_device(q=q, k=k, v=v, owner=owner)
-    dtypes = _FLOATS[:3] if triton else _FLOATS
-    if q.dtype not in dtypes:
-        raise TypeError(f"{owner} takes {', '.join(map(str, dtypes))}; got {q.dtype}")
     (batch, heads, q_len, d), kv_heads = q.shape, k.shape[1]
     check.positive_ints(heads=heads, kv_heads=kv_heads, d_head=d, owner=owner)
-    if q.shape[0] != k.shape[0] or k.shape[:3] != v.shape[:3] or heads % kv_heads:
-        raise ValueError(
-            f"{owner}: expected q (batch heads q_pos d), k and v (batch kv_heads k_pos d), "
-            f"heads a multiple of kv_heads; got {q.shape}, {k.shape}, {v.shape}"
-        )
-    if not d == k.shape[-1] == v.shape[-1]:
-        shapes = f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
-        raise ValueError(f"{owner}: q, k and v must have one head dim, got {shapes}")
+    check.attention_inputs(q, k, v, owner=owner, hint=_SHAPES)
+    check.tensor("v", v, "... d", d=d, owner=owner, hint="q, k and v have one head dim")
+    if q.dtype not in (dtypes := _FLOATS[:3] if triton else _FLOATS):
+        raise TypeError(f"{owner} takes {', '.join(map(str, dtypes))}; got {q.dtype}")
     if triton and d not in TRITON_HEAD_DIMS:
-        hint = "use the 'flash_torch' or 'sdpa' backend for this model"
         raise ValueError(
-            f"{owner} supports head dims {TRITON_HEAD_DIMS}, got {d}; {hint}"
+            f"{owner} supports head dims {TRITON_HEAD_DIMS}, got {d}; {_OTHER}"
         )
-    rows = dict(b=batch, h=heads, q=q_len, owner=owner)  # the backward's out, lse, dO
+    rows = dict(b=batch, h=heads, q=q_len, owner=owner)  # lse (b h q), out (b h q d)
     if saved:
         check.same_device(q=q, **saved, owner=owner)
     for name, t in saved.items():
-        if name == "lse":
-            check.tensor(name, t, "b h q", floating=True, **rows)
-        else:
-            check.tensor(name, t, "b h q d", floating=True, d=d, **rows)
+        axes, sizes = ("b h q", rows) if name == "lse" else ("b h q d", dict(rows, d=d))
+        check.tensor(name, t, axes, floating=True, **sizes)
     check.boolean("causal", causal, owner=owner)
     for name, size in dict(block_q=block_q, block_k=block_k).items():
         if not triton:
             check.positive_int(name, size, owner=owner)
         elif size is not None and (check.integer(name, size) < 16 or size & (size - 1)):
-            raise ValueError(
-                f"{owner}: block sizes are powers of two >= 16, got {size}"
-            )
+            raise ValueError(f"{owner}: block sizes are powers of two >= 16: {size}")
     if scale is None:
         return 1.0 / math.sqrt(d)
-    hint = "scale must be positive and finite, or None for 1/√d_head"
-    return check.finite_float(
-        "scale", scale, low=0.0, low_open=True, owner=owner, hint=hint
-    )
+    positive = dict(low=0.0, low_open=True, owner=owner, hint=_SCALE)
+    return check.finite_float("scale", scale, **positive)
 
 
 def _above_diagonal(q_start, q_stop, k_start, k_stop, offset, device) -> torch.Tensor:

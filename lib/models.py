@@ -24,14 +24,14 @@ from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
+from einops import rearrange, reduce
 from torch import nn
 
 from lib import _checks as check
 from lib.attention import (
-    ATTENTION_BACKENDS,
     KVCache,
     MultiHeadAttention,
+    attention_backend_names,
     kv_cache_bytes,
 )
 from lib.embeddings import TokenEmbedding, Unembedding
@@ -68,6 +68,7 @@ __all__ = [
     "Decoder",
     "GPT",
     "BERT",
+    "SequenceClassifier",
     "T5",
     "init_weights",
     "count_parameters",
@@ -98,7 +99,7 @@ class TransformerConfig:
     (multiply embeddings by √d_model, as the original Transformer), ``bias`` (on every
     linear layer), ``attn_scale`` (None: 1/√d_head; T5: 1.0), ``dropout``,
     ``tie_embeddings``, ``attn_backend`` (a name in
-    ``lib.attention.ATTENTION_BACKENDS``).
+    ``lib.attention.attention_backend_names()``, lazily loaded backends included).
     """
 
     vocab_size: int
@@ -144,7 +145,7 @@ class TransformerConfig:
             "norm": NORM_KINDS,
             "norm_position": NORM_POSITIONS,
             "activation": (*FFN_ACTIVATIONS, *GATED_FFN_ACTIVATIONS),
-            "attn_backend": tuple(ATTENTION_BACKENDS),
+            "attn_backend": attention_backend_names(),  # flash_* before lib.flash loads
         }
         for name, allowed in choices.items():
             check.one_of(name, getattr(self, name), allowed, owner=owner)
@@ -840,6 +841,37 @@ class BERT(nn.Module):
     def forward(self, ids, mask=None, token_types=None) -> torch.Tensor:
         h = self.encode(ids, mask, token_types)
         return self.head(self.mlm_norm(self.mlm_activation(self.mlm_dense(h))))
+
+
+# From chapters/07-families.md, section "Three models".
+class SequenceClassifier(nn.Module):
+    """BERT's embeddings and encoder with a linear head on the mean of the outputs.
+
+    ``forward(ids, mask=None)``: ``ids`` ``(batch seq)``, ``mask`` ``(batch seq)``
+    True for real tokens -> logits ``(batch n_classes)``. The MLM head is not used.
+    """
+
+    def __init__(self, bert: BERT, n_classes: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        if not isinstance(bert, BERT):
+            raise TypeError(f"SequenceClassifier takes a BERT, got {bert!r:.60}")
+        self.cfg = bert.cfg
+        self.embed, self.encoder = bert.embed, bert.encoder
+        self.dropout = nn.Dropout(check.probability("dropout", dropout))
+        n_classes = check.positive_int("n_classes", n_classes)
+        self.head = nn.Linear(bert.cfg.d_model, n_classes)
+        nn.init.normal_(self.head.weight, std=0.02)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None):
+        # BERT's front door: the same checks of ids and mask, on our embed and encoder
+        hidden = BERT.encode(self, ids, mask)  # (batch seq d_model)
+        if mask is None:
+            pooled = reduce(hidden, "batch seq d_model -> batch d_model", "mean")
+        else:
+            weights = rearrange(mask.to(hidden.dtype), "batch seq -> batch seq 1")
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        return self.head(self.dropout(pooled))
 
 
 # From chapters/07-families.md, section "Three models".

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +18,7 @@ from lib.models import (
     Decoder,
     Encoder,
     ModelCache,
+    SequenceClassifier,
     TransformerConfig,
     count_parameters,
     init_weights,
@@ -358,3 +362,37 @@ def test_positions_beyond_the_rope_table_are_refused():
         ValueError, match="exceed max_len=40 of its rope position table"
     ):
         model(_ids(seq=41))
+
+
+def test_sequence_classifier_gives_one_logit_per_class_and_checks_ids_like_bert():
+    bert = BERT(TransformerConfig(**SMALL)).eval()
+    classifier = SequenceClassifier(bert, n_classes=3).eval()
+    assert classifier.encoder is bert.encoder and classifier.embed is bert.embed
+    ids, mask = _ids(), torch.ones(2, 12, dtype=torch.bool)
+    mask[1, 7:] = False  # the second row's padding does not count in its mean
+    logits = classifier(ids, mask)
+    assert logits.shape == (2, 3)
+    torch.testing.assert_close(logits[1], classifier(ids[1:, :7])[0])
+    with pytest.raises(ValueError, match=r"ids must be in 0..96, got ids from 0 to 97"):
+        classifier(torch.tensor([[0, 97]]))
+    with pytest.raises(ValueError, match=r"mask must be \(batch, k_pos\)"):
+        classifier(ids, torch.ones(2, 5, dtype=torch.bool))
+    with pytest.raises(TypeError, match="takes a BERT"):
+        SequenceClassifier(GPT(CONFIGS["gpt2"]), 3)
+
+
+def test_lazily_loaded_backends_are_valid_config_names_in_a_fresh_process():
+    """lib.flash registers flash_torch when imported; the config must know the name
+    before that (it failed in a process that had not imported lib.flash)."""
+    code = (
+        "import sys; from lib.models import TransformerConfig; "
+        "cfg = TransformerConfig(vocab_size=8, d_model=8, n_heads=2, n_layers=1, "
+        "max_len=8, attn_backend='flash_torch'); "
+        "assert 'lib.flash' not in sys.modules; print(cfg.attn_backend)"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "flash_torch"
