@@ -7,9 +7,9 @@ converts each chapter into a committed notebook that runs anywhere from its firs
   environment): it clones the repository (or uses the checkout that ``TFS_REPO`` names, or
   the clone the notebook sits in), installs ``lib`` from it in editable mode, and installs
   the packages this chapter needs that are missing or outside the version range of the
-  ``chapters`` extra (a transformers 5.x, say). It never pins or reinstalls torch, numpy
-  or any other package that is present in a usable version. Run twice, it finds
-  everything in place and installs nothing;
+  ``chapters`` extra. It never pins or reinstalls torch, numpy or any other package that
+  is present in a usable version, and it prints every package pip changed, before and
+  after. Run twice, it finds everything in place and installs nothing;
 * the chapter's cells unchanged, except that each exercise solution becomes a Colab form
   cell: collapsed under a title (``# @title``, ``cellView: form``) and marked hidden for
   Jupyter (``source_hidden``), so the reader opens it on purpose;
@@ -152,10 +152,24 @@ def satisfied(requirement):
     return req.specifier.contains(version, prereleases=True)
 
 
+def installed():
+    return {{
+        d.metadata["Name"].lower(): d.version
+        for d in importlib.metadata.distributions()
+        if d.metadata["Name"]
+    }}
+
+
 def pip_install(*args):
+    before = installed()
     command = [sys.executable, "-m", "pip", "install", "--quiet", *args]
     if subprocess.run(command).returncode != 0:
         raise RuntimeError(f"pip could not install {{args}}: its message is above")
+    after = installed()
+    for name in sorted(set(before) | set(after)):  # every package pip changed, named
+        if before.get(name) != after.get(name):
+            was, now = before.get(name, "absent"), after.get(name, "removed")
+            print(f"  {{name}}: {{was}} -> {{now}}")
 
 
 # TFS_REPO names a checkout to install from (the course's tests use it); a notebook opened
