@@ -60,6 +60,8 @@ __all__ = [
     "get_precision",
     "autocast",
     "seed_everything",
+    "THREADS_ENV",
+    "set_threads",
     "set_plot_style",
     "git_commit",
     "RECORD_SCHEMA",
@@ -196,6 +198,36 @@ def autocast(device: torch.device | str, precision: Precision):
     if precision.dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=precision.dtype)
+
+
+THREADS_ENV = "TFS_THREADS"
+
+
+def set_threads(n: int | None = None) -> int:
+    """The chapters' one rule for PyTorch's CPU threads; returns the count set.
+
+    ``n``, else ``TFS_THREADS``, else one thread in the smoke profile and PyTorch's
+    default otherwise. The smoke profile's tensors are small: one thread computes them
+    as fast as a pool, whose synchronisation costs more than the arithmetic, and stays
+    fast when the machine's cores are shared (a pool of threads on two busy cores slowed
+    chapters 7 and 10 down 7-16 times). Every chapter's setup cell calls it.
+    """
+    if n is None and os.environ.get(THREADS_ENV, "").strip():
+        try:
+            n = int(os.environ[THREADS_ENV])
+        except ValueError:
+            raise ValueError(
+                f"{THREADS_ENV}={os.environ[THREADS_ENV]!r} is not a number of threads"
+            ) from None
+    if n is None:
+        n = pick(smoke=1, full=0)  # 0: leave PyTorch's default
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(
+            f"threads must be an int >= 1 (or 0 for the default), got {n!r}"
+        )
+    if n:
+        torch.set_num_threads(n)
+    return torch.get_num_threads()
 
 
 def seed_everything(seed: int = 0, *, deterministic: bool = False) -> torch.Generator:

@@ -218,3 +218,36 @@ def test_read_record_names_what_does_not_fit(tmp_path):
         utils.read_record(path)
     with pytest.raises(utils.RecordError, match="no record at"):
         utils.read_record(tmp_path / "missing" / "metrics.json")
+
+
+def test_set_threads_is_one_rule_for_every_chapter(monkeypatch):
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv(utils.THREADS_ENV, raising=False)
+        monkeypatch.setenv(utils.PROFILE_ENV, "smoke")
+        assert utils.set_threads() == 1  # small tensors: one thread
+        monkeypatch.setenv(utils.THREADS_ENV, "2")
+        assert utils.set_threads() == 2  # the environment wins
+        assert utils.set_threads(1) == 1  # an explicit count wins over both
+        monkeypatch.setenv(utils.THREADS_ENV, "many")
+        with pytest.raises(ValueError, match="TFS_THREADS='many'"):
+            utils.set_threads()
+        with pytest.raises(ValueError, match="threads must be an int"):
+            utils.set_threads(-1)
+        monkeypatch.delenv(utils.THREADS_ENV)
+        monkeypatch.setenv(utils.PROFILE_ENV, "full")
+        torch.set_num_threads(2)
+        assert utils.set_threads() == 2  # full profile: PyTorch's count is left alone
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_every_chapter_sets_its_threads_by_the_one_rule():
+    from tools.tangle import chapter_files
+
+    for chapter in chapter_files():
+        text = chapter.read_text(encoding="utf-8")
+        setup = text[: text.index("```", text.index("remove-cell"))]
+        assert "set_threads()" in setup, (
+            f"{chapter.name}: setup cell lacks set_threads()"
+        )
