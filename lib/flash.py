@@ -229,9 +229,7 @@ def _check_attention(
     if q.dtype not in (dtypes := _FLOATS[:3] if triton else _FLOATS):
         raise TypeError(f"{owner} takes {', '.join(map(str, dtypes))}; got {q.dtype}")
     if triton and d not in TRITON_HEAD_DIMS:
-        raise ValueError(
-            f"{owner} supports head dims {TRITON_HEAD_DIMS}, got {d}; {_OTHER}"
-        )
+        raise ValueError(f"{owner}: head dims {TRITON_HEAD_DIMS}, got {d}; {_OTHER}")
     rows = dict(b=batch, h=heads, q=q_len, owner=owner)  # lse (b h q), out (b h q d)
     if saved:
         check.same_device(q=q, **saved, owner=owner)
@@ -341,10 +339,8 @@ def tiled_attention_backward(
     ``(q_pos, k_pos)`` matrix is ever needed whole.
     """
     options = dict(causal=causal, block_q=block_q, block_k=block_k)
-    saved = dict(out=out, lse=lse, grad_out=grad_out)
-    scale = _check_attention(
-        "tiled_attention_backward", q, k, v, scale, **options, **saved
-    )
+    saved, owner = dict(out=out, lse=lse, grad_out=grad_out), "tiled_attention_backward"
+    scale = _check_attention(owner, q, k, v, scale, **options, **saved)
     return _tiled_backward(q, k, v, out, lse, grad_out, scale=scale, **options)
 
 
@@ -422,6 +418,9 @@ def _triton_jit(fn):
     return fn if triton is None else triton.jit(fn)
 
 
+_DTYPE_OR_NONE = (torch.dtype, type(None))
+
+
 def triton_support(
     device: torch.device | str | None = None, dtype: torch.dtype | None = None
 ) -> tuple[bool, str]:
@@ -435,9 +434,7 @@ def triton_support(
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
-    check.instance(
-        "dtype", dtype, (torch.dtype, type(None)), what="a torch.dtype or None"
-    )
+    check.instance("dtype", dtype, _DTYPE_OR_NONE, what="a torch.dtype or None")
     if dtype is not None and dtype not in (
         torch.float16,
         torch.bfloat16,
@@ -805,9 +802,7 @@ def triton_attention_forward(
     owner = "triton_attention_forward"
     scale = _check_attention(owner, q, k, v, scale, **options, triton=True)
     if any(t.stride(-1) != 1 for t in (q, k, v)):
-        raise ValueError(
-            "triton_attention_forward: q, k, v need a contiguous last axis"
-        )
+        raise ValueError(f"{owner}: q, k, v need a contiguous last axis")
     return _triton_forward(q, k, v, scale=scale, **options)
 
 

@@ -204,12 +204,13 @@ def _check_ids(ids: object, vocab_size: int, name: str = "ids") -> torch.Tensor:
     return ids
 
 
+_MASK = "a key mask must be (batch, k_pos), True = real token"
+
+
 def _check_mask(mask: object, batch: int, k_len: int, name: str = "mask") -> None:
     """A boolean key mask ``(batch k_pos)``, True = real token."""
-    check.tensor(name, mask, boolean=True, hint="True = real token")
-    if tuple(mask.shape) != (batch, k_len):
-        got = f"= {(batch, k_len)}, got {tuple(mask.shape)}"
-        raise ValueError(f"{name} must be (batch, k_pos) {got}")
+    sizes = dict(batch=batch, k_pos=k_len, hint=_MASK)
+    check.tensor(name, mask, "batch k_pos", boolean=True, **sizes)
 
 
 def _key_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
@@ -466,10 +467,8 @@ class _Stack(nn.Module):
 
     def _check_input(self, x: object, mask: object, name: str = "mask") -> None:
         """Embedded input ``(batch seq d_model)`` and its key mask ``(batch seq)``."""
-        d_model, got = self.cfg.d_model, getattr(x, "shape", type(x).__name__)
-        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != d_model:
-            want = f"(batch, seq, d_model={d_model}), got {tuple(got)}"
-            raise ValueError(f"{type(self).__name__} takes embedded input {want}")
+        hint = f"{type(self).__name__} takes embedded input"
+        check.tensor("x", x, "batch seq d_model", d_model=self.cfg.d_model, hint=hint)
         if mask is not None:
             _check_mask(mask, x.shape[0], x.shape[1], name)
 

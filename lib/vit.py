@@ -186,6 +186,12 @@ class ViTConfig:
 
 
 # From chapters/10-vit.md, section "A class token, positions, and chapter 7's encoder".
+_RESIZE = (
+    "one position embedding per patch: resize them, or interpolate its positions "
+    "(exercise 1)"
+)
+
+
 class ViT(nn.Module):
     """Vision Transformer: ``images (batch channels height width)`` ->
     ``logits (batch classes)``.
@@ -221,10 +227,7 @@ class ViT(nn.Module):
         patches = self.patch_embed(images)  # (batch patches d_model); checks the images
         if images.shape[-2:] != self.cfg.image_hw:
             (h, w), got = self.cfg.image_hw, "×".join(map(str, images.shape[-2:]))
-            raise ValueError(
-                f"this ViT was built for {h}×{w} images (a position embedding per patch), "
-                f"got {got}: resize them, or interpolate its positions (exercise 1)"
-            )
+            raise ValueError(f"ViT built for {h}×{w} images but got {got}: {_RESIZE}")
         cls = repeat(self.cls_token, "1 1 d -> b 1 d", b=images.shape[0])
         return self.dropout(torch.cat([cls, patches], dim=1) + self.pos_embedding)
 
@@ -351,6 +354,12 @@ def vit_rows(prefix: str = "", head: bool = False, names: str = "4.x") -> list[R
 
 
 # From chapters/10-vit.md, section "The same model as Hugging Face's ViTModel".
+_POOLER = (
+    "the state dict has a pooler, which ViT does not use: build the reference with "
+    "ViTModel(config, add_pooling_layer=False)"
+)
+
+
 def vit_state_dict(
     their_state_dict: Mapping[str, torch.Tensor], cfg: ViTConfig
 ) -> dict[str, torch.Tensor]:
@@ -359,8 +368,7 @@ def vit_state_dict(
     bare ``ViTModel``, which has no classifier, without our ``head``."""
     check.instance("their_state_dict", their_state_dict, Mapping, what="a state dict")
     if any(key.startswith(("pooler.", "vit.pooler.")) for key in their_state_dict):
-        hint = "build the reference with ViTModel(config, add_pooling_layer=False)"
-        raise ValueError(f"the state dict has a pooler, which ViT does not use: {hint}")
+        raise ValueError(_POOLER)
     prefix = "vit." if any(key.startswith("vit.") for key in their_state_dict) else ""
     # transformers 5 renamed the blocks (layers.{i}.attention.q_proj, ...)
     names = (
