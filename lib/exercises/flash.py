@@ -34,10 +34,6 @@ __all__ = [
 ]
 
 
-def _close(got: object, want: torch.Tensor, atol: float = 1e-5) -> bool:
-    return is_close(got, want, atol, equal_nan=True)
-
-
 def _pair(result: object, what: str) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(result, tuple) or len(result) != 2:
         raise ExerciseError(
@@ -82,8 +78,8 @@ def check_merge_partials(
         "merge",
     )
     expect_tensor(got_out, tuple(want_out.shape), "the merged out")
-    if not _close(got_out, want_out):
-        if _close(got_out, (out_a + out_b) / 2):
+    if not is_close(got_out, want_out, equal_nan=True):
+        if is_close(got_out, (out_a + out_b) / 2, equal_nan=True):
             raise ExerciseError(
                 "the merged out is the plain average of the two partials; weight each "
                 "by its share of the total softmax mass, exp(lse_a - lse) and "
@@ -93,14 +89,16 @@ def check_merge_partials(
             :,
             None,
         ]
-        if _close(got_out, linear):
+        if is_close(got_out, linear, equal_nan=True):
             raise ExerciseError(
                 "the log-sum-exps are used as linear weights; they are logarithms of "
                 "the chunks' softmax mass: weight by exp(lse_a - lse) and exp(lse_b - "
                 "lse)",
             )
         expect_close(got_out, want_out, "the merged out")
-    if _close(got_lse, torch.maximum(lse_a, lse_b)) and not _close(got_lse, want_lse):
+    if is_close(got_lse, torch.maximum(lse_a, lse_b), equal_nan=True) and not is_close(
+        got_lse, want_lse, equal_nan=True
+    ):
         raise ExerciseError(
             "the merged lse is the larger of the two; it must be log(e^lse_a + "
             "e^lse_b) (torch.logaddexp), the log of the total mass",
@@ -281,23 +279,27 @@ def check_attention_backward_with_bias(backward: Callable[..., tuple]) -> None:
         )
     expect_tensor(dbias, tuple(bias.shape), "dbias")
     no_bias = _bias_backward(q, k, v, bias, out, lse, grad_out, scale, use_bias=False)
-    if _close(dv, no_bias[2], atol=1e-8) and not _close(dv, want[2], atol=1e-8):
+    if is_close(dv, no_bias[2], atol=1e-8, equal_nan=True) and not is_close(
+        dv, want[2], atol=1e-8, equal_nan=True
+    ):
         raise ExerciseError(
             "dv matches weights recomputed without the bias: lse is the log-sum-exp "
             "of the biased scores, so recompute P = exp(scale·q·kᵀ + bias - lse)",
         )
     no_d = _bias_backward(q, k, v, bias, out, lse, grad_out, scale, use_d=False)
-    if _close(dq, no_d[0], atol=1e-8) and not _close(dq, want[0], atol=1e-8):
+    if is_close(dq, no_d[0], atol=1e-8, equal_nan=True) and not is_close(
+        dq, want[0], atol=1e-8, equal_nan=True
+    ):
         raise ExerciseError(
             "dq is missing the softmax's D term: dS = P * (dP - D) with "
             "D = rowsum(grad_out * out), one number per query",
         )
     for name, tensor, reference in zip(("dq", "dk"), (dq, dk), want):
-        if _close(tensor, reference / scale, atol=1e-8):
+        if is_close(tensor, reference / scale, atol=1e-8, equal_nan=True):
             raise ExerciseError(
                 f"{name} is 1/scale times too large: S = scale·q·kᵀ + bias",
             )
-    if _close(dbias, scale * want[3], atol=1e-8):
+    if is_close(dbias, scale * want[3], atol=1e-8, equal_nan=True):
         raise ExerciseError(
             "dbias is scaled: the bias enters the scores unscaled, so dbias = dS "
             "summed over the batch, without the factor scale",

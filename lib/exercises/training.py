@@ -19,6 +19,7 @@ from lib.exercises._common import (
     call_without_mutation,
     checker,
     expect_close,
+    is_close,
 )
 
 __all__ = [
@@ -26,10 +27,6 @@ __all__ = [
     "check_adam_l2_step",
     "check_smoothed_loss_floor",
 ]
-
-
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)
 
 
 @checker("Exercise 1: plan a Noam schedule")
@@ -172,7 +169,7 @@ def check_smoothed_loss_floor(
             raise ExerciseError(f"return a float, got {type(got).__name__}")
         right, other = 1 - smoothing + smoothing / vocab, smoothing / vocab
         want = -(right * math.log(right) + (vocab - 1) * other * math.log(other))
-        if _close(got, want):
+        if is_close(got, want, atol=1e-12, rtol=1e-6):
             continue
         if got == 0:
             raise ExerciseError(
@@ -185,14 +182,14 @@ def check_smoothed_loss_floor(
             wrong_right * math.log(wrong_right)
             + (vocab - 1) * wrong_other * math.log(wrong_other)
         )
-        if _close(got, other_convention):
+        if is_close(got, other_convention, atol=1e-12, rtol=1e-6):
             raise ExerciseError(
                 "that is the ε/(V-1) convention (ε spread over the wrong classes only); "
                 "cross_entropy (like PyTorch) spreads ε/V over all V classes, the correct "
                 "one included, which gets 1 - ε + ε/V"
             )
-        if _close(got, -right * math.log(right)) or _close(
-            got, -(vocab - 1) * other * math.log(other)
+        if is_close(got, -right * math.log(right), atol=1e-12, rtol=1e-6) or is_close(
+            got, -(vocab - 1) * other * math.log(other), atol=1e-12, rtol=1e-6
         ):
             raise ExerciseError(
                 "a term is missing: the entropy sums -q log q over the correct class and all "
