@@ -30,10 +30,9 @@ def test_not_attempted_says_what_to_do_and_returns_none(capsys):
     assert check_double(stub) is None
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
-        "Exercise 0 not attempted yet: replace `raise NotImplementedError` with your code "
-        "and run the cell."
+        "Exercise 0 not attempted yet: replace the `raise` with your code."
     ]
-    assert len(lines[0]) <= 100  # one line that fits the book's width
+    assert len(lines[0]) <= 72  # one line that fits the book's column at 1280 px
 
 
 def test_a_stub_fails_the_solution_assert():
@@ -53,8 +52,7 @@ def test_the_not_attempted_result_displays_nothing_in_ipython():
             "def stub(x):\n    raise NotImplementedError\n\ncheck_double(stub)"
         )
     assert captured.stdout.splitlines() == [
-        "Exercise 0 not attempted yet: replace `raise NotImplementedError` with your code "
-        "and run the cell."
+        "Exercise 0 not attempted yet: replace the `raise` with your code."
     ]
 
 

@@ -24,8 +24,9 @@ class ExerciseError(AssertionError):
     """The reader's answer is wrong; the message says how."""
 
 
-#: What a checker prints, after "Exercise N", for a stub not yet filled in (one short line).
-NOT_ATTEMPTED = "not attempted yet: replace `raise NotImplementedError` with your code and run the cell."
+#: What a checker prints, after "Exercise N", for a stub not yet filled in: one line that
+#: fits the book's narrowest column (72 characters).
+NOT_ATTEMPTED = "not attempted yet: replace the `raise` with your code."
 
 
 def checker(title: str) -> Callable[[Callable[..., None]], Callable[..., bool | None]]:
