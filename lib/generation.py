@@ -97,8 +97,9 @@ def _check_ids_in_vocab(ids: torch.Tensor, vocab_size: int | None, name: str) ->
         raise ValueError(f"{message}: min {low}, max {high}")
 
 
-def _check_prompt(prompt_ids: object, model: Any) -> tuple[torch.Tensor, bool]:
-    """The prompt as ``(batch seq)`` int64, and whether it came as ``(seq,)``."""
+def _check_prompt(prompt_ids, model, max_new_tokens) -> tuple[torch.Tensor, bool]:
+    """The prompt as ``(batch seq)`` int64, and whether it came as ``(seq,)``; the model
+    and ``max_new_tokens`` too (every decoding loop takes the three)."""
     if not callable(getattr(model, "step", None)):
         raise TypeError(f"model needs step(ids, cache), got {type(model).__name__}")
     check.tensor("prompt_ids", prompt_ids, integer=True)
@@ -109,6 +110,7 @@ def _check_prompt(prompt_ids: object, model: Any) -> tuple[torch.Tensor, bool]:
         raise ValueError(f"prompt_ids is empty ({shape}): give at least one token")
     ids = prompt_ids if prompt_ids.dim() == 2 else rearrange(prompt_ids, "seq -> 1 seq")
     _check_ids_in_vocab(ids, _vocab_size(model), "prompt_ids")
+    check.int_at_least("max_new_tokens", max_new_tokens, 0)
     return ids.long(), prompt_ids.dim() == 1
 
 
@@ -285,8 +287,7 @@ def generate(
     The prompt goes through ``model.step`` (checked); the loop's own tokens through
     ``model.step_unchecked`` where the model has one.
     """
-    ids, squeeze = _check_prompt(prompt_ids, model)
-    check.int_at_least("max_new_tokens", max_new_tokens, 0)
+    ids, squeeze = _check_prompt(prompt_ids, model, max_new_tokens)
     _check_knobs(temperature, top_k, top_p, generator)
     stops, fill, to_check = _stop_and_pad(stop_ids, pad_id, ids, model)
     if max_new_tokens == 0:
@@ -352,8 +353,7 @@ def beam_search(
     the vocabulary); with ``return_scores``, also the normalised scores ``(batch,)``.
     Logits with NaN or +inf, or a row all ``-inf``, are a ``ValueError``.
     """
-    ids, squeeze = _check_prompt(prompt_ids, model)
-    check.int_at_least("max_new_tokens", max_new_tokens, 0)
+    ids, squeeze = _check_prompt(prompt_ids, model, max_new_tokens)
     check.positive_int("beam_size", beam_size)
     alpha = check.finite_float("length_alpha", length_alpha)
     check.boolean("return_scores", return_scores)
@@ -521,11 +521,10 @@ def speculative_generate(
     ``return_stats`` also returns counts: target and draft calls, proposed and accepted
     tokens.
     """
-    ids, squeeze = _check_prompt(prompt_ids, target)
-    _check_prompt(prompt_ids, draft)
+    ids, squeeze = _check_prompt(prompt_ids, target, max_new_tokens)
+    _check_prompt(prompt_ids, draft, max_new_tokens)
     hint = "speculative_generate decodes one sequence (batch 1)"
     check.tensor("prompt_ids", ids, "batch seq", batch=1, hint=hint)
-    check.int_at_least("max_new_tokens", max_new_tokens, 0)
     check.positive_int("n_draft", n_draft)
     _check_knobs(temperature, top_k, top_p, generator)
     check.boolean("return_stats", return_stats)
