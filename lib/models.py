@@ -205,6 +205,7 @@ def _check_ids(ids: object, vocab_size: int, name: str = "ids") -> torch.Tensor:
 
 
 _MASK = "a key mask must be (batch, k_pos), True = real token"
+_STACK = "an Encoder or a Decoder takes embedded input (ids? embed them first)"
 
 
 def _check_mask(mask: object, batch: int, k_len: int, name: str = "mask") -> None:
@@ -467,8 +468,7 @@ class _Stack(nn.Module):
 
     def _check_input(self, x: object, mask: object, name: str = "mask") -> None:
         """Embedded input ``(batch seq d_model)`` and its key mask ``(batch seq)``."""
-        hint = f"{type(self).__name__} takes embedded input"
-        check.tensor("x", x, "batch seq d_model", d_model=self.cfg.d_model, hint=hint)
+        check.tensor("x", x, "batch seq d_model", d_model=self.cfg.d_model, hint=_STACK)
         if mask is not None:
             _check_mask(mask, x.shape[0], x.shape[1], name)
 
