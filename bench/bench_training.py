@@ -2,7 +2,7 @@
 ``lib.runs.run_sizes``), with and without activation checkpointing and ``torch.compile``.
 
 For each configuration prints milliseconds per optimiser step (median after a warm-up),
-tokens per second, the model FLOPs utilisation on a GPU that ``lib.training.peak_flops``
+tokens per second, the model FLOPs utilisation on a GPU that ``lib.efficiency.peak_flops``
 knows, and the peak memory on CUDA; then the ratios against the eager run without
 checkpointing. The step is ``lib.training``'s: autocast from ``lib.utils.get_precision``,
 our cross-entropy, clipping, fused AdamW on a GPU. It never asserts on time.
@@ -19,16 +19,14 @@ import time
 
 import torch
 
-from lib.models import GPT, TransformerConfig
-from lib.runs import run_sizes
-from lib.training import (
-    clip_grad_norm,
+from lib.efficiency import (
     enable_activation_checkpointing,
-    make_optimizer,
-    model_loss,
     peak_flops,
     training_flops_per_token,
 )
+from lib.models import GPT, TransformerConfig
+from lib.runs import run_sizes
+from lib.training import clip_grad_norm, make_optimizer, model_loss
 from lib.utils import (
     PROFILES,
     autocast,

@@ -6,7 +6,7 @@
 * Sizes: :func:`run_sizes`, by profile with :func:`lib.utils.pick`, any of them
   overridden.
 * Runs: :func:`char_gpt_run` (Tiny Shakespeare), :func:`bert_run` (six books, with
-  :class:`SequenceClassifier`), :func:`t5_run` (English to French, split by
+  :class:`lib.models.SequenceClassifier`), :func:`t5_run` (English to French, split by
   :func:`split_pairs_by_source`). Text becomes ids with chapter 1's ``CharTokenizer``;
   special tokens take the ids after its characters. Each run returns plain data:
   ``run``, ``config``, ``metrics``, ``curves`` and ``samples``.
@@ -32,33 +32,34 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from einops import rearrange, reduce
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 
 from lib import _checks as check
+from lib.batches import Batch, _step_generator, lm_batches, lm_eval_batches
 from lib.datasets import load_gutenberg, load_tatoeba_pairs, load_tiny_shakespeare
+from lib.efficiency import gpu_seconds, peak_flops, training_flops_per_token
 from lib.generation import beam_search, generate
-from lib.models import BERT, GPT, T5, TransformerConfig, count_parameters
+from lib.models import (
+    BERT,
+    GPT,
+    T5,
+    SequenceClassifier,
+    TransformerConfig,
+    count_parameters,
+)
 from lib.objectives import IGNORE_INDEX, ObjectiveBatch, masked_lm_batch
 from lib.tokenizer import CharTokenizer
 from lib.training import (
-    Batch,
     TrainHistory,
     WarmupCosineSchedule,
-    _step_generator,
     _tokens_in,
     distributed_setup,
     evaluate,
-    gpu_seconds,
-    lm_batches,
-    lm_eval_batches,
     make_optimizer,
     make_scheduler,
     model_loss,
-    peak_flops,
     train,
-    training_flops_per_token,
 )
 from lib.utils import (
     PROFILE_ENV,
@@ -74,7 +75,6 @@ from lib.utils import (
 __all__ = [
     "RUNS",
     "run_sizes",
-    "SequenceClassifier",
     "split_pairs_by_source",
     "char_gpt_run",
     "bert_run",
@@ -235,36 +235,6 @@ def _decode(tokenizer: CharTokenizer, ids: list[int]) -> str:
 
 
 # From chapters/08-training.md, section "Three runs".
-class SequenceClassifier(nn.Module):
-    """BERT's embeddings and encoder with a linear head on the mean of the outputs.
-
-    ``forward(ids, mask=None)``: ``ids`` ``(batch seq)``, ``mask`` ``(batch seq)``
-    True for real tokens -> logits ``(batch n_classes)``. The MLM head is not used.
-    """
-
-    def __init__(self, bert: BERT, n_classes: int, dropout: float = 0.1) -> None:
-        super().__init__()
-        if not isinstance(bert, BERT):
-            raise TypeError(f"SequenceClassifier takes a BERT, got {bert!r:.60}")
-        self.cfg = bert.cfg
-        self.embed, self.encoder = bert.embed, bert.encoder
-        self.dropout = nn.Dropout(check.probability("dropout", dropout))
-        self.head = nn.Linear(
-            bert.cfg.d_model, check.positive_int("n_classes", n_classes)
-        )
-        nn.init.normal_(self.head.weight, std=0.02)
-        nn.init.zeros_(self.head.bias)
-
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None):
-        hidden = self.encoder(self.embed(ids), mask)  # (batch seq d_model)
-        if mask is None:
-            pooled = reduce(hidden, "batch seq d_model -> batch d_model", "mean")
-        else:
-            weights = rearrange(mask.to(hidden.dtype), "batch seq -> batch seq 1")
-            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-        return self.head(self.dropout(pooled))
-
-
 def split_pairs_by_source(
     pairs: list[tuple[str, str]], test_fraction: float, seed: int = 0
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -686,9 +656,9 @@ def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
 
     Returns ``train_tokens`` (forward and backward), ``forward_tokens`` (evaluation
     only, a third of the cost), ``flops``, the sum of each model's
-    :func:`training_flops_per_token` times its tokens, and ``steps``, the optimiser
-    steps of every model the run trains (BERT: pre-training and both fine-tunings).
-    Decoding, sampling and data preparation are not counted.
+    :func:`lib.efficiency.training_flops_per_token` times its tokens, and ``steps``, the
+    optimiser steps of every model the run trains (BERT: pre-training and both
+    fine-tunings). Decoding, sampling and data preparation are not counted.
     """
     sizes = run_sizes(run, profile)
     batch_size, n_steps = sizes["batch_size"], sizes["n_steps"]
@@ -749,7 +719,8 @@ def estimate_run_seconds(
     mfu: float = 0.3,
     step_overhead: float = 0.0,
 ) -> float:
-    """Seconds of GPU time for :func:`run_flops` by :func:`gpu_seconds`."""
+    """Seconds of GPU time for :func:`run_flops`, by
+    :func:`lib.efficiency.gpu_seconds`."""
     work = run_flops(run, profile)
     return gpu_seconds(
         work["flops"], work["steps"], peak=peak, mfu=mfu, step_overhead=step_overhead

@@ -10,17 +10,12 @@
   :func:`make_scheduler`.
 * Checkpoints: :func:`save_checkpoint` (atomic), :func:`load_checkpoint`
   (``weights_only=True``, mismatches named), :func:`latest_checkpoint`, RNG states.
-* The loop: :func:`lm_batches`, :func:`model_loss`, :func:`evaluate`, :func:`train`
-  (mixed precision, accumulation, clipping, evaluation, checkpoints, DDP, compile).
-* Memory and speed: :func:`enable_activation_checkpointing`,
-  :func:`training_flops_per_token`, :func:`peak_flops`, :func:`gpu_seconds`.
+* The loop: :func:`model_loss`, :func:`evaluate`, :func:`train` (mixed precision,
+  accumulation, clipping, evaluation, checkpoints, DDP, compile) on :mod:`lib.batches`.
 * Several processes: :func:`distributed_setup`, :func:`shard_batch`.
 
-The chapter's three experiments (a character GPT, a BERT, a T5) are in ``lib.runs``.
-
-A batch is a dict of tensors whose first axis is ``batch``: ``inputs`` ``(batch seq)``,
-``targets`` (``IGNORE_INDEX`` where there is no loss), optionally ``mask``
-``(batch seq)`` (True for real tokens) and, for an encoder-decoder, ``decoder_inputs``.
+Memory and speed (activation checkpointing, FLOPs, GPU time): :mod:`lib.efficiency`; the
+chapter's three experiments (a character GPT, a BERT, a T5): :mod:`lib.runs`.
 """
 
 from __future__ import annotations
@@ -34,22 +29,21 @@ import random
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from einops import rearrange, reduce
+from einops import reduce
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.checkpoint import checkpoint as checkpoint_call
 from tqdm import tqdm
 
 from lib import _checks as check
-from lib.models import T5, TransformerBlock, count_parameters
-from lib.objectives import IGNORE_INDEX, ObjectiveBatch, causal_lm_batch
+from lib.batches import Batch
+from lib.objectives import IGNORE_INDEX
 from lib.utils import Precision, autocast, get_device, get_precision, get_profile
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
@@ -69,21 +63,12 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "latest_checkpoint",
-    "Batch",
-    "as_batch",
-    "lm_batches",
-    "lm_eval_batches",
     "model_loss",
     "shard_batch",
     "evaluate",
     "TrainHistory",
     "NonFiniteLossError",
     "train",
-    "enable_activation_checkpointing",
-    "disable_activation_checkpointing",
-    "training_flops_per_token",
-    "peak_flops",
-    "gpu_seconds",
     "distributed_setup",
 ]
 
@@ -111,11 +96,8 @@ def cross_entropy(
         raise ValueError(f"targets must have the shape of logits minus vocab: {shapes}")
     check.probability("label_smoothing", label_smoothing, owner="cross_entropy")
     vocab, keep = logits.shape[-1], targets != ignore_index
-    low, high = (
-        map(int, torch.aminmax(targets[keep]))
-        if targets.is_cpu and keep.any()
-        else (0, 0)
-    )
+    readable = targets.is_cpu and keep.any()  # on a GPU: no sync to check
+    low, high = map(int, torch.aminmax(targets[keep])) if readable else (0, 0)
     if low < 0 or high >= vocab:
         allowed = f"0..{vocab - 1} or {ignore_index}"
         raise ValueError(f"targets must be in {allowed}, got {low}..{high}")
@@ -124,11 +106,11 @@ def cross_entropy(
     safe_targets = targets.long().masked_fill(~keep, 0).unsqueeze(-1)
     per_position = -log_probs.gather(-1, safe_targets).squeeze(-1)
     if label_smoothing > 0.0:
-        uniform = -reduce(log_probs, "... vocab -> ...", "mean")
-        eps = label_smoothing
-        per_position = (1.0 - eps) * per_position + eps * uniform
-    n_kept = keep.sum().clamp(min=1)
-    return (per_position * keep).sum() / n_kept
+        uniform = -reduce(
+            log_probs, "... vocab -> ...", "mean"
+        )  # ε·uniform + (1-ε)·own
+        per_position = per_position + label_smoothing * (uniform - per_position)
+    return (per_position * keep).sum() / keep.sum().clamp(min=1)  # 0 if none kept
 
 
 # From chapters/08-training.md, section "The optimiser: Adam, AdamW and what to decay".
@@ -172,7 +154,8 @@ def _check_adam(lr, betas, eps, weight_decay) -> list[float]:
     check.finite_float("eps", eps, low=0.0, low_open=True)
     if not isinstance(betas, tuple | list) or len(betas) != 2:
         raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-    return [check.finite_float(f"betas[{i}]", b, low=0, high=1, high_open=True) for i, b in enumerate(betas)]  # fmt: skip
+    beta = dict(low=0.0, high=1.0, high_open=True)
+    return [check.finite_float(f"betas[{i}]", b, **beta) for i, b in enumerate(betas)]
 
 
 def _check_max_norm(max_norm: float) -> None:
@@ -252,8 +235,7 @@ class NoamSchedule:
     warmup: int
 
     def __post_init__(self) -> None:
-        check.positive_int("d_model", self.d_model)
-        check.positive_int("warmup", self.warmup)
+        check.positive_ints(d_model=self.d_model, warmup=self.warmup)
 
     def __call__(self, step: int) -> float:
         n = step + 1
@@ -287,8 +269,7 @@ def make_scheduler(
 ) -> torch.optim.lr_scheduler.LambdaLR:
     """A ``LambdaLR`` that multiplies each group's base rate by ``schedule(step)``."""
     check.instance("optimizer", optimizer, torch.optim.Optimizer, what="an optimizer")
-    if not callable(schedule):
-        raise TypeError(f"schedule must be a function step -> factor, got {schedule!r}")
+    check.function("schedule", schedule, hint="(a function step -> factor)")
     return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
 
@@ -303,6 +284,7 @@ class CheckpointError(RuntimeError):
 
 
 _FORMAT = "lib.training/2"  # 2: with a sha256 of the content
+_NUMPY_STATE = ("position", "has_gauss", "cached_gaussian")  # after the keys
 
 
 def rng_states() -> dict[str, Any]:
@@ -310,12 +292,10 @@ def rng_states() -> dict[str, Any]:
     _, keys, position, has_gauss, cached = np.random.get_state()
     return {
         "python": random.getstate(),
-        "numpy": {
-            "keys": torch.from_numpy(keys.astype(np.int64)),
-            "position": int(position),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached),
-        },
+        "numpy": dict(
+            keys=torch.from_numpy(keys.astype(np.int64)),
+            **dict(zip(_NUMPY_STATE, (int(position), int(has_gauss), float(cached)))),
+        ),
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
@@ -326,16 +306,9 @@ def set_rng_states(states: Mapping[str, Any]) -> None:
     if not isinstance(states, Mapping) or set(states) != set(rng_states()):
         raise ValueError(f"states must be a dict of rng_states(), got {states!r:.80}")
     random.setstate(states["python"])
-    numpy_state = states["numpy"]
-    np.random.set_state(
-        (
-            "MT19937",
-            numpy_state["keys"].numpy().astype(np.uint32),
-            numpy_state["position"],
-            numpy_state["has_gauss"],
-            numpy_state["cached_gaussian"],
-        )
-    )
+    n = states["numpy"]
+    keys = n["keys"].numpy().astype(np.uint32)
+    np.random.set_state(("MT19937", keys, *(n[k] for k in _NUMPY_STATE)))
     torch.set_rng_state(states["torch"].cpu())
     if states["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in states["cuda"]])
@@ -344,13 +317,10 @@ def set_rng_states(states: Mapping[str, Any]) -> None:
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The plain module inside ``torch.compile`` and ``DistributedDataParallel``."""
     check.instance("model", model, nn.Module, what="a torch.nn.Module")
-    while True:
-        if hasattr(model, "_orig_mod"):  # torch.compile
-            model = model._orig_mod
-        elif isinstance(model, DistributedDataParallel):
-            model = model.module
-        else:
-            return model
+    while hasattr(model, "_orig_mod") or isinstance(model, DistributedDataParallel):
+        compiled = hasattr(model, "_orig_mod")  # torch.compile's, else DDP's
+        model = model._orig_mod if compiled else model.module
+    return model
 
 
 def _plain_state(value: Any, where: str) -> Any:
@@ -421,16 +391,10 @@ def save_checkpoint(
     """
     path = Path(path)
     check.int_at_least("step", step, 0, owner="save_checkpoint")
-    state = {
-        "format": _FORMAT,
-        "step": int(step),
-        "model": unwrap_model(model).state_dict(),
-        "optimizer": None if optimizer is None else optimizer.state_dict(),
-        "scheduler": None if scheduler is None else scheduler.state_dict(),
-        "scaler": None if scaler is None else scaler.state_dict(),
-        "rng": rng_states(),
-        "extra": _plain_state(dict(extra or {}), "extra"),
-    }
+    state = dict(format=_FORMAT, step=int(step), model=unwrap_model(model).state_dict())
+    parts = dict(optimizer=optimizer, scheduler=scheduler, scaler=scaler)
+    state |= {k: None if v is None else v.state_dict() for k, v in parts.items()}
+    state |= dict(rng=rng_states(), extra=_plain_state(dict(extra or {}), "extra"))
     state["sha256"] = _sha256(state)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -445,16 +409,17 @@ def save_checkpoint(
 
 
 def _mismatches(model: nn.Module, saved: Mapping[str, torch.Tensor]) -> list[str]:
-    """How a saved state dict differs from ``model``'s: keys and shapes, five of each."""
+    """How a saved state dict differs from ``model``'s: keys, shapes (five of each)."""
     own = model.state_dict()
+    differ = [
+        f"{k} {tuple(saved[k].shape)} in the checkpoint, {tuple(v.shape)} in the model"
+        for k, v in own.items()
+        if k in saved and v.shape != saved[k].shape
+    ]
     found = {
         "missing keys": [k for k in own if k not in saved],
         "unexpected keys": [k for k in saved if k not in own],
-        "shape mismatches": [
-            f"{k} {tuple(saved[k].shape)} in the checkpoint, {tuple(own[k].shape)} in the model"
-            for k in own
-            if k in saved and own[k].shape != saved[k].shape
-        ],
+        "shape mismatches": differ,
     }
     return [
         f"{what}: {', '.join(items[:5])}"
@@ -481,23 +446,15 @@ def _restore_settings_and_position(optimizer, scheduler, state: Mapping) -> None
     saved moments and step counts; the caller's rates, betas, weight decay, schedule
     (``LambdaLR.load_state_dict`` would overwrite the schedule and the base rates)."""
     if optimizer is not None:
-        kept = [
-            {k: v for k, v in g.items() if k != "params"}
-            for g in optimizer.param_groups
-        ]
+        kept = [dict(g) for g in optimizer.param_groups]  # the caller's settings
         optimizer.load_state_dict(state["optimizer"])
         for group, settings in zip(optimizer.param_groups, kept):
-            group.update(settings)
+            group.update({k: v for k, v in settings.items() if k != "params"})
     if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
-        saved = state["scheduler"]
-        scheduler.last_epoch, scheduler._step_count = (
-            saved["last_epoch"],
-            saved["_step_count"],
-        )
-        groups = scheduler.optimizer.param_groups
-        for group, base, schedule in zip(
-            groups, scheduler.base_lrs, scheduler.lr_lambdas
-        ):
+        for position in ("last_epoch", "_step_count"):
+            setattr(scheduler, position, state["scheduler"][position])
+        groups, bases = scheduler.optimizer.param_groups, scheduler.base_lrs
+        for group, base, schedule in zip(groups, bases, scheduler.lr_lambdas):
             group["lr"] = base * schedule(scheduler.last_epoch)
         scheduler._last_lr = [group["lr"] for group in groups]
     elif scheduler is not None:
@@ -530,9 +487,7 @@ def load_checkpoint(
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
     others = sorted(p.name for p in path.parent.glob("step-*.pt") if p != path)
-    hint = (
-        f" Other checkpoints in {path.parent}: {', '.join(others)}." if others else ""
-    )
+    hint = f" Other checkpoints in {path.parent}: {', '.join(others)}." * bool(others)
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:
@@ -546,15 +501,9 @@ def load_checkpoint(
     if state.pop("sha256", None) != _sha256(state):  # a changed byte
         raise CheckpointError(f"{path} is damaged: not its sha256.{hint}", damaged=True)
     problems = _config_differences(state["extra"].get("config"), config)
-    problems += _mismatches(target, state["model"]) + [
-        f"no {name} state"
-        for name, obj in (
-            ("optimizer", optimizer),
-            ("scheduler", scheduler),
-            ("scaler", scaler),
-        )
-        if obj is not None and state[name] is None
-    ]
+    given = dict(optimizer=optimizer, scheduler=scheduler, scaler=scaler)
+    absent = [k for k, v in given.items() if v is not None and state[k] is None]
+    problems += _mismatches(target, state["model"]) + [f"no {k} state" for k in absent]
     if problems:  # the model's configuration is in state["extra"]["config"]
         raise CheckpointError(f"{path} does not fit: {' | '.join(problems)}")
     target.load_state_dict(state["model"])
@@ -568,124 +517,18 @@ def load_checkpoint(
 
 def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
     """The checkpoint ``step-*.pt`` with the highest step in ``directory``, or None."""
-    found = _saved_checkpoints(directory)
-    return found[-1][1] if found else None
+    return max(_saved_checkpoints(directory), default=(None, None))[1]
 
 
 def _saved_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     """``(step, path)`` of every ``step-*.pt`` in ``directory``, oldest first."""
-    found = []
-    for p in Path(directory).glob("step-*.pt"):
-        digits = p.stem.removeprefix("step-")
-        if digits.isdigit():
-            found.append((int(digits), p))
-    return sorted(found)
-
-
-# From chapters/08-training.md, section "The training loop".
-Batch = dict[str, torch.Tensor]
-
-
-def as_batch(
-    batch: ObjectiveBatch | Mapping[str, torch.Tensor],
-    **more: torch.Tensor,
-) -> Batch:
-    """The tensors of an ``ObjectiveBatch`` (or a dict) as a dict, with ``more``."""
-    check.instance("batch", batch, (ObjectiveBatch, Mapping), what="a batch dict")
-    if isinstance(batch, ObjectiveBatch):
-        items = {f.name: getattr(batch, f.name) for f in fields(batch)}
-    else:
-        items = dict(batch)
-    items = {k: v for k, v in {**items, **more}.items() if v is not None}
-    for name, value in items.items():
-        check.tensor(name, value, owner="as_batch")
-    return items
-
-
-def _step_generator(seed: int, step: int) -> torch.Generator:
-    """A generator for one step's batch: its draws depend on (seed, step) only."""
-    return torch.Generator().manual_seed(seed * 1_000_003 + step)
-
-
-def _token_stream(tokens, seq_len, batch_size, seed, objective) -> torch.Tensor:
-    """The checked arguments of :func:`lm_batches`; the tokens as one long tensor."""
-    check.positive_int("batch_size", batch_size)
-    check.int_at_least("seed", seed, 0)
-    if objective is not None and not callable(objective):
-        raise TypeError(f"objective must be (windows, generator) -> batch, {objective}")
-    if isinstance(tokens, torch.Tensor) and tokens.is_floating_point():
-        raise TypeError(f"tokens must be integer ids, got dtype {tokens.dtype}")
-    tokens = torch.as_tensor(tokens, dtype=torch.long)
-    if tokens.dim() != 1:
-        raise ValueError(f"tokens must be one stream (n,), got {tuple(tokens.shape)}")
-    check.positive_int("seq_len", seq_len)
-    if len(tokens) < seq_len + 1:  # a context and the token after it
-        n, window = len(tokens), f"seq_len + 1 = {seq_len + 1}"
-        raise ValueError(f"it holds {n} tokens, fewer than one window of {window}")
-    return tokens
-
-
-def lm_batches(
-    tokens: torch.Tensor | list[int],
-    batch_size: int,
-    seq_len: int,
-    *,
-    seed: int = 0,
-    objective: Callable[[torch.Tensor, torch.Generator], Any] | None = None,
-) -> Callable[[int], Batch]:
-    """``step -> batch`` of ``batch_size`` random windows of ``seq_len + 1`` tokens.
-
-    ``objective(windows, generator)`` turns the windows ``(batch seq_len+1)`` into a
-    batch (an ``ObjectiveBatch`` or a dict); the default, ``causal_lm_batch``, gives
-    ``inputs`` and ``targets`` ``(batch seq_len)``. The windows and the objective's
-    random choices depend on ``(seed, step)`` only.
-    """
-    tokens = _token_stream(tokens, seq_len, batch_size, seed, objective)
-    offsets = torch.arange(seq_len + 1)
-
-    def batch_at(step: int) -> Batch:
-        generator = _step_generator(seed, step)
-        n_starts = len(tokens) - seq_len
-        starts = torch.randint(0, n_starts, (batch_size,), generator=generator)
-        windows = tokens[rearrange(starts, "batch -> batch 1") + offsets]
-        if objective is None:
-            return as_batch(causal_lm_batch(windows))
-        return as_batch(objective(windows, generator))
-
-    return batch_at
-
-
-def lm_eval_batches(
-    tokens: torch.Tensor | list[int],
-    batch_size: int,
-    seq_len: int,
-    *,
-    seed: int = 0,
-    objective: Callable[[torch.Tensor, torch.Generator], Any] | None = None,
-) -> list[Batch]:
-    """The whole stream as consecutive windows (each token predicted once), in batches:
-    what a final, honest evaluation uses. Arguments as :func:`lm_batches`."""
-    tokens = _token_stream(tokens, seq_len, batch_size, seed, objective)
-    n_windows = (len(tokens) - 1) // seq_len
-    starts = torch.arange(n_windows) * seq_len
-    windows = tokens[rearrange(starts, "w -> w 1") + torch.arange(seq_len + 1)]
-    batches = []
-    for i, chunk in enumerate(windows.split(batch_size)):
-        made = (
-            causal_lm_batch(chunk)
-            if objective is None
-            else objective(chunk, _step_generator(seed, i))
-        )
-        batches.append(as_batch(made))
-    return batches
+    steps = {p: p.stem.removeprefix("step-") for p in Path(directory).glob("step-*.pt")}
+    return sorted((int(digits), p) for p, digits in steps.items() if digits.isdigit())
 
 
 # From chapters/08-training.md, section "The training loop".
 def model_loss(
-    model: nn.Module,
-    batch: Batch,
-    *,
-    label_smoothing: float = 0.0,
+    model: nn.Module, batch: Batch, *, label_smoothing: float = 0.0
 ) -> torch.Tensor:
     """:func:`cross_entropy` of ``model``'s logits on ``batch`` and its ``targets``.
 
@@ -697,15 +540,11 @@ def model_loss(
         raise ValueError(
             f"a batch is a dict with 'inputs' and 'targets': {batch!r:.30}"
         )
+    inputs, mask = batch["inputs"], batch.get("mask")
     if "decoder_inputs" in batch:
-        logits = model(
-            batch["inputs"],
-            batch["decoder_inputs"],
-            batch.get("mask"),
-            batch.get("decoder_mask"),
-        )
+        logits = model(inputs, batch["decoder_inputs"], mask, batch.get("decoder_mask"))
     else:
-        logits = model(batch["inputs"], batch.get("mask"))
+        logits = model(inputs, mask)
     return cross_entropy(logits, batch["targets"], label_smoothing=label_smoothing)
 
 
@@ -823,36 +662,28 @@ class NonFiniteLossError(FloatingPointError):
     """The loss (or the gradient norm) became NaN or infinite; it reached neither the
     weights nor a checkpoint."""
 
-    def __init__(
-        self,
-        step: int,
-        what: str,
-        value: float,
-        checkpoint: Path | None,
-        *,
-        found_at: int | None = None,
-    ):
-        self.step, self.value, self.checkpoint = step, value, checkpoint
-        where = f"the last good checkpoint is {checkpoint}"
-        if found_at is None or found_at == step:
-            applied = "the run stopped before updating the weights"
-        else:  # found at a later read: the bad step and those after it were zeroed
+    def __init__(self, step, values, checkpoint: Path | None, found_at: int):
+        """The first non-finite ``step`` and its ``values`` (loss, gradient norm), the
+        last good ``checkpoint`` (or None) and ``found_at``, the step that read it."""
+        self.step, self.checkpoint, (loss, norm) = (
+            int(step),
+            checkpoint,
+            values.tolist(),
+        )
+        bad_loss = not math.isfinite(loss)
+        what, self.value = ("loss", loss) if bad_loss else ("gradient norm", norm)
+        step, where = self.step, f"the last good checkpoint is {checkpoint}"
+        applied = "the run stopped before updating the weights"
+        if found_at != step:  # found at a later read: that step and those after, zeroed
             applied = (
                 f"found at step {found_at}: the gradients of step {step} and after "
                 "were zeroed, so no non-finite value reached the weights"
             )
         super().__init__(
-            f"the {what} is {value} at step {step}; {applied}, and "
+            f"the {what} is {self.value} at step {step}; {applied}, and "
             f"{where if checkpoint else 'there is no checkpoint'}. "
             "Lower the learning rate, clip gradients, or check the data."
         )
-
-
-def _non_finite(step, values, checkpoint, found_at: int) -> NonFiniteLossError:
-    """The error for the first non-finite step; ``values`` its (loss, gradient norm)."""
-    loss, norm = values.tolist()
-    what, value = ("loss", loss) if not math.isfinite(loss) else ("gradient norm", norm)
-    return NonFiniteLossError(int(step), what, value, checkpoint, found_at=found_at)
 
 
 def _tokens_in(batch: Batch) -> int:
@@ -870,8 +701,7 @@ def _check_train(model, batches, optimizer, loss_fn, o: dict[str, Any]) -> None:
     for name in ("eval_every", "checkpoint_every"):
         check.int_at_least(name, o[name], 0, owner="train")
     check.booleans(resume=o["resume"], compile=o["compile"], owner="train")
-    if o["max_grad_norm"] is not None:
-        _check_max_norm(o["max_grad_norm"])
+    _check_max_norm(math.inf if o["max_grad_norm"] is None else o["max_grad_norm"])
     if (o["checkpoint_every"] or o["resume"]) and o["checkpoint_dir"] is None:
         raise ValueError("checkpoint_every and resume need a checkpoint_dir")
     no_list = callable(o["eval_batches"]) or o["eval_batches"] is None
@@ -879,14 +709,11 @@ def _check_train(model, batches, optimizer, loss_fn, o: dict[str, Any]) -> None:
         raise ValueError("eval_every needs eval_batches (a list, or with eval_iters)")
 
 
-def _resume(
-    directory: Path, **objects: Any
-) -> tuple[dict[str, Any] | None, Path | None]:
+def _resume(directory: Path, **objects: Any) -> tuple[dict | None, Path | None]:
     """Load the newest intact checkpoint of ``directory`` into ``objects``; a damaged
     one is skipped with a warning. ``(None, None)`` when there is none."""
-    found = _saved_checkpoints(directory)
     errors = []
-    for _, path in reversed(found):
+    for _, path in reversed(_saved_checkpoints(directory)):
         try:
             return load_checkpoint(path, **objects), path
         except CheckpointError as err:
@@ -936,49 +763,33 @@ def train(
     checkpoint. ``progress``: a tqdm bar (default: in the colab and full profiles).
     Raises :class:`NonFiniteLossError` on a NaN or infinite loss or gradient norm.
     """
-    options = dict(locals())
-    _check_train(model, batches, optimizer, loss_fn, options)
+    _check_train(model, batches, optimizer, loss_fn, dict(locals()))
     device = next(model.parameters()).device
     precision = precision or get_precision(device)
     scaler = torch.amp.GradScaler(device.type) if precision.use_grad_scaler else None
-    config = getattr(unwrap_model(model), "cfg", None)
-    config = asdict(config) if config is not None else None
+    config = asdict(cfg) if (cfg := getattr(unwrap_model(model), "cfg", None)) else None
     history, start, last_checkpoint = TrainHistory(), 0, None
     rank, world = _distributed()
+    objects = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
     if checkpoint_dir is not None:
         checkpoint_dir = Path(checkpoint_dir)
         for stale in checkpoint_dir.glob(".step-*.pt.*.tmp") if rank == 0 else ():
             stale.unlink(missing_ok=True)  # a save killed inside torch.save
     if resume:
-        state, last_checkpoint = _resume(
-            checkpoint_dir,
-            model=model,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            scaler=scaler,
-            map_location=device,
-            config=config,
-        )
+        found = _resume(checkpoint_dir, map_location=device, config=config, **objects)
+        state, last_checkpoint = found
         if state is not None:
             start = state["step"]
             history = TrainHistory(**state["extra"].get("history", {}))
-    ddp = None
-    if world > 1:
-        ddp = DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
-        )
+    device_ids = [device.index] if device.type == "cuda" else None
+    ddp = DistributedDataParallel(model, device_ids) if world > 1 else None
     net = ddp if ddp is not None else model
-    if compile:
-        net = torch.compile(net)
-    show = get_profile() != "smoke" if progress is None else progress
+    net = torch.compile(net) if compile else net
+    show = (get_profile() != "smoke" if progress is None else progress) and rank == 0
     model.train()
+    steps = range(start, n_steps)
     bar = tqdm(
-        range(start, n_steps),
-        initial=start,
-        total=n_steps,
-        disable=not show or rank != 0,
-        dynamic_ncols=True,
-        desc="train",
+        steps, "train", n_steps, initial=start, disable=not show, dynamic_ncols=True
     )
     # Finiteness is tracked on the device, read only when the loss is read anyway.
     healthy = torch.ones((), dtype=torch.bool, device=device)
@@ -990,19 +801,15 @@ def train(
         n_targets, n_rows = max(_n_targets(whole), 1), _rows(whole)
         if n_rows < world:
             raise ValueError(f"a batch of {n_rows} rows cannot feed {world} processes")
-        batch = shard_batch(whole, rank, world, even=False)
-        micro_batches = _micro_batches(batch, grad_accum)
+        parts = _micro_batches(shard_batch(whole, rank, world, even=False), grad_accum)
         loss_sum = torch.zeros((), device=device)
-        for i, micro in enumerate(micro_batches):
-            last = i == len(micro_batches) - 1
-            synced = ddp is None or last  # DDP averages once, after the last one
+        for i, micro in enumerate(parts):
+            synced = ddp is None or i == len(parts) - 1  # DDP averages after the last
             share = _n_targets(micro) / n_targets  # of the step's targets
             with contextlib.nullcontext() if synced else ddp.no_sync():
                 with autocast(device, precision):
                     mean = loss_fn(net, _to_device(micro, device))
-                loss = mean * (
-                    share * world
-                )  # DDP divides the sum of gradients by world
+                loss = mean * share * world  # DDP divides the gradients' sum by world
                 (scaler.scale(loss) if scaler is not None else loss).backward()
             loss_sum += mean.detach().float() * share
         if world > 1:
@@ -1013,10 +820,9 @@ def train(
         finite = torch.isfinite(loss_sum) & (
             torch.isfinite(norm) | (scaler is not None)
         )
-        first_bad = torch.where(healthy & ~finite, step + 1, first_bad)
-        bad_values = torch.where(
-            healthy & ~finite, torch.stack([loss_sum, norm]), bad_values
-        )
+        turned_bad = healthy & ~finite
+        first_bad = torch.where(turned_bad, step + 1, first_bad)
+        bad_values = torch.where(turned_bad, torch.stack([loss_sum, norm]), bad_values)
         healthy &= finite
         done = step + 1
         due_eval = eval_every and (done % eval_every == 0 or done == n_steps)
@@ -1026,7 +832,7 @@ def train(
         logged = step % log_every == 0 or step == n_steps - 1
         if logged or due_eval or due_save:  # a read: stop before the update
             if not healthy.item():
-                raise _non_finite(first_bad, bad_values, last_checkpoint, done)
+                raise NonFiniteLossError(first_bad, bad_values, last_checkpoint, done)
             loss_value, norm_value = loss_sum.item(), float(norm)
         else:  # no read, no sync: a non-finite step (and all after it) updates nothing
             for p in model.parameters():
@@ -1050,33 +856,15 @@ def train(
             bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{lr:.2e}", refresh=False)
         history.train_seconds += time.perf_counter() - began
         if due_eval:
-            eval_loss = evaluate(
-                model,
-                eval_batches,
-                n_batches=eval_iters,
-                loss_fn=loss_fn,
-                precision=precision,
-            )
-            history.eval_losses.append(eval_loss)
+            kw = dict(n_batches=eval_iters, loss_fn=loss_fn, precision=precision)
+            history.eval_losses.append(evaluate(model, eval_batches, **kw))
             history.eval_steps.append(done)
             model.train()
         if due_save:
-            extra = {
-                "history": asdict(history),
-                "data_position": done,
-                "config": config,
-            }
+            extra = dict(history=asdict(history), data_position=done, config=config)
             last_checkpoint = checkpoint_dir / f"step-{done:08d}.pt"
             if rank == 0:
-                save_checkpoint(
-                    last_checkpoint,
-                    model=model,
-                    step=done,
-                    optimizer=optimizer,
-                    scheduler=scheduler,
-                    scaler=scaler,
-                    extra=extra,
-                )
+                save_checkpoint(last_checkpoint, step=done, extra=extra, **objects)
                 _prune(checkpoint_dir, keep_checkpoints)
             if world > 1:
                 dist.barrier()
@@ -1086,112 +874,8 @@ def train(
 
 def _prune(directory: Path, keep: int) -> None:
     """Delete all but the ``keep`` newest ``step-*.pt`` checkpoints."""
-    found = _saved_checkpoints(directory)
-    for _, old in found[: max(0, len(found) - keep)]:
+    for _, old in _saved_checkpoints(directory)[:-keep]:  # keep >= 1 (train checks it)
         old.unlink(missing_ok=True)
-
-
-# From chapters/08-training.md, section "Memory: activation checkpointing".
-def _recomputing_block_forward(self: TransformerBlock, x: torch.Tensor, *args, **kw):
-    plain = type(self).forward
-    if kw.get("use_cache") or not torch.is_grad_enabled():
-        return plain(self, x, *args, **kw)  # generation, evaluation: nothing to save
-    return checkpoint_call(plain, self, x, *args, use_reentrant=False, **kw)
-
-
-def _blocks(model: nn.Module) -> list[TransformerBlock]:
-    modules = unwrap_model(model).modules()
-    blocks = [m for m in modules if isinstance(m, TransformerBlock)]
-    if not blocks:
-        raise ValueError(f"{type(model).__name__}: no TransformerBlock to checkpoint")
-    return blocks
-
-
-def enable_activation_checkpointing(model: nn.Module) -> int:
-    """Recompute every ``TransformerBlock`` in the backward pass instead of storing
-    its activations (``torch.utils.checkpoint``, non-reentrant). Returns the number
-    of blocks."""
-    blocks = _blocks(model)
-    for block in blocks:
-        block.forward = _recomputing_block_forward.__get__(block)  # a bound method
-    return len(blocks)
-
-
-def disable_activation_checkpointing(model: nn.Module) -> int:
-    """Undo :func:`enable_activation_checkpointing`; returns the number of blocks."""
-    blocks = _blocks(model)
-    for block in blocks:
-        vars(block).pop("forward", None)
-    return len(blocks)
-
-
-# From chapters/08-training.md, section "Speed: compilation, fused kernels, and how busy the GPU is".
-# Dense bf16/fp16 tensor-core peaks (FLOP/s), NVIDIA's data sheets; matched in order.
-_PEAK_FLOPS = (
-    ("H100 PCIe", 756e12),
-    ("H100", 989e12),
-    ("H200", 989e12),
-    ("A100", 312e12),
-    ("L40S", 362e12),
-    ("L4", 121e12),
-    ("A10", 125e12),
-    ("V100", 125e12),
-    ("T4", 65e12),
-    ("RTX 4090", 165e12),
-)
-
-
-def training_flops_per_token(model: nn.Module, seq_len: int) -> float:
-    """Training FLOPs per token: ``6·N`` for the parameters (forward 2, backward 4) plus
-    ``12·L·d·T`` for attention (PaLM's appendix B); position tables do no products."""
-    check.positive_int("seq_len", seq_len, owner="training_flops_per_token")
-    model = unwrap_model(model)
-    cfg = model.cfg
-    n_params = count_parameters(model)
-    named = model.named_parameters()
-    n_params -= sum(p.numel() for name, p in named if "positions" in name.split("."))
-    n_layers = cfg.n_layers + (cfg.decoder_layers if isinstance(model, T5) else 0)
-    return 6.0 * n_params + 12.0 * n_layers * cfg.n_heads * cfg.head_size * seq_len
-
-
-def peak_flops(device: torch.device | str | None = None) -> float | None:
-    """The GPU's dense 16-bit peak in FLOP/s; None on a CPU or an unknown GPU."""
-    device = torch.device(device) if device is not None else get_device()
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((flops for key, flops in _PEAK_FLOPS if key in name), None)
-
-
-def gpu_seconds(
-    flops: float,
-    steps: int = 0,
-    *,
-    peak: float | str = "T4",
-    mfu: float = 0.3,
-    step_overhead: float = 0.0,
-) -> float:
-    """Seconds for ``flops`` at ``mfu`` of ``peak``, plus ``step_overhead`` seconds for
-    each of ``steps`` optimiser steps (kernel launches, Python).
-
-    ``peak`` is in FLOP/s, or a GPU's name as in :func:`peak_flops`'s table ("T4",
-    "A100", "H100"...). The MFU and the overhead are assumptions the caller states.
-    """
-    if isinstance(peak, str):
-        found = [flops for key, flops in _PEAK_FLOPS if key == peak]
-        if not found:
-            known = [key for key, _ in _PEAK_FLOPS]
-            raise ValueError(f"unknown GPU {peak!r}; known: {known}, or give FLOP/s")
-        peak = found[0]
-    for name, value in dict(
-        flops=flops, steps=steps, step_overhead=step_overhead
-    ).items():
-        check.finite_float(name, value, low=0.0, owner="gpu_seconds")
-    if not peak > 0:
-        raise ValueError(f"peak must be positive FLOP/s, got {peak!r}")
-    if not 0.0 < mfu <= 1.0:
-        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
-    return flops / (peak * mfu) + steps * step_overhead
 
 
 # From chapters/08-training.md, section "Data parallelism".
@@ -1207,9 +891,8 @@ def distributed_setup(backend: str | None = None) -> tuple[int, int, torch.devic
         return 0, 1, get_device()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available() and backend in (None, "nccl"):
-        device = torch.device("cuda", local_rank)
+        device, backend = torch.device("cuda", local_rank), "nccl"
         torch.cuda.set_device(device)
-        backend = "nccl"
     else:
         device, backend = torch.device("cpu"), backend or "gloo"
     if not dist.is_initialized():

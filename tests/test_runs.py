@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from lib.datasets import load_tiny_shakespeare
-from lib.models import BERT, GPT, TransformerConfig
+from lib.efficiency import training_flops_per_token
+from lib.models import BERT, GPT, SequenceClassifier, TransformerConfig
 from lib.runs import (
     RUNS,
-    SequenceClassifier,
     char_gpt_run,
     estimate_run_seconds,
     main,
@@ -21,7 +21,7 @@ from lib.runs import (
     run_sizes,
     split_pairs_by_source,
 )
-from lib.training import _tokens_in, training_flops_per_token
+from lib.training import _tokens_in
 from lib.utils import PROFILES, read_record
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,5 @@
-"""lib.training: loss, optimiser, schedules, checkpoints, the loop, DDP."""
+"""lib.training: loss, optimiser, schedules, checkpoints, the loop, DDP; with the
+batches of lib.batches and the memory and speed helpers of lib.efficiency."""
 
 from __future__ import annotations
 
@@ -16,37 +17,36 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from lib.models import BERT, GPT, T5, TransformerConfig
+from lib.batches import as_batch, lm_batches, lm_eval_batches
+from lib.efficiency import (
+    disable_activation_checkpointing,
+    enable_activation_checkpointing,
+    gpu_seconds,
+    peak_flops,
+    training_flops_per_token,
+)
+from lib.models import BERT, GPT, T5, SequenceClassifier, TransformerConfig
 from lib.objectives import IGNORE_INDEX
-from lib.runs import SequenceClassifier
 from lib.training import (
     CheckpointError,
     NoamSchedule,
     NonFiniteLossError,
     WarmupCosineSchedule,
     adamw_step,
-    as_batch,
     clip_grad_norm,
     cross_entropy,
-    disable_activation_checkpointing,
     distributed_setup,
-    enable_activation_checkpointing,
     evaluate,
-    gpu_seconds,
     latest_checkpoint,
-    lm_batches,
-    lm_eval_batches,
     load_checkpoint,
     make_optimizer,
     make_scheduler,
     model_loss,
     parameter_groups,
-    peak_flops,
     save_checkpoint,
     set_rng_states,
     shard_batch,
     train,
-    training_flops_per_token,
     unwrap_model,
 )
 

@@ -1,0 +1,132 @@
+# This file is generated from chapters/08-training.md by tools/tangle.py. Do not edit it by hand:
+# edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/08-training.md, section "Memory: activation checkpointing".
+"""Memory and speed of training (chapter 8 of the course).
+
+* Memory: :func:`enable_activation_checkpointing` (recompute each ``TransformerBlock``
+  in the backward pass), :func:`disable_activation_checkpointing`.
+* Speed: :func:`training_flops_per_token` (``6·N`` plus attention),
+  :func:`peak_flops` (a GPU's dense 16-bit peak), :func:`gpu_seconds` (time at an MFU).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint as checkpoint_call
+
+from lib import _checks as check
+from lib.models import T5, TransformerBlock, count_parameters
+from lib.training import unwrap_model
+from lib.utils import get_device
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
+__all__ = [
+    "enable_activation_checkpointing",
+    "disable_activation_checkpointing",
+    "training_flops_per_token",
+    "peak_flops",
+    "gpu_seconds",
+]
+
+
+def _recomputing_block_forward(self: TransformerBlock, x: torch.Tensor, *args, **kw):
+    plain = type(self).forward
+    if kw.get("use_cache") or not torch.is_grad_enabled():
+        return plain(self, x, *args, **kw)  # generation, evaluation: nothing to save
+    return checkpoint_call(plain, self, x, *args, use_reentrant=False, **kw)
+
+
+def _blocks(model: nn.Module) -> list[TransformerBlock]:
+    modules = unwrap_model(model).modules()
+    blocks = [m for m in modules if isinstance(m, TransformerBlock)]
+    if not blocks:
+        raise ValueError(f"{type(model).__name__}: no TransformerBlock to checkpoint")
+    return blocks
+
+
+def enable_activation_checkpointing(model: nn.Module) -> int:
+    """Recompute every ``TransformerBlock`` in the backward pass instead of storing
+    its activations (``torch.utils.checkpoint``, non-reentrant). Returns the number
+    of blocks."""
+    blocks = _blocks(model)
+    for block in blocks:
+        block.forward = _recomputing_block_forward.__get__(block)  # a bound method
+    return len(blocks)
+
+
+def disable_activation_checkpointing(model: nn.Module) -> int:
+    """Undo :func:`enable_activation_checkpointing`; returns the number of blocks."""
+    blocks = _blocks(model)
+    for block in blocks:
+        vars(block).pop("forward", None)
+    return len(blocks)
+
+
+# From chapters/08-training.md, section "Speed: compilation, fused kernels, and how busy the GPU is".
+# Dense bf16/fp16 tensor-core peaks (FLOP/s), NVIDIA's data sheets; matched in order.
+_PEAK_FLOPS = (
+    ("H100 PCIe", 756e12),
+    ("H100", 989e12),
+    ("H200", 989e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+    ("A10", 125e12),
+    ("V100", 125e12),
+    ("T4", 65e12),
+    ("RTX 4090", 165e12),
+)
+
+
+def training_flops_per_token(model: nn.Module, seq_len: int) -> float:
+    """Training FLOPs per token: ``6·N`` for the parameters (forward 2, backward 4) plus
+    ``12·L·d·T`` for attention (PaLM's appendix B); position tables do no products."""
+    check.positive_int("seq_len", seq_len, owner="training_flops_per_token")
+    model = unwrap_model(model)
+    cfg = model.cfg
+    n_params = count_parameters(model)
+    named = model.named_parameters()
+    n_params -= sum(p.numel() for name, p in named if "positions" in name.split("."))
+    n_layers = cfg.n_layers + (cfg.decoder_layers if isinstance(model, T5) else 0)
+    return 6.0 * n_params + 12.0 * n_layers * cfg.n_heads * cfg.head_size * seq_len
+
+
+def peak_flops(device: torch.device | str | None = None) -> float | None:
+    """The GPU's dense 16-bit peak in FLOP/s; None on a CPU or an unknown GPU."""
+    device = torch.device(device) if device is not None else get_device()
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((flops for key, flops in _PEAK_FLOPS if key in name), None)
+
+
+def gpu_seconds(
+    flops: float,
+    steps: int = 0,
+    *,
+    peak: float | str = "T4",
+    mfu: float = 0.3,
+    step_overhead: float = 0.0,
+) -> float:
+    """Seconds for ``flops`` at ``mfu`` of ``peak``, plus ``step_overhead`` seconds for
+    each of ``steps`` optimiser steps (kernel launches, Python).
+
+    ``peak`` is in FLOP/s, or a GPU's name as in :func:`peak_flops`'s table ("T4",
+    "A100", "H100"...). The MFU and the overhead are assumptions the caller states.
+    """
+    if isinstance(peak, str):
+        found = [flops for key, flops in _PEAK_FLOPS if key == peak]
+        if not found:
+            known = [key for key, _ in _PEAK_FLOPS]
+            raise ValueError(f"unknown GPU {peak!r}; known: {known}, or give FLOP/s")
+        peak = found[0]
+    for name, value in dict(
+        flops=flops, steps=steps, step_overhead=step_overhead
+    ).items():
+        check.finite_float(name, value, low=0.0, owner="gpu_seconds")
+    if not peak > 0:
+        raise ValueError(f"peak must be positive FLOP/s, got {peak!r}")
+    if not 0.0 < mfu <= 1.0:
+        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
+    return flops / (peak * mfu) + steps * step_overhead
