@@ -130,11 +130,10 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         owner = "TransformerConfig"
-        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_len"):
-            check.positive_int(name, getattr(self, name), owner=owner)
         optional = ("n_kv_heads", "d_head", "d_ff", "t5_num_buckets", "t5_max_distance")
-        for name in optional:
-            if getattr(self, name) is not None:
+        sizes = ("vocab_size", "d_model", "n_heads", "n_layers", "max_len", *optional)
+        for name in sizes:
+            if name not in optional or getattr(self, name) is not None:  # None: default
                 check.positive_int(name, getattr(self, name), owner=owner)
         for name in ("n_decoder_layers", "n_token_types"):
             check.int_at_least(name, getattr(self, name), 0, owner=owner)
@@ -151,9 +150,8 @@ class TransformerConfig:
             check.one_of(name, getattr(self, name), allowed, owner=owner)
         check.probability("dropout", self.dropout, owner=owner)
         positive = dict(low=0.0, low_open=True, owner=owner)
-        check.finite_float("rope_base", self.rope_base, **positive)
-        for name in ("norm_eps", "attn_scale"):  # None: the default
-            if getattr(self, name) is not None:
+        for name in ("rope_base", "norm_eps", "attn_scale"):  # the last two: None too
+            if name == "rope_base" or getattr(self, name) is not None:
                 check.finite_float(name, getattr(self, name), **positive)
         problem = None
         if self.d_head is None and self.d_model % self.n_heads:
