@@ -116,14 +116,12 @@ def gpu_seconds(
     "A100", "H100"...). The MFU and the overhead are assumptions the caller states.
     """
     if isinstance(peak, str):
-        found = [flops for key, flops in _PEAK_FLOPS if key == peak]
-        if not found:
-            known = [key for key, _ in _PEAK_FLOPS]
-            raise ValueError(f"unknown GPU {peak!r}; known: {known}, or give FLOP/s")
-        peak = found[0]
-    for name, value in dict(
-        flops=flops, steps=steps, step_overhead=step_overhead
-    ).items():
+        known = dict(_PEAK_FLOPS)
+        if peak not in known:
+            raise ValueError(f"unknown GPU {peak!r}; known: {list(known)} (or FLOP/s)")
+        peak = known[peak]
+    amounts = dict(flops=flops, steps=steps, step_overhead=step_overhead)
+    for name, value in amounts.items():
         check.finite_float(name, value, low=0.0, owner="gpu_seconds")
     if not peak > 0:
         raise ValueError(f"peak must be positive FLOP/s, got {peak!r}")
