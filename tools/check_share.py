@@ -2,7 +2,9 @@
 
 Counted with the AST, per generated module (and ``lib/_checks.py``):
 
-* **code lines**: lines that hold code, docstrings, blank lines and comments left out;
+* **lines**: the non-blank lines of the module, which the limits are stated against (the
+  measure issue 18 used); and, as a stricter second figure, **code lines**: lines that hold
+  code, docstrings and comments left out;
 * **check lines**: the code lines of
 
   - ``if ...: raise ...`` blocks (an ``if`` whose body ends in ``raise``, or an ``elif``/
@@ -39,9 +41,18 @@ class Share:
     module: str
     code_lines: int
     check_lines: int
+    nonblank_lines: int = 0
 
     @property
     def percent(self) -> float:
+        """Check lines per line of non-blank source: the measure the rule's limits are
+        stated in (issue 18 counted this way: docstrings and comments are part of the
+        module a reader reads)."""
+        return 100.0 * self.check_lines / max(self.nonblank_lines, 1)
+
+    @property
+    def percent_of_code(self) -> float:
+        """The stricter share: check lines per code line (docstrings, comments out)."""
         return 100.0 * self.check_lines / max(self.code_lines, 1)
 
 
@@ -137,7 +148,8 @@ def measure(path: Path) -> Share:
     tree = ast.parse(source)
     code = _code_lines(source, tree)
     checks = _check_lines(tree, whole_module=path.name == "_checks.py") & code
-    return Share(path.stem, len(code), len(checks))
+    nonblank = sum(1 for line in source.splitlines() if line.strip())
+    return Share(path.stem, len(code), len(checks), nonblank)
 
 
 def measured_modules() -> list[Path]:
@@ -157,22 +169,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-total", type=float, default=None)
     args = parser.parse_args(argv)
     shares = [measure(p) for p in measured_modules()]
-    print(f"{'module':<14}{'code lines':>11}{'check lines':>13}{'share':>8}")
-    for share in shares:
-        print(
-            f"{share.module:<14}{share.code_lines:>11}{share.check_lines:>13}"
-            f"{share.percent:>7.1f}%"
+    print(
+        f"{'module':<14}{'lines':>7}{'code':>7}{'checks':>8}{'of lines':>10}{'of code':>9}"
+    )
+
+    def row(share: Share) -> str:
+        return (
+            f"{share.module:<14}{share.nonblank_lines:>7}{share.code_lines:>7}"
+            f"{share.check_lines:>8}{share.percent:>9.1f}%{share.percent_of_code:>8.1f}%"
         )
+
+    for share in shares:
+        print(row(share))
     generated = [s for s in shares if s.module != "_checks"]
     total = Share(
         "total",
         sum(s.code_lines for s in generated),
         sum(s.check_lines for s in generated),
+        sum(s.nonblank_lines for s in generated),
     )
-    print(
-        f"{'total':<14}{total.code_lines:>11}{total.check_lines:>13}"
-        f"{total.percent:>7.1f}%  (generated modules; _checks.py not included)"
-    )
+    print(row(total) + "  (generated modules; _checks.py not included)")
+    print("lines: non-blank lines; code: without docstrings and comments; the limits")
+    print("apply to 'of lines' (checks per non-blank line)")
     failed = False
     if args.max_module is not None:
         for share in shares:
