@@ -106,9 +106,8 @@ def cross_entropy(
     safe_targets = targets.long().masked_fill(~keep, 0).unsqueeze(-1)
     per_position = -log_probs.gather(-1, safe_targets).squeeze(-1)
     if label_smoothing > 0.0:
-        uniform = -reduce(
-            log_probs, "... vocab -> ...", "mean"
-        )  # ε·uniform + (1-ε)·own
+        uniform = -reduce(log_probs, "... vocab -> ...", "mean")
+        # (1-ε)·own + ε·uniform, written as own + ε·(uniform - own)
         per_position = per_position + label_smoothing * (uniform - per_position)
     return (per_position * keep).sum() / keep.sum().clamp(min=1)  # 0 if none kept
 
@@ -665,11 +664,8 @@ class NonFiniteLossError(FloatingPointError):
     def __init__(self, step, values, checkpoint: Path | None, found_at: int):
         """The first non-finite ``step`` and its ``values`` (loss, gradient norm), the
         last good ``checkpoint`` (or None) and ``found_at``, the step that read it."""
-        self.step, self.checkpoint, (loss, norm) = (
-            int(step),
-            checkpoint,
-            values.tolist(),
-        )
+        self.step, self.checkpoint = int(step), checkpoint
+        loss, norm = values.tolist()
         bad_loss = not math.isfinite(loss)
         what, self.value = ("loss", loss) if bad_loss else ("gradient norm", norm)
         step, where = self.step, f"the last good checkpoint is {checkpoint}"
