@@ -12,8 +12,9 @@ Each module is generated from the chapter that explains it (``tools/tangle.py``)
   (chapter 7): the model families, loading reference weights, the training objectives,
   decoding.
 * :mod:`lib.training` (chapter 8): loss, optimiser, schedules, checkpoints, the training
-  loop, data parallelism; :mod:`lib.runs` (chapter 8): the chapter's GPT, BERT and T5 runs
-  (``python -m lib.runs``).
+  loop, data parallelism; :mod:`lib.batches` (chapter 8): batches of token windows;
+  :mod:`lib.efficiency` (chapter 8): activation checkpointing, FLOPs, GPU time;
+  :mod:`lib.runs` (chapter 8): the chapter's GPT, BERT and T5 runs (``python -m lib.runs``).
 * :mod:`lib.flash` (chapter 9): FlashAttention in PyTorch and Triton.
 * :mod:`lib.vit` (chapter 10): the Vision Transformer.
 
@@ -46,6 +47,8 @@ _SUBMODULES = (
     "objectives",
     "generation",
     "training",
+    "batches",
+    "efficiency",
     "runs",
     "flash",
     "vit",

@@ -167,3 +167,15 @@ def test_every_generated_module_names_the_origin_of_each_cell(module: Path):
     assert exported == tangle.public_names([text]), (
         f"{module.name}: __all__ is not the list of its public top-level names"
     )
+
+
+def test_a_hand_kept_all_is_refused(tmp_path: Path):
+    chapter = tmp_path / "07-demo.md"
+    chapter.write_text(
+        "---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n---\n\n"
+        "```{code-cell} ipython3\n:tags: [export]\n\nimport math\n\n__all__ = ['f']\n```\n\n"
+        "```{code-cell} ipython3\n:tags: [export]\n\ndef f():\n    return math.pi\n```\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ValueError, match="assigns __all__.*derives it"):
+        tangle.render_all(chapter)

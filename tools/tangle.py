@@ -170,22 +170,23 @@ def public_names(cells: list[str]) -> list[str]:
     return names
 
 
-def _without_all(cell: str) -> str:
-    """The cell without a hand-kept ``__all__ = [...]`` (TRANSITIONAL)."""
-    lines = cell.splitlines()
-    for node in ast.parse(cell).body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
-        ):
-            del lines[node.lineno - 1 : node.end_lineno]
-            return "\n".join(lines)
-    return cell
+def _hand_kept_all(cell: str) -> bool:
+    """True if the cell assigns ``__all__`` itself."""
+    return any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+        for node in ast.parse(cell).body
+    )
 
 
 def with_derived_all(cells: list[str], chapter: Path) -> list[str]:
     """The cells with ``__all__`` generated from :func:`public_names` and put after the
     first cell (the module docstring and imports). A chapter does not keep it by hand."""
-    cells = [_without_all(cell) for cell in cells]
+    if any(_hand_kept_all(cell) for cell in cells):
+        raise ValueError(
+            f"{chapter.name}: an export cell assigns __all__; tools/tangle.py derives it "
+            "from the names the export cells define: delete it"
+        )
     listed = "".join(f"    {name!r},\n" for name in public_names(cells))
     generated = (
         "# The public names: every top-level name the export cells define (tools/tangle.py).\n"
