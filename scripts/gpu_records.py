@@ -4,169 +4,483 @@
 Run on a machine with an NVIDIA GPU, from the repository root, after `pip install -e
 ".[test]"`:
 
-    python scripts/gpu_records.py all          # everything below, in order
-    python scripts/gpu_records.py notebooks    # every chapter in the full profile, timed
-    python scripts/gpu_records.py training     # chapter 8's GPT, BERT and T5 runs
-    python scripts/gpu_records.py flash        # chapter 9's kernel benchmark
-    python scripts/gpu_records.py vit          # chapter 10's ViT on the shipped MNIST split
-    python scripts/gpu_records.py throughput   # our GPT against GPT2LMHeadModel, eager/compiled
+    python scripts/gpu_records.py all --budget-s 540   # every step below, in this order
+    python scripts/gpu_records.py flash        # 1. chapter 9's kernel benchmark
+    python scripts/gpu_records.py gpt          # 2. chapter 8's char-GPT (full profile)
+    python scripts/gpu_records.py vit          # 3. chapter 10's ViT (full profile)
+    python scripts/gpu_records.py bert         # 4. chapter 8's BERT (full profile)
+    python scripts/gpu_records.py t5           # 5. chapter 8's T5 (full profile)
+    python scripts/gpu_records.py notebooks    # 6. every chapter, full profile, timed
+    python scripts/gpu_records.py throughput   # (not in `all`) our GPT against
+                                               #  GPT2LMHeadModel, eager and compiled
+    python scripts/gpu_records.py all --steps flash,gpt   # a subset, still in that order
+    python scripts/gpu_records.py all --dry-run           # every step on the CPU, tiny
 
-Each step writes under book/results/<name>/ a metrics.json of one schema
-(lib.utils.write_record: the metrics, the wall time, the GPU, the torch and Triton versions,
-the commit and the exact command), so that
-`python scripts/rerun_record.py book/results/<name>/metrics.json` repeats it.
+`all` runs the steps in order of value, so that a short GPU window spends itself on the
+most wanted records first. Each step writes its record as soon as it completes (the
+notebooks step after each chapter, with `complete: false` until the last one), so a run
+cut short keeps what it finished. Records go under `--out` (default book/results/) as
+<name>/metrics.json in the one schema of lib.utils.write_record (the metrics, the wall
+time, the GPU, the torch and Triton versions, the commit and the exact command), so that
+`python scripts/rerun_record.py book/results/<name>/metrics.json` repeats it. The ViT
+step is the exception: chapter 10 writes book/results/10-vit-mnist/ itself, whatever
+`--out` says.
+
+`--budget-s S` is a deadline for the whole script, counted from its start: each step's
+subprocess gets the time that is left and its process group is terminated (then killed)
+at the deadline; a step that finds no time left is skipped and writes nothing. After
+each step the script prints one line, `[gpu_records] <step>: ok in 84.2 s -> <record>`
+(or `timed out after ...`, `failed (...) after ...`, `skipped: budget spent`), and at
+the end one total line.
+
+`--dry-run` runs the same steps on the CPU (CUDA hidden) at smoke sizes, with
+TFS_PROFILE=smoke: lib.runs with two steps, the benchmark at its smallest sizes under
+TRITON_INTERPRET=1, one small chapter for the notebooks step. Its records go to a new
+temporary folder unless `--out` is given, never into book/results/ by default. Two steps
+leave no record there, and say so: bench_flash.py measures nothing without a CUDA GPU,
+and chapter 10 records only its full profile. Without `--dry-run`, the script refuses to
+run on a machine without CUDA.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "book" / "results"
+STARTED = time.monotonic()  # the budget counts from here, imports included
 if str(ROOT) not in sys.path:  # run as a script: lib and tools come from this checkout
     sys.path.insert(0, str(ROOT))
 
+ALL = ("flash", "gpt", "vit", "bert", "t5", "notebooks")  # in order of value
+OPTIONAL = ("throughput",)  # runs only when named
+ALIASES = {"training": ("gpt", "bert", "t5")}
+MIN_START_S = 2.0  # a step that would get less than this is skipped, not started
+KILL_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL
+DRY_CHAPTER = "02-embeddings.md"  # the notebooks step's one chapter in a dry run
+# Two training steps, one evaluation: the smallest run that still writes every part of
+# a record (curves, samples). T5 decodes its test sentences greedily, and fewer of them.
+DRY_RUN_SIZES = {
+    "gpt": ("eval_every=2", "eval_iters=1"),
+    "bert": ("eval_every=2", "eval_iters=1"),
+    "t5": ("eval_every=2", "test_fraction=0.01", "beam_size=1"),
+}
 
-def record(name: str, metrics: dict, command: list[str], wall_s: float) -> Path:
-    """Write book/results/<name>/ with lib.utils.write_record, the course's one schema."""
+
+def shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it (shorter to read)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def record(
+    name: str, metrics: dict, command: list[str], wall_s: float, out: Path | None = None
+) -> Path:
+    """Write ``out/<name>/`` (default book/results/) with lib.utils.write_record, the
+    course's one schema."""
     from lib.utils import write_record
 
     path = write_record(
-        RESULTS / name,
+        (RESULTS if out is None else out) / name,
         name=name,
         command=shlex.join(command),
         wall_seconds=round(wall_s, 1),
         metrics=metrics,
     )
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {shown(path)}")
     return path
 
 
-def run(
-    command: list[str], env: dict[str, str] | None = None
-) -> tuple[int, float, str]:
-    """Run a command from the repository root; return its exit code, seconds and output."""
-    print("$", shlex.join(command), flush=True)
-    start = time.perf_counter()
-    done = subprocess.run(
+class StepTimeout(Exception):
+    """The deadline came while a step's subprocess ran; it was stopped."""
+
+    def __init__(self, record: Path | None = None):
+        super().__init__("timed out")
+        self.record = record
+
+
+class StepFailed(Exception):
+    """A step ran to its end without its result: ``why`` goes in the summary line."""
+
+    def __init__(self, why: str, record: Path | None = None):
+        super().__init__(why)
+        self.why = why
+        self.record = record
+
+
+@dataclass
+class Outcome:
+    """How one step went; :meth:`line` is its summary line."""
+
+    step: str
+    status: str  # "ok", "timed out", "failed (...)", "skipped: budget spent"
+    seconds: float = 0.0
+    record: Path | None = None
+    note: str = ""
+
+    def line(self) -> str:
+        if self.status.startswith("skipped"):
+            text = self.status
+        elif self.status == "ok":
+            text = f"ok in {self.seconds:.1f} s"
+        else:
+            text = f"{self.status} after {self.seconds:.1f} s"
+        if self.record is not None:
+            text += f" -> {shown(self.record)}"
+        if self.note:
+            text += f" ({self.note})"
+        return f"[gpu_records] {self.step}: {text}"
+
+
+@dataclass
+class Session:
+    """The settings every step reads, and the deadline: :meth:`run` gives each
+    subprocess only the time left, and stops it there."""
+
+    out: Path
+    dry_run: bool = False
+    budget_s: float | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def profile(self) -> str:
+        return "smoke" if self.dry_run else "full"
+
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline (None: no deadline)."""
+        if self.budget_s is None:
+            return None
+        return self.budget_s - (time.monotonic() - self.started)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The children's environment: the profile, and no GPU in a dry run."""
+        env = {**os.environ, "TFS_PROFILE": self.profile, **extra}
+        if self.dry_run:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+
+    def run(self, command: list[str], **extra_env: str) -> tuple[int, float, str]:
+        """Run ``command`` from the repository root, echoing its output; return its
+        exit code, seconds and output. Raises :class:`StepTimeout` at the deadline, after
+        stopping the command's whole process group (a pytest run's kernel included)."""
+        print("$", shlex.join(command), flush=True)
+        remaining = self.remaining()
+        start = time.monotonic()
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=self.env(**extra_env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own process group, to stop it whole
+        )
+        lines: list[str] = []
+
+        def echo() -> None:
+            for line in process.stdout:
+                lines.append(line)
+                print(line, end="", flush=True)
+
+        reader = threading.Thread(target=echo, daemon=True)
+        reader.start()
+        try:
+            code = process.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            _stop(process)
+            reader.join(timeout=KILL_GRACE_S)
+            raise StepTimeout() from None
+        reader.join(timeout=KILL_GRACE_S)
+        return code, time.monotonic() - start, "".join(lines)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM to the process group this script started, then SIGKILL if it lingers."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=KILL_GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _fresh_record(folder: Path, since: float) -> Path | None:
+    """``folder/metrics.json`` if it was written after ``since`` (a wall-clock time)."""
+    path = folder / "metrics.json"
+    return path if path.is_file() and path.stat().st_mtime >= since else None
+
+
+def _command_step(
+    session: Session, command: list[str], folder: Path, no_record: str = "", **env: str
+) -> tuple[Path | None, str]:
+    """Run a command that writes ``folder/metrics.json`` itself. Without that record the
+    step fails, unless ``no_record`` says why none is expected (a dry run's limits)."""
+    began = time.time() - 1  # file times can be coarse
+    code, _, _ = session.run(command, **env)
+    if code != 0:
+        raise StepFailed(f"exit {code}")
+    path = _fresh_record(folder, began)
+    if path is None and not no_record:
+        raise StepFailed(f"no record written in {shown(folder)}")
+    return path, "" if path is not None else f"no record: {no_record}"
+
+
+def gpu_label() -> str:
+    """A short name of the GPU for the benchmark's folder: 'NVIDIA H100 80GB HBM3' ->
+    'h100', 'Tesla T4' -> 't4', 'NVIDIA A100-SXM4-80GB' -> 'a100'; 'cpu' without one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    words = re.split(r"[\s_-]+", torch.cuda.get_device_name().lower())
+    models = [w for w in words if re.search(r"\d", w) and w not in ("nvidia", "tesla")]
+    return models[0] if models else "gpu"
+
+
+def step_flash(session: Session) -> tuple[Path | None, str]:
+    """Chapter 9's benchmark; bench_flash.py writes its record itself. A dry run asks for
+    its smallest sizes in Triton's interpreter, where it finds no CUDA and measures
+    nothing (it has no CPU mode)."""
+    folder = session.out / f"09-flash-attention-{gpu_label()}"
+    command = [sys.executable, "bench/bench_flash.py", "--out", str(folder)]
+    if not session.dry_run:
+        return _command_step(session, command, folder)
+    command += ["--lengths", "128", "--memory-lengths", "128", "--head-dims", "16"]
+    command += ["--batch", "1", "--heads", "1"]
+    return _command_step(
+        session,
         command,
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
+        folder,
+        no_record="bench_flash.py needs a CUDA GPU and measured nothing",
+        TRITON_INTERPRET="1",
     )
-    output = done.stdout + done.stderr
-    print(output[-3000:], flush=True)
-    return done.returncode, time.perf_counter() - start, output
 
 
-def step_notebooks() -> None:
-    """Every chapter executed in the full profile by nbmake, each timed on its own."""
+def training_step(run: str) -> Callable[[Session], tuple[Path | None, str]]:
+    """Chapter 8's ``run`` by ``python -m lib.runs``, which writes its record itself."""
+
+    def step(session: Session) -> tuple[Path | None, str]:
+        folder = session.out / f"08-training-{run}"
+        command = [sys.executable, "-m", "lib.runs", "--run", run]
+        command += ["--profile", session.profile, "--out", str(folder)]
+        if session.dry_run:
+            command += ["--steps", "2", "--no-compile", "--quiet"]
+            for setting in DRY_RUN_SIZES[run]:
+                command += ["--set", setting]
+        return _command_step(session, command, folder)
+
+    step.__doc__ = f"Chapter 8's {run} run (lib.runs writes its record itself)."
+    return step
+
+
+def step_vit(session: Session) -> tuple[Path | None, str]:
+    """Chapter 10's ViT on the shipped MNIST split: the chapter, run in the full profile,
+    writes book/results/10-vit-mnist/metrics.json itself (whatever --out says)."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    command.append("chapters/10-vit.md")
+    no_record = "chapter 10 records only its full profile" if session.dry_run else ""
+    path, note = _command_step(session, command, RESULTS / "10-vit-mnist", no_record)
+    if path is not None and session.out.resolve() != RESULTS.resolve():
+        note = "chapter 10 writes into book/results/ whatever --out says"
+    return path, note
+
+
+def step_notebooks(session: Session) -> tuple[Path | None, str]:
+    """Every chapter executed by nbmake (full profile), each timed on its own; the record
+    is rewritten after each chapter, so a run cut short keeps the chapters it ran."""
     from tools.tangle import chapter_files
 
-    per_chapter = {}
-    for chapter in chapter_files():
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                   f"chapters/{chapter.name}"]  # fmt: skip
-        code, seconds, _ = run(command, env={"TFS_PROFILE": "full"})
-        per_chapter[chapter.stem] = {
+    chapters = [c.name for c in chapter_files()]
+    if session.dry_run:
+        chapters = [DRY_CHAPTER]
+    own_command = [sys.executable, "scripts/gpu_records.py", "notebooks"]
+    own_command += ["--dry-run"] if session.dry_run else []
+    per_chapter: dict[str, dict] = {}
+    path = None
+
+    def save() -> Path:
+        total = sum(c["wall_time_s"] for c in per_chapter.values())
+        metrics = {
+            "chapters": per_chapter,
+            "all_passed": all(c["passed"] for c in per_chapter.values()),
+            "complete": len(per_chapter) == len(chapters),
+            "not_run": [Path(c).stem for c in chapters if Path(c).stem not in per_chapter],
+        }  # fmt: skip
+        return record(
+            "full-profile-notebooks", metrics, own_command, total, session.out
+        )
+
+    for chapter in chapters:
+        remaining = session.remaining()
+        if remaining is not None and remaining < MIN_START_S:
+            raise StepTimeout(path)
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        try:
+            code, seconds, _ = session.run([*command, f"chapters/{chapter}"])
+        except StepTimeout:
+            raise StepTimeout(path) from None
+        per_chapter[Path(chapter).stem] = {
             "passed": code == 0,
             "wall_time_s": round(seconds, 1),
         }
-    total = sum(c["wall_time_s"] for c in per_chapter.values())
-    record(
-        "full-profile-notebooks",
-        {
-            "chapters": per_chapter,
-            "all_passed": all(c["passed"] for c in per_chapter.values()),
-        },
-        [sys.executable, "scripts/gpu_records.py", "notebooks"],
-        total,
-    )
+        path = save()
+    failed = [name for name, c in per_chapter.items() if not c["passed"]]
+    if failed:
+        raise StepFailed(f"{len(failed)} of {len(chapters)} chapters failed", path)
+    return path, ""
 
 
-def step_training() -> None:
-    """Chapter 8's three runs; lib.runs writes their records itself."""
-    for name in ("gpt", "bert", "t5"):
-        run([sys.executable, "-m", "lib.runs", "--run", name, "--profile", "full"])
-
-
-def step_flash() -> None:
-    """Chapter 9's benchmark; bench_flash.py writes its record itself."""
-    import torch
-
-    gpu = (
-        torch.cuda.get_device_name().split()[-1].lower()
-        if torch.cuda.is_available()
-        else "cpu"
-    )
-    run(
-        [
-            sys.executable,
-            "bench/bench_flash.py",
-            "--out",
-            f"book/results/09-flash-attention-{gpu}",
-        ]
-    )
-
-
-def step_vit() -> None:
-    """Chapter 10's ViT on the shipped MNIST split: the chapter, run in the full profile,
-    writes book/results/10-vit-mnist/metrics.json itself."""
-    run(
-        [sys.executable, "-m", "pytest", "-q", "chapters/10-vit.md"],
-        env={"TFS_PROFILE": "full"},
-    )
-
-
-def step_throughput() -> None:
-    """Our GPT's training step against GPT2LMHeadModel: eager, then both compiled."""
+def step_throughput(session: Session) -> tuple[Path | None, str]:
+    """Our GPT's training step against GPT2LMHeadModel: eager, then both compiled (a dry
+    run: eager only, at a tiny size)."""
     lines = {}
     total = 0.0
-    for mode in ("eager", "compiled"):
-        command = [sys.executable, "bench/bench_models.py"] + (
-            ["--compile"] if mode == "compiled" else []
+    tiny = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq", "16"]
+    tiny += ["--batch", "2", "--vocab", "64", "--repeats", "1", "--warmup", "1"]
+    modes = ("eager",) if session.dry_run else ("eager", "compiled")
+    for mode in modes:
+        command = [sys.executable, "bench/bench_models.py"]
+        command += (["--compile"] if mode == "compiled" else []) + (
+            tiny if session.dry_run else []
         )
-        code, seconds, output = run(command)
+        code, seconds, output = session.run(command)
         total += seconds
         lines[mode] = {"exit_code": code, "output": output.strip().splitlines()[-12:]}
-    record(
-        "08-training-throughput",
-        lines,
-        [sys.executable, "scripts/gpu_records.py", "throughput"],
-        total,
-    )
+    own_command = [sys.executable, "scripts/gpu_records.py", "throughput"]
+    own_command += ["--dry-run"] if session.dry_run else []
+    path = record("08-training-throughput", lines, own_command, total, session.out)
+    codes = [mode["exit_code"] for mode in lines.values()]
+    if any(codes):
+        raise StepFailed(f"exit {max(codes)}", path)
+    return path, ""
 
 
-STEPS = {
-    "notebooks": step_notebooks,
-    "training": step_training,
+STEPS: dict[str, Callable[[Session], tuple[Path | None, str]]] = {
     "flash": step_flash,
+    "gpt": training_step("gpt"),
     "vit": step_vit,
+    "bert": training_step("bert"),
+    "t5": training_step("t5"),
+    "notebooks": step_notebooks,
     "throughput": step_throughput,
 }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=[*STEPS, "all"])
-    args = parser.parse_args()
-    import torch
+def run_steps(names: list[str], session: Session, steps=None) -> list[Outcome]:
+    """Run ``names`` in order within the session's budget, printing one summary line
+    after each and a total line at the end; return the outcomes."""
+    steps = STEPS if steps is None else steps
+    outcomes = []
+    for name in names:
+        remaining = session.remaining()
+        if remaining is not None and remaining < MIN_START_S:
+            outcome = Outcome(name, "skipped: budget spent")
+        else:
+            began = time.monotonic()
+            try:
+                path, note = steps[name](session)
+                outcome = Outcome(name, "ok", record=path, note=note)
+            except StepTimeout as cut:
+                outcome = Outcome(name, "timed out", record=cut.record)
+            except StepFailed as failed:
+                outcome = Outcome(name, f"failed ({failed.why})", record=failed.record)
+            outcome.seconds = time.monotonic() - began
+        print(outcome.line(), flush=True)
+        outcomes.append(outcome)
+    counts = {
+        kind: sum(o.status.startswith(kind) for o in outcomes)
+        for kind in ("ok", "timed out", "failed", "skipped")
+    }
+    budget = "" if session.budget_s is None else f" of a {session.budget_s:g} s budget"
+    elapsed = time.monotonic() - session.started
+    print(
+        "[gpu_records] total: " + ", ".join(f"{n} {kind}" for kind, n in counts.items())
+        + f" in {elapsed:.1f} s{budget}; records in {shown(session.out)}",
+        flush=True,
+    )  # fmt: skip
+    return outcomes
 
-    if not torch.cuda.is_available():
-        sys.exit(
-            "no CUDA GPU here: the recorded runs are GPU runs (see the chapters for CPU ones)"
-        )
-    for name, step in STEPS.items():
-        if args.step in (name, "all"):
-            step()
+
+def selected(step: str, steps_option: str | None) -> list[str]:
+    """The steps to run, in the order of :data:`ALL` (then :data:`OPTIONAL`)."""
+    if steps_option is None:
+        wanted = set(ALL) if step == "all" else set(ALIASES.get(step, (step,)))
+    else:
+        wanted = set()
+        for name in filter(None, steps_option.split(",")):
+            if name not in STEPS and name not in ALIASES:
+                raise ValueError(
+                    f"--steps: no step {name!r}; known: {', '.join([*STEPS, *ALIASES])}"
+                )
+            wanted |= set(ALIASES.get(name, (name,)))
+        if step != "all":
+            raise ValueError("--steps goes with the step `all`")
+    return [name for name in (*ALL, *OPTIONAL) if name in wanted]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("step", choices=[*STEPS, *ALIASES, "all"])
+    parser.add_argument(
+        "--steps", help="with `all`: a comma-separated subset, e.g. flash,gpt"
+    )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="deadline for the whole script, in seconds from its start (default: none)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="every step on the CPU at smoke sizes (records in a temporary folder)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="records folder (default: book/results)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        names = selected(args.step, args.steps)
+    except ValueError as err:
+        parser.error(str(err))
+    if args.budget_s is not None and args.budget_s <= 0:
+        parser.error(f"--budget-s must be positive, got {args.budget_s}")
+    if not args.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            sys.exit(
+                "no CUDA GPU here: the recorded runs are GPU runs (see the chapters for "
+                "CPU ones, or --dry-run to try this script)"
+            )
+    if args.out is not None:
+        out = args.out.resolve()
+    elif args.dry_run:
+        out = Path(tempfile.mkdtemp(prefix="gpu_records_dry_run_"))
+    else:
+        out = RESULTS
+    session = Session(out, args.dry_run, args.budget_s, started=STARTED)
+    outcomes = run_steps(names, session)
+    return 0 if all(o.status == "ok" for o in outcomes) else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -53,15 +56,9 @@ def test_gpu_records_refuse_to_run_without_a_gpu():
 
 
 def test_gpu_records_write_the_one_schema(tmp_path: Path, monkeypatch):
-    import importlib.util
-
     from lib.utils import read_record
 
-    spec = importlib.util.spec_from_file_location(
-        "gpu_records", ROOT / "scripts" / "gpu_records.py"
-    )
-    gpu_records = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_records)
+    gpu_records = _gpu_records_module()
     monkeypatch.setattr(gpu_records, "RESULTS", tmp_path)
     monkeypatch.setattr(gpu_records, "ROOT", tmp_path)
     command = [sys.executable, "scripts/gpu_records.py", "throughput"]
@@ -70,3 +67,164 @@ def test_gpu_records_write_the_one_schema(tmp_path: Path, monkeypatch):
     assert saved["name"] == "throughput" and saved["wall_seconds"] == 3.1
     assert saved["metrics"] == {"eager": {"exit_code": 0}}
     assert saved["command"].endswith("scripts/gpu_records.py throughput")
+
+
+def _gpu_records_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gpu_records", ROOT / "scripts" / "gpu_records.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _summary(stdout: str) -> dict[str, str]:
+    """Step -> the rest of its `[gpu_records] step: ...` line (and `total`)."""
+    lines = [line for line in stdout.splitlines() if line.startswith("[gpu_records] ")]
+    return dict(line.removeprefix("[gpu_records] ").split(": ", 1) for line in lines)
+
+
+def test_gpu_records_runs_in_order_within_the_budget(capsys):
+    gpu_records = _gpu_records_module()
+    ran = []
+
+    def slow(session):  # in-process: spends the whole budget, then succeeds
+        ran.append("slow")
+        time.sleep(1.2)
+        return None, ""
+
+    def never(session):
+        ran.append("never")
+        return None, ""
+
+    steps = {"slow": slow, "never": never}
+    # under MIN_START_S (2 s) left at the start: nothing is started at all
+    short = gpu_records.Session(Path("unused"), budget_s=1.0)
+    outcomes = gpu_records.run_steps(["slow", "never"], short, steps=steps)
+    assert ran == [] and {o.status for o in outcomes} == {"skipped: budget spent"}
+    capsys.readouterr()
+    gpu_records.MIN_START_S = 0.5  # this module object is this test's own
+    session = gpu_records.Session(Path("unused"), budget_s=1.0)
+    outcomes = gpu_records.run_steps(
+        ["slow", "never"], session, steps={"slow": slow, "never": never}
+    )
+    assert ran == ["slow"]
+    assert [o.status for o in outcomes] == ["ok", "skipped: budget spent"]
+    summary = _summary(capsys.readouterr().out)
+    assert summary["slow"].startswith("ok in 1.")
+    assert summary["never"] == "skipped: budget spent"
+    assert summary["total"].startswith("1 ok, 0 timed out, 0 failed, 1 skipped in ")
+    assert "of a 1 s budget" in summary["total"]
+
+
+def test_gpu_records_stop_a_step_at_the_deadline(tmp_path: Path, capsys):
+    gpu_records = _gpu_records_module()
+    pid_file = tmp_path / "pid"
+    sleeper = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid()))"
+    sleeper += "; time.sleep(60)"
+
+    def stuck(session):
+        session.run([sys.executable, "-c", sleeper])
+        return None, ""
+
+    def failing(session):  # a command that should write its record: exits 3
+        command = [sys.executable, "-c", "raise SystemExit(3)"]
+        return gpu_records._command_step(session, command, tmp_path / "none")
+
+    def silent(session):  # exits 0 but writes no record: a failure too
+        command = [sys.executable, "-c", "pass"]
+        return gpu_records._command_step(session, command, tmp_path / "none")
+
+    steps = {"stuck": stuck, "failing": failing, "silent": silent}
+    session = gpu_records.Session(tmp_path, budget_s=3.0)
+    began = time.monotonic()
+    (stopped,) = gpu_records.run_steps(["stuck"], session, steps=steps)
+    assert stopped.status == "timed out" and time.monotonic() - began < 15
+    assert stopped.seconds < 15
+    with pytest.raises(ProcessLookupError):  # the sleeper was stopped, not left behind
+        os.kill(int(pid_file.read_text()), 0)
+    assert _summary(capsys.readouterr().out)["stuck"].startswith("timed out after ")
+    session = gpu_records.Session(tmp_path)  # no budget
+    failed, silent = gpu_records.run_steps(["failing", "silent"], session, steps=steps)
+    assert failed.status == "failed (exit 3)"
+    assert silent.status == f"failed (no record written in {tmp_path / 'none'})"
+    summary = _summary(capsys.readouterr().out)
+    assert summary["failing"].startswith("failed (exit 3) after")
+    assert summary["total"].startswith("0 ok, 0 timed out, 2 failed, 0 skipped in ")
+
+
+def test_gpu_records_choose_steps_in_order_of_value():
+    gpu_records = _gpu_records_module()
+    assert gpu_records.selected("all", None) == [
+        "flash", "gpt", "vit", "bert", "t5", "notebooks"
+    ]  # fmt: skip
+    assert gpu_records.selected("all", "notebooks,t5,flash") == [
+        "flash",
+        "t5",
+        "notebooks",
+    ]
+    assert gpu_records.selected("training", None) == ["gpt", "bert", "t5"]
+    assert gpu_records.selected("throughput", None) == ["throughput"]
+    with pytest.raises(ValueError, match="no step 'nope'"):
+        gpu_records.selected("all", "gpt,nope")
+    bad = _script("gpu_records.py", "all", "--dry-run", "--steps", "gpt,nope")
+    assert bad.returncode != 0 and "no step 'nope'" in bad.stderr
+
+
+def test_gpu_records_dry_run_writes_readable_records(tmp_path: Path):
+    """Every step of `all` but vit, on the CPU at smoke sizes (about 75 s on 2 cores).
+    vit is left out: its dry run is chapter 10 in the smoke profile (about a minute on
+    its own, and already a test of its own: chapters/10-vit.md) and it records only its
+    full profile, so it would add time and check no record here."""
+    from lib.utils import read_record
+
+    steps = "flash,gpt,bert,t5,notebooks"
+    done = _script(
+        "gpu_records.py", "all", "--dry-run", "--out", str(tmp_path),
+        "--budget-s", "600", "--steps", steps,
+    )  # fmt: skip
+    summary = _summary(done.stdout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert list(summary) == [*steps.split(","), "total"]
+    for step in steps.split(","):
+        assert summary[step].startswith("ok in "), (step, summary[step])
+    assert summary["total"].startswith("5 ok, 0 timed out, 0 failed, 0 skipped in ")
+    # bench_flash.py measures nothing without CUDA, and says so: no record, no fake one
+    assert "no record: bench_flash.py needs a CUDA GPU" in summary["flash"]
+    assert not list(tmp_path.glob("09-flash-attention*"))
+    names = {
+        "gpt": "08-training-gpt",
+        "bert": "08-training-bert",
+        "t5": "08-training-t5",
+        "notebooks": "full-profile-notebooks",
+    }
+    for step, name in names.items():
+        path = tmp_path / name / "metrics.json"
+        assert summary[step].endswith(f"-> {path}")
+        saved = read_record(path)
+        assert saved["name"] == name and saved["profile"] == "smoke"
+    notebooks = read_record(tmp_path / names["notebooks"])["metrics"]
+    assert notebooks["complete"] and notebooks["all_passed"]
+    assert list(notebooks["chapters"]) == ["02-embeddings"]
+
+
+def test_gpu_records_dry_run_keeps_out_of_book_results():
+    """Without --out a dry run writes into a new temporary folder (the throughput step,
+    the one whose record this script writes itself, at a tiny size: about 10 s)."""
+    from lib.utils import read_record
+
+    done = _script("gpu_records.py", "throughput", "--dry-run")
+    summary = _summary(done.stdout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert summary["throughput"].startswith("ok in ")
+    path = Path(summary["throughput"].rsplit(" -> ", 1)[1])
+    try:
+        assert path.is_absolute() and ROOT not in path.parents
+        assert path.parent.parent.name.startswith("gpu_records_dry_run_")
+        saved = read_record(path)
+        assert saved["metrics"]["eager"]["exit_code"] == 0
+    finally:
+        shutil.rmtree(path.parent.parent)
