@@ -13,7 +13,8 @@ Run on a machine with an NVIDIA GPU, from the repository root, after `pip instal
     python scripts/gpu_records.py notebooks    # 6. every chapter, full profile, timed
     python scripts/gpu_records.py throughput   # (not in `all`) our GPT against
                                                #  GPT2LMHeadModel, eager and compiled
-    python scripts/gpu_records.py all --steps flash,gpt   # a subset, still in that order
+    python scripts/gpu_records.py training     # gpt, bert and t5
+    python scripts/gpu_records.py all --steps flash,gpt   # a subset, in that order
     python scripts/gpu_records.py all --dry-run           # every step on the CPU, tiny
 
 `all` runs the steps in order of value, so that a short GPU window spends itself on the
@@ -28,18 +29,18 @@ step is the exception: chapter 10 writes book/results/10-vit-mnist/ itself, what
 
 `--budget-s S` is a deadline for the whole script, counted from its start: each step's
 subprocess gets the time that is left and its process group is terminated (then killed)
-at the deadline; a step that finds no time left is skipped and writes nothing. After
-each step the script prints one line, `[gpu_records] <step>: ok in 84.2 s -> <record>`
-(or `timed out after ...`, `failed (...) after ...`, `skipped: budget spent`), and at
-the end one total line.
+at the deadline; a step that would start with under 2 s left (MIN_START_S) is skipped
+and writes nothing. After each step the script prints one line, `[gpu_records] <step>:
+ok in 84.2 s -> <record>` (or `timed out after ...`, `failed (...) after ...`,
+`skipped: budget spent`), and at the end one total line.
 
 `--dry-run` runs the same steps on the CPU (CUDA hidden) at smoke sizes, with
 TFS_PROFILE=smoke: lib.runs with two steps, the benchmark at its smallest sizes under
-TRITON_INTERPRET=1, one small chapter for the notebooks step. Its records go to a new
-temporary folder unless `--out` is given, never into book/results/ by default. Two steps
-leave no record there, and say so: bench_flash.py measures nothing without a CUDA GPU,
-and chapter 10 records only its full profile. Without `--dry-run`, the script refuses to
-run on a machine without CUDA.
+TRITON_INTERPRET=1, one small chapter for the notebooks step, throughput eager only and
+tiny. Its records go to a new temporary folder unless `--out` is given, never into
+book/results/ by default. Two steps leave no record there, and say so: bench_flash.py
+measures nothing without a CUDA GPU, and chapter 10 records only its full profile.
+Without `--dry-run`, the script refuses to run on a machine without CUDA.
 """
 
 from __future__ import annotations
@@ -175,8 +176,8 @@ class Session:
 
     def run(self, command: list[str], **extra_env: str) -> tuple[int, float, str]:
         """Run ``command`` from the repository root, echoing its output; return its
-        exit code, seconds and output. Raises :class:`StepTimeout` at the deadline, after
-        stopping the command's whole process group (a pytest run's kernel included)."""
+        exit code, seconds and output. Raises :class:`StepTimeout` at the deadline,
+        after stopping the command's whole process group."""
         print("$", shlex.join(command), flush=True)
         remaining = self.remaining()
         start = time.monotonic()
@@ -256,8 +257,8 @@ def gpu_label() -> str:
 
 
 def step_flash(session: Session) -> tuple[Path | None, str]:
-    """Chapter 9's benchmark; bench_flash.py writes its record itself. A dry run asks for
-    its smallest sizes in Triton's interpreter, where it finds no CUDA and measures
+    """Chapter 9's benchmark; bench_flash.py writes its record itself. A dry run asks
+    for its smallest sizes in Triton's interpreter, where it finds no CUDA and measures
     nothing (it has no CPU mode)."""
     folder = session.out / f"09-flash-attention-{gpu_label()}"
     command = [sys.executable, "bench/bench_flash.py", "--out", str(folder)]
@@ -292,8 +293,9 @@ def training_step(run: str) -> Callable[[Session], tuple[Path | None, str]]:
 
 
 def step_vit(session: Session) -> tuple[Path | None, str]:
-    """Chapter 10's ViT on the shipped MNIST split: the chapter, run in the full profile,
-    writes book/results/10-vit-mnist/metrics.json itself (whatever --out says)."""
+    """Chapter 10's ViT on the shipped MNIST split: the chapter, run in the full
+    profile, writes book/results/10-vit-mnist/metrics.json itself (whatever --out
+    says)."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command.append("chapters/10-vit.md")
     no_record = "chapter 10 records only its full profile" if session.dry_run else ""
@@ -304,8 +306,9 @@ def step_vit(session: Session) -> tuple[Path | None, str]:
 
 
 def step_notebooks(session: Session) -> tuple[Path | None, str]:
-    """Every chapter executed by nbmake (full profile), each timed on its own; the record
-    is rewritten after each chapter, so a run cut short keeps the chapters it ran."""
+    """Every chapter executed by nbmake (full profile), each timed on its own; the
+    record is rewritten after each chapter, so a run cut short keeps the chapters it
+    ran."""
     from tools.tangle import chapter_files
 
     chapters = [c.name for c in chapter_files()]
@@ -322,8 +325,10 @@ def step_notebooks(session: Session) -> tuple[Path | None, str]:
             "chapters": per_chapter,
             "all_passed": all(c["passed"] for c in per_chapter.values()),
             "complete": len(per_chapter) == len(chapters),
-            "not_run": [Path(c).stem for c in chapters if Path(c).stem not in per_chapter],
-        }  # fmt: skip
+            "not_run": [
+                Path(c).stem for c in chapters if Path(c).stem not in per_chapter
+            ],
+        }
         return record(
             "full-profile-notebooks", metrics, own_command, total, session.out
         )
@@ -468,8 +473,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if not torch.cuda.is_available():
             sys.exit(
-                "no CUDA GPU here: the recorded runs are GPU runs (see the chapters for "
-                "CPU ones, or --dry-run to try this script)"
+                "no CUDA GPU here: the recorded runs are GPU runs (see the chapters "
+                "for CPU ones, or --dry-run to try this script)"
             )
     if args.out is not None:
         out = args.out.resolve()

@@ -1,4 +1,5 @@
-"""The record scripts of book/results/: re-running a record, refusing to record on a CPU."""
+"""The record scripts of book/results/: re-running a record, gpu_records.py's steps,
+budget and dry run, its refusal to record on a CPU."""
 
 from __future__ import annotations
 
@@ -175,7 +176,7 @@ def test_gpu_records_choose_steps_in_order_of_value():
 
 
 def test_gpu_records_dry_run_writes_readable_records(tmp_path: Path):
-    """Every step of `all` but vit, on the CPU at smoke sizes (about 75 s on 2 cores).
+    """Every step of `all` but vit, on the CPU at smoke sizes (about 60 s on 2 cores).
     vit is left out: its dry run is chapter 10 in the smoke profile (about a minute on
     its own, and already a test of its own: chapters/10-vit.md) and it records only its
     full profile, so it would add time and check no record here."""
