@@ -446,8 +446,10 @@ def cmd_compat(which: list[str], pytest_args: list[str]) -> None:
     Each version is installed with its own dependencies (tokenizers, huggingface_hub, ...)
     into ``_build/compat/<name>`` and put first on ``PYTHONPATH``, so the project's
     environment keeps its own copy."""
-    ensure_installed("test")
     versions = transformers_versions()
+    if unknown := sorted(set(which) - set(versions)):
+        sys.exit(f"[tasks] compat: {unknown} unknown; choose from {sorted(versions)}")
+    ensure_installed("test")
     for name in which or list(versions):
         target = ROOT / "_build" / "compat" / name
         stamp = target / ".installed"
@@ -567,7 +569,7 @@ def main() -> None:
         "compat",
         help="the tests against transformers under its lowest supported and newest versions",
     )
-    compat.add_argument("which", nargs="*", choices=["lowest", "newest"], default=[])
+    compat.add_argument("which", nargs="*", help="lowest, newest (default: both)")
     sub.add_parser(
         "pages",
         help="count code blocks wider than the book's column, in headless Chromium "

@@ -199,3 +199,14 @@ def test_the_browser_check_counts_blocks_wider_than_their_box(tmp_path):
         report = page_overflow.measure(page, width, chromium)
         assert report["blocks"] == 2 and report["overflowing"] == 1
     assert not list(tmp_path.glob(".overflow-*")), "the probe copy is removed"
+
+
+def test_compat_runs_both_versions_by_default_and_refuses_an_unknown_one():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tasks.py"), "compat", "bogus"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0 and "['bogus'] unknown" in done.stderr
+    versions = tasks.transformers_versions()
+    assert versions == {"lowest": "transformers==4.46.*", "newest": "transformers"}
