@@ -30,21 +30,30 @@ PAGES = ROOT / "_build" / "html" / "chapters"
 REPORT_ID = "tfs-overflow-report"
 PROBE = (
     """<script>
-window.addEventListener("load", () => {
-  const blocks = [...document.querySelectorAll("article pre, .bd-article pre")];
-  const wide = blocks.filter((b) => b.scrollWidth > b.clientWidth + 1);
-  const report = document.createElement("pre");
-  report.id = "REPORT_ID";
-  report.textContent = JSON.stringify({
-    blocks: blocks.length,
-    overflowing: wide.length,
-    examples: wide.slice(0, 3).map((b) => {
-      const lines = b.textContent.split("\\n");
-      return lines.reduce((a, c) => (c.length > a.length ? c : a), "");
-    }),
-  });
-  document.body.appendChild(report);
-});
+(() => {
+  let done = false;
+  const measure = () => {
+    if (done) return;
+    done = true;
+    const blocks = [...document.querySelectorAll("article pre, .bd-article pre")];
+    const wide = blocks.filter((b) => b.scrollWidth > b.clientWidth + 1);
+    const report = document.createElement("pre");
+    report.id = "REPORT_ID";
+    report.textContent = JSON.stringify({
+      blocks: blocks.length,
+      overflowing: wide.length,
+      examples: wide.slice(0, 3).map((b) => {
+        const lines = b.textContent.split("\\n");
+        return lines.reduce((a, c) => (c.length > a.length ? c : a), "");
+      }),
+    });
+    document.body.appendChild(report);
+  };
+  // the stylesheets are in (a script waits for them); measure once the fonts are, or
+  // after two seconds where a resource never arrives offline
+  document.fonts.ready.then(measure);
+  setTimeout(measure, 2000);
+})();
 </script>"""
 ).replace("REPORT_ID", REPORT_ID)
 
@@ -91,7 +100,7 @@ def measure(page: Path, width: int, chromium: str) -> dict:
             )
     finally:
         probe_page.unlink(missing_ok=True)
-    match = re.search(rf'<pre id="{REPORT_ID}">(.*?)</pre>', done.stdout, re.S)
+    match = re.search(rf'<pre id="{REPORT_ID}"[^>]*>(.*?)</pre>', done.stdout, re.S)
     if match is None:
         raise RuntimeError(
             f"{page.name} at {width} px: no report ({done.stderr[-500:]})"
