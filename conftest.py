@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from tools.tangle import is_chapter, write_notebook
 
 # Tests run the small CPU profile unless the caller asked for another one explicitly.
@@ -38,3 +40,15 @@ def pytest_collect_file(file_path: Path, parent):
             )
 
     return ChapterNotebook.from_parent(parent, path=file_path)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module's tests: tiny models run as fast on one thread, and
+    much faster on a busy shared CPU (``pytestmark = pytest.mark.usefixtures(...)``)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -27,13 +27,8 @@ from lib.utils import PROFILES, read_record
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run as fast on one thread, and much faster on a busy shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# one torch thread for every test here (conftest.py says why)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_pair_split_keeps_every_source_on_one_side():

@@ -50,14 +50,8 @@ from lib.training import (
     unwrap_model,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run as fast on one thread, and much faster on a busy shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# one torch thread for every test here (conftest.py says why)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 STREAM = torch.randint(0, 20, (2_000,), generator=torch.Generator().manual_seed(0))
