@@ -780,7 +780,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--out",
         type=Path,
         default=None,
-        help="results folder (default: book/results/08-training-RUN)",
+        help="results folder (default: book/results/NAME)",
+    )
+    parser.add_argument(
+        "--name", default=None, help="the record's name (default: 08-training-RUN)"
     )
     parser.add_argument("--steps", type=int, help="override the number of steps")
     parser.add_argument(
@@ -828,10 +831,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torchrun = f"torchrun --standalone --nproc_per_node={world} -m lib.runs --"
     launcher = "python -m lib.runs" if world == 1 else torchrun
     if rank == 0:
-        out = args.out or Path("book") / "results" / f"08-training-{args.run}"
+        name = args.name or f"08-training-{args.run}"
+        out = args.out or Path("book") / "results" / name
         write_record(
             out,
-            name=f"08-training-{args.run}",
+            name=name,
             command=f"{launcher} {shlex.join(argv)}",
             wall_seconds=time.time() - began,
             metrics=result["metrics"],
