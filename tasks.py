@@ -502,12 +502,23 @@ def notebooks() -> list[str]:
 
 def cmd_lint() -> None:
     ensure_installed("test")
+    from tools.tangle import CHAPTER_WIDTH
+
     nbs = notebooks()
     # _build is excluded in pyproject for plain `ruff check .`; name the notebooks explicitly.
     run(sys.executable, "-m", "ruff", "check", *PY_PATHS)
     run(sys.executable, "-m", "ruff", "check", *nbs, "notebooks")
     run(sys.executable, "-m", "ruff", "format", "--check", *PY_PATHS)
-    run(sys.executable, "-m", "ruff", "format", "--check", *nbs, "notebooks")
+    run(
+        sys.executable,
+        "-m",
+        "ruff",
+        "format",
+        "--check",
+        *CHAPTER_WIDTH,
+        *nbs,
+        "notebooks",
+    )
     run(sys.executable, "tools/tangle.py", "--check")
     run(sys.executable, "tools/notebooks.py", "--check")
     workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
@@ -524,7 +535,7 @@ def cmd_lint() -> None:
 def cmd_fmt() -> None:
     ensure_installed("test")
     run(sys.executable, "-m", "ruff", "format", *PY_PATHS)
-    from tools.tangle import chapter_files
+    from tools.tangle import CHAPTER_WIDTH, chapter_files
 
     chapters = [str(p) for p in chapter_files()]
     run(
@@ -532,7 +543,7 @@ def cmd_fmt() -> None:
         "-m",
         "jupytext",
         "--pipe",
-        f"{sys.executable} -m ruff format -",
+        f"{sys.executable} -m ruff format {' '.join(CHAPTER_WIDTH)} -",
         *chapters,
     )
     run(sys.executable, "tools/tangle.py")

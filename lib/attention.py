@@ -55,8 +55,7 @@ _MASK_HINT = "True = may attend"  # the course's convention, recalled in errors
 
 
 def padding_mask(
-    lengths: torch.Tensor | Sequence[int],
-    max_len: int | None = None,
+    lengths: torch.Tensor | Sequence[int], max_len: int | None = None
 ) -> torch.Tensor:
     """Boolean key mask from sequence lengths: ``True`` where the key is a real token.
 
@@ -118,8 +117,7 @@ def _causal_mask(q_len: int, k_len: int, offset: int, device) -> torch.Tensor:
     query_positions = torch.arange(q_len, device=device) + offset
     key_positions = torch.arange(k_len, device=device)
     return rearrange(key_positions, "k_pos -> 1 k_pos") <= rearrange(
-        query_positions,
-        "q_pos -> q_pos 1",
+        query_positions, "q_pos -> q_pos 1"
     )
 
 
@@ -150,8 +148,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
 
 # From chapters/04-attention.md, section "Masks: who may look at whom".
 def additive_mask(
-    mask: torch.Tensor,
-    dtype: torch.dtype = torch.float32,
+    mask: torch.Tensor, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
     """The additive form of a boolean mask: ``0.0`` where ``True`` (may attend),
     ``-inf`` elsewhere.
@@ -238,9 +235,7 @@ def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     if n_rep == 1:
         return x
     return repeat(
-        x,
-        "batch kv_heads seq d_head -> batch (kv_heads group) seq d_head",
-        group=n_rep,
+        x, "batch kv_heads seq d_head -> batch (kv_heads group) seq d_head", group=n_rep
     )
 
 
@@ -297,8 +292,7 @@ def _math_attention(
     if mask is not None or bias is not None:
         dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # nothing to attend to
         weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(
-            dead,
-            0.0,
+            dead, 0.0
         )
     else:
         weights = torch.softmax(scores, dim=-1)
@@ -378,10 +372,7 @@ def _unchecked(attend: Callable[..., torch.Tensor]) -> Callable[..., torch.Tenso
 
 # From chapters/04-attention.md, section "A second backend: PyTorch's fused kernel".
 def register_attention_backend(
-    name: str,
-    fn: Callable[..., torch.Tensor],
-    *,
-    replace: bool = False,
+    name: str, fn: Callable[..., torch.Tensor], *, replace: bool = False
 ) -> None:
     """Make ``fn`` available as the attention backend ``name``.
 
@@ -481,13 +472,12 @@ class KVCache:
         hint = f"cannot append to a cache of keys {tuple(cache.shape)}"
         same = dict(batch=batch, kv_heads=kv_heads, owner=owner, hint=hint)
         check.tensor("keys", keys, "batch kv_heads new d_head", **same, d_head=d_head)
-        new, d_v, axes = keys.shape[2], self.values.shape[3], "batch kv_heads new d_v"
+        new, d_v, axes = (keys.shape[2], self.values.shape[3], "batch kv_heads new d_v")
         check.tensor("values", values, axes, **same, new=new, d_v=d_v)
         # torch.cat would silently promote a bf16 cache to fp32: refuse a dtype change
         check.same_dtype_and_device(cache=cache, keys=keys, values=values, owner=owner)
         return KVCache(
-            torch.cat([self.keys, keys], dim=2),
-            torch.cat([self.values, values], dim=2),
+            torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
         )
 
     def select(self, indices: torch.Tensor) -> KVCache:
@@ -504,7 +494,7 @@ class KVCache:
             except (TypeError, ValueError, RuntimeError):
                 raise TypeError(
                     f"{owner}: indices must be a tensor or a list of ints, "
-                    f"got {type(indices).__name__}",
+                    f"got {type(indices).__name__}"
                 ) from None
         check.tensor("indices", indices, "new_batch", integer=True, owner=owner)
         if indices.numel() and indices.device.type == "cpu":  # no device sync
@@ -515,8 +505,7 @@ class KVCache:
                 raise IndexError(f"{owner}: {got} out of range for {rows}")
         indices = indices.to(self.keys.device)
         return KVCache(
-            self.keys.index_select(0, indices),
-            self.values.index_select(0, indices),
+            self.keys.index_select(0, indices), self.values.index_select(0, indices)
         )
 
     def crop(self, length: int) -> KVCache:
@@ -595,10 +584,10 @@ class MultiHeadAttention(nn.Module):
         _load_backend(backend, owner)
         if scale is not None:
             scale = check.finite_float("scale", scale, **_POSITIVE, owner=owner)
-        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.d_model, self.n_heads, self.n_kv_heads = (d_model, n_heads, n_kv_heads)
         self.d_head = d_model // n_heads if d_head is None else d_head
         self.backend, self.dropout, self.scale = backend, dropout, scale
-        self.q_dim, self.kv_dim = n_heads * self.d_head, n_kv_heads * self.d_head
+        self.q_dim, self.kv_dim = (n_heads * self.d_head, n_kv_heads * self.d_head)
         self.qkv_proj = nn.Linear(d_model, self.q_dim + 2 * self.kv_dim, bias=bias)
         self.out_proj = nn.Linear(self.q_dim, d_model, bias=bias)
 
@@ -644,8 +633,7 @@ class MultiHeadAttention(nn.Module):
         _check_mha_args(self, x, context, position_bias, rope, past, cross)
         if not cross:  # self-attention: one fused projection for q, k and v
             q, k, v = self.qkv_proj(x).split(
-                [self.q_dim, self.kv_dim, self.kv_dim],
-                dim=-1,
+                [self.q_dim, self.kv_dim, self.kv_dim], dim=-1
             )
         else:  # cross-attention: query rows on x, key/value rows on the context
             weight = self.qkv_proj.weight[: self.q_dim]
@@ -655,9 +643,7 @@ class MultiHeadAttention(nn.Module):
             k, v = (None, None) if past is not None else self._project_kv(context)
 
         q = rearrange(
-            q,
-            "batch seq (heads d_head) -> batch heads seq d_head",
-            heads=self.n_heads,
+            q, "batch seq (heads d_head) -> batch heads seq d_head", heads=self.n_heads
         )
         if k is not None:
             k = rearrange(
@@ -698,7 +684,7 @@ class MultiHeadAttention(nn.Module):
                 q, k, v, mask, bias, dropout_p, scale=self.scale, causal=causal
             )
         out = self.out_proj(
-            rearrange(out, "batch heads seq d_head -> batch seq (heads d_head)"),
+            rearrange(out, "batch heads seq d_head -> batch seq (heads d_head)")
         )
         if not use_cache and not need_weights:
             return out
@@ -717,7 +703,7 @@ _BIAS_KINDS = "a tensor or a module called as position_bias(q_len, k_len, offset
 def _check_mha_args(mha, x, context, position_bias, rope, past, cross):
     """The checks of :meth:`MultiHeadAttention.forward`'s tensor and module arguments
     (never their data), after its flags (``cross``: cross-attention, said or implied)."""
-    owner, weight, d_model = "MultiHeadAttention", mha.qkv_proj.weight, mha.d_model
+    owner, weight, d_model = ("MultiHeadAttention", mha.qkv_proj.weight, mha.d_model)
     axes = "batch q_pos d_model"
     check.layer_input("x", x, axes, weight, d_model=d_model, owner=owner)
     if cross and context is None and past is None:
@@ -764,9 +750,7 @@ def kv_cache_bytes(
 
 # From chapters/04-attention.md, section "What attention costs".
 def attention_layer_flops(
-    seq_len: int,
-    d_model: int,
-    d_ff: int | None = None,
+    seq_len: int, d_model: int, d_ff: int | None = None
 ) -> dict[str, int]:
     """Forward FLOPs of one transformer layer on one sequence, split by where they go.
 

@@ -25,12 +25,7 @@ from lib import _checks as check
 from lib.objectives import ObjectiveBatch, causal_lm_batch
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
-__all__ = [
-    "Batch",
-    "as_batch",
-    "lm_batches",
-    "lm_eval_batches",
-]
+__all__ = ["Batch", "as_batch", "lm_batches", "lm_eval_batches"]
 
 
 Batch = dict[str, torch.Tensor]
@@ -59,7 +54,7 @@ def _step_generator(seed: int, step: int) -> torch.Generator:
 def _token_stream(tokens, seq_len, batch_size, seed, objective) -> tuple[Any, Any]:
     """The checked arguments of :func:`lm_batches`: the tokens as one long tensor, and
     the objective (``causal_lm_batch`` by default)."""
-    check.positive_int("batch_size", batch_size)
+    check.positive_ints(batch_size=batch_size, seq_len=seq_len)
     check.int_at_least("seed", seed, 0)
     if objective is not None and not callable(objective):
         raise TypeError(f"objective must be (windows, generator) -> batch, {objective}")
@@ -68,7 +63,6 @@ def _token_stream(tokens, seq_len, batch_size, seed, objective) -> tuple[Any, An
     tokens = torch.as_tensor(tokens, dtype=torch.long)
     if tokens.dim() != 1:
         raise ValueError(f"tokens must be one stream (n,), got {tuple(tokens.shape)}")
-    check.positive_int("seq_len", seq_len)
     if len(tokens) < seq_len + 1:  # a context and the token after it
         n, window = len(tokens), f"seq_len + 1 = {seq_len + 1}"
         raise ValueError(f"it holds {n} tokens, fewer than one window of {window}")

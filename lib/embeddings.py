@@ -24,12 +24,7 @@ from torch import nn
 from lib import _checks as check
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
-__all__ = [
-    "init_embedding_",
-    "TokenEmbedding",
-    "Unembedding",
-    "embedding_param_count",
-]
+__all__ = ["init_embedding_", "TokenEmbedding", "Unembedding", "embedding_param_count"]
 
 
 # From chapters/02-embeddings.md, section "The module".
@@ -94,7 +89,7 @@ class TokenEmbedding(nn.Module):
         self.d_model = check.positive_int("d_model", d_model, owner=owner)
         check.booleans(scale=scale, check_ids=check_ids, owner=owner)
         # init_embedding_ (called by reset_parameters) checks padding_idx
-        self.padding_idx, self.scale, self.check_ids = padding_idx, scale, check_ids
+        self.padding_idx, self.scale, self.check_ids = (padding_idx, scale, check_ids)
         if init_std is None:
             init_std = d_model**-0.5
         self.init_std = check.finite_float("init_std", init_std, low=0, owner=owner)
@@ -171,7 +166,7 @@ class Unembedding(nn.Module):
             init_std = d_model**-0.5
         init_std = check.finite_float("init_std", init_std, low=0, owner=owner)
         if tie_to is not None:
-            tied_weight, got = getattr(tie_to, "weight", None), type(tie_to).__name__
+            tied_weight, got = (getattr(tie_to, "weight", None), type(tie_to).__name__)
             if not isinstance(tied_weight, nn.Parameter):
                 what = "an embedding module (with a weight)"
                 raise TypeError(f"tie_to must be {what}, got {got}")

@@ -108,7 +108,7 @@ class FeedForward(nn.Module):
         Shapes: ``x`` is ``(... d_model)``, typically ``(batch seq d_model)``, in the
         weights' dtype (any dtype under autocast); the result is ``(... d_model)``.
         """
-        owner, weight, d_model = "FeedForward", self.w_in.weight, self.d_model
+        owner, weight, d_model = ("FeedForward", self.w_in.weight, self.d_model)
         check.layer_input("x", x, "... d_model", weight, d_model=d_model, owner=owner)
         hidden = FFN_ACTIVATIONS[self.activation](self.w_in(x))  # (... d_ff)
         return self.w_out(self.dropout(hidden))  # (... d_model)
@@ -198,12 +198,10 @@ class GatedFeedForward(nn.Module):
         Shapes: ``x`` is ``(... d_model)``, typically ``(batch seq d_model)``, in the
         weights' dtype (any dtype under autocast); the result is ``(... d_model)``.
         """
-        owner, weight, d_model = "GatedFeedForward", self.w_in.weight, self.d_model
+        owner, weight, d_model = ("GatedFeedForward", self.w_in.weight, self.d_model)
         check.layer_input("x", x, "... d_model", weight, d_model=d_model, owner=owner)
         gate, value = rearrange(
-            self.w_in(x),
-            "... (branch d_ff) -> branch ... d_ff",
-            branch=2,
+            self.w_in(x), "... (branch d_ff) -> branch ... d_ff", branch=2
         )
         hidden = GATED_FFN_ACTIVATIONS[self.activation](gate) * value  # (... d_ff)
         return self.w_out(self.dropout(hidden))  # (... d_model)
@@ -214,11 +212,7 @@ class GatedFeedForward(nn.Module):
 
 # From chapters/05-ffn.md, section "The 8/3 rule".
 def ffn_param_count(
-    d_model: int,
-    d_ff: int,
-    *,
-    gated: bool = False,
-    bias: bool = True,
+    d_model: int, d_ff: int, *, gated: bool = False, bias: bool = True
 ) -> int:
     """Parameters of a plain or gated FFN, from its sizes.
 

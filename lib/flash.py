@@ -339,7 +339,10 @@ def tiled_attention_backward(
     ``(q_pos, k_pos)`` matrix is ever needed whole.
     """
     options = dict(causal=causal, block_q=block_q, block_k=block_k)
-    saved, owner = dict(out=out, lse=lse, grad_out=grad_out), "tiled_attention_backward"
+    saved, owner = (
+        dict(out=out, lse=lse, grad_out=grad_out),
+        "tiled_attention_backward",
+    )
     scale = _check_attention(owner, q, k, v, scale, **options, **saved)
     return _tiled_backward(q, k, v, out, lse, grad_out, scale=scale, **options)
 
@@ -356,7 +359,7 @@ def _tiled_backward(q, k, v, out, lse, grad_out, *, scale, causal, block_q, bloc
     # D = rowsum(dO * O), one number per query
     delta = reduce(grad_g * out_g, "... q_pos d -> ... q_pos", "sum")
     k, v = k.to(work), v.to(work)
-    dq, dk, dv = torch.zeros_like(q_g), torch.zeros_like(k), torch.zeros_like(v)
+    dq, dk, dv = (torch.zeros_like(q_g), torch.zeros_like(k), torch.zeros_like(v))
     for k0 in range(0, k_len, block_k):  # one block of keys: k0 .. k1 - 1
         k1 = min(k0 + block_k, k_len)
         for q0 in range(0, q_len, block_q):  # the blocks of queries that see it
@@ -440,7 +443,7 @@ def triton_support(
         torch.bfloat16,
         torch.float32,
     ):
-        return False, f"the kernels take float16, bfloat16 and float32, not {dtype}"
+        return (False, f"the kernels take float16, bfloat16 and float32, not {dtype}")
     if triton is None:
         return False, (
             "Triton is not installed (pip install triton; Linux x86_64 wheels only); "
@@ -458,7 +461,7 @@ def triton_support(
             "Triton's (slow) interpreter, or use the 'sdpa' backend"
         )
     if device.type != "cuda":
-        return False, f"Triton does not run on {device.type!r} devices; use 'sdpa'"
+        return (False, f"Triton does not run on {device.type!r} devices; use 'sdpa'")
     name = torch.cuda.get_device_name(device)
     if torch.version.hip is not None:
         return True, f"{name} (ROCm)"
@@ -476,7 +479,7 @@ def triton_support(
             "newer GPU for bfloat16"
         )
     if major < 8:
-        return True, f"{gpu}: float16 and float32 (bfloat16 needs 8.0 or newer)"
+        return (True, f"{gpu}: float16 and float32 (bfloat16 needs 8.0 or newer)")
     return True, f"{gpu}: float16, bfloat16 and float32"
 
 
@@ -506,13 +509,35 @@ def _online_softmax_step(acc, row_sum, row_max, scores, v, DOT_PRECISION: tl.con
 
 @_triton_jit
 def _flash_forward_kernel(
-    Q, K, V, OUT, LSE,  # pointers; LSE is (batch heads q_pos) float32, contiguous
-    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
-    stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
-    n_heads, group, q_len, k_len, scale_log2, length_bucket,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+    Q,
+    K,
+    V,
+    OUT,
+    LSE,  # pointers; LSE is (batch heads q_pos) float32, contiguous
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_ob,
+    stride_oh,
+    stride_om,
+    n_heads,
+    group,
+    q_len,
+    k_len,
+    scale_log2,
+    length_bucket,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     # length_bucket is unused here: it is the autotuner's key (the lengths, rounded up).
     start_m = tl.program_id(0) * BLOCK_M  # this program's block of queries...
     batch_head = tl.program_id(1)  # ... of this (batch, head)
@@ -575,10 +600,25 @@ def _flash_forward_kernel(
 # From chapters/09-flash-attention.md, section "The backward kernels".
 @_triton_jit
 def _dkdv_step(
-    dk, dv, k, v, start_m, q_base, do_base, lse_base, delta_base, stride_qm, stride_dom,
-    q_len, keys, offset, scale_log2,
-    BLOCK_M: tl.constexpr, MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+    dk,
+    dv,
+    k,
+    v,
+    start_m,
+    q_base,
+    do_base,
+    lse_base,
+    delta_base,
+    stride_qm,
+    stride_dom,
+    q_len,
+    keys,
+    offset,
+    scale_log2,
+    BLOCK_M: tl.constexpr,
+    MASKED: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     """One tile of the dK/dV loop: recompute P, then dV += Pᵀ dO and dK += dSᵀ Q."""
     rows = start_m + tl.arange(0, BLOCK_M)
     row_ok = rows < q_len
@@ -600,14 +640,42 @@ def _dkdv_step(
 
 @_triton_jit
 def _flash_backward_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV,  # DK, DV: (batch heads k_pos d), per query head
-    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
-    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
-    stride_dkb, stride_dkh, stride_dkn,
-    n_heads, group, q_len, k_len, scale, scale_log2, length_bucket,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DK,
+    DV,  # DK, DV: (batch heads k_pos d), per query head
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_dob,
+    stride_doh,
+    stride_dom,
+    stride_dkb,
+    stride_dkh,
+    stride_dkn,
+    n_heads,
+    group,
+    q_len,
+    k_len,
+    scale,
+    scale_log2,
+    length_bucket,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     start_n = tl.program_id(0) * BLOCK_N  # this program's block of keys
     batch_head = tl.program_id(1)
     batch = (batch_head // n_heads).to(tl.int64)
@@ -636,14 +704,46 @@ def _flash_backward_dkdv_kernel(
         band_end = 0
     for start_m in range(first, band_end, BLOCK_M):  # 1. the diagonal: masked
         dk, dv = _dkdv_step(
-            dk, dv, k, v, start_m, q_base, do_base, lse_base, delta_base, stride_qm,
-            stride_dom, q_len, keys, offset, scale_log2, BLOCK_M, True, DOT_PRECISION,
-        )  # fmt: skip
+            dk,
+            dv,
+            k,
+            v,
+            start_m,
+            q_base,
+            do_base,
+            lse_base,
+            delta_base,
+            stride_qm,
+            stride_dom,
+            q_len,
+            keys,
+            offset,
+            scale_log2,
+            BLOCK_M,
+            True,
+            DOT_PRECISION,
+        )
     for start_m in range(band_end, q_len, BLOCK_M):  # 2. below it: all visible
         dk, dv = _dkdv_step(
-            dk, dv, k, v, start_m, q_base, do_base, lse_base, delta_base, stride_qm,
-            stride_dom, q_len, keys, offset, scale_log2, BLOCK_M, False, DOT_PRECISION,
-        )  # fmt: skip
+            dk,
+            dv,
+            k,
+            v,
+            start_m,
+            q_base,
+            do_base,
+            lse_base,
+            delta_base,
+            stride_qm,
+            stride_dom,
+            q_len,
+            keys,
+            offset,
+            scale_log2,
+            BLOCK_M,
+            False,
+            DOT_PRECISION,
+        )
     dk = dk * scale
     out_offsets = batch * stride_dkb + head * stride_dkh + keys[:, None] * stride_dkn
     out_offsets += dims[None, :]
@@ -653,11 +753,25 @@ def _flash_backward_dkdv_kernel(
 
 @_triton_jit
 def _dq_step(
-    dq, q, do, lse_log2, delta, start_n, k_base, v_base, stride_kn, stride_vn,
-    k_len, rows, offset, scale_log2,
-    BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+    dq,
+    q,
+    do,
+    lse_log2,
+    delta,
+    start_n,
+    k_base,
+    v_base,
+    stride_kn,
+    stride_vn,
+    k_len,
+    rows,
+    offset,
+    scale_log2,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
-):  # fmt: skip
+):
     """One tile of the dQ loop: recompute P, then dQ += dS K."""
     keys = start_n + tl.arange(0, BLOCK_N)
     key_ok = keys[:, None] < k_len
@@ -678,14 +792,41 @@ def _dq_step(
 
 @_triton_jit
 def _flash_backward_dq_kernel(
-    Q, K, V, DO, LSE, DELTA, DQ,
-    stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
-    stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
-    stride_dqb, stride_dqh, stride_dqm,
-    n_heads, group, q_len, k_len, scale, scale_log2, length_bucket,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr
-):  # fmt: skip
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DQ,
+    stride_qb,
+    stride_qh,
+    stride_qm,
+    stride_kb,
+    stride_kh,
+    stride_kn,
+    stride_vb,
+    stride_vh,
+    stride_vn,
+    stride_dob,
+    stride_doh,
+    stride_dom,
+    stride_dqb,
+    stride_dqh,
+    stride_dqm,
+    n_heads,
+    group,
+    q_len,
+    k_len,
+    scale,
+    scale_log2,
+    length_bucket,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     start_m = tl.program_id(0) * BLOCK_M  # this program's block of queries
     batch_head = tl.program_id(1)
     batch = (batch_head // n_heads).to(tl.int64)
@@ -714,14 +855,46 @@ def _flash_backward_dq_kernel(
         end = k_len
     for start_n in range(0, full_end, BLOCK_N):  # 1. tiles every row sees whole
         dq = _dq_step(
-            dq, q, do, lse_log2, delta, start_n, k_base, v_base, stride_kn, stride_vn,
-            k_len, rows, offset, scale_log2, BLOCK_N, False, CAUSAL, DOT_PRECISION,
-        )  # fmt: skip
+            dq,
+            q,
+            do,
+            lse_log2,
+            delta,
+            start_n,
+            k_base,
+            v_base,
+            stride_kn,
+            stride_vn,
+            k_len,
+            rows,
+            offset,
+            scale_log2,
+            BLOCK_N,
+            False,
+            CAUSAL,
+            DOT_PRECISION,
+        )
     for start_n in range(full_end, end, BLOCK_N):  # 2. diagonal, ragged end: masked
         dq = _dq_step(
-            dq, q, do, lse_log2, delta, start_n, k_base, v_base, stride_kn, stride_vn,
-            k_len, rows, offset, scale_log2, BLOCK_N, True, CAUSAL, DOT_PRECISION,
-        )  # fmt: skip
+            dq,
+            q,
+            do,
+            lse_log2,
+            delta,
+            start_n,
+            k_base,
+            v_base,
+            stride_kn,
+            stride_vn,
+            k_len,
+            rows,
+            offset,
+            scale_log2,
+            BLOCK_N,
+            True,
+            CAUSAL,
+            DOT_PRECISION,
+        )
     dq = dq * scale
     dq_ptrs = DQ + batch * stride_dqb + head * stride_dqh + rows[:, None] * stride_dqm
     tl.store(dq_ptrs + dims[None, :], dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])

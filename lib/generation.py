@@ -148,7 +148,7 @@ def _stop_and_pad(stop_ids: Iterable[int], pad_id: int | None, ids, model: Any):
         _check_ids_in_vocab(stops, vocab, "stop_ids")
     if vocab is not None:
         _check_ids_in_vocab(fills, vocab, "pad_id")
-    return stops, fill, {"prompt_ids": ids, "stop_ids": stops, "pad_id": fills}
+    return (stops, fill, {"prompt_ids": ids, "stop_ids": stops, "pad_id": fills})
 
 
 def _output(ids: torch.Tensor, squeeze: bool) -> torch.Tensor:
@@ -432,7 +432,7 @@ def beam_search(
         log_probs = _last_log_probs(logits)  # ((batch beams) vocab)
         log_probs = rearrange(log_probs, "(b beams) vocab -> b beams vocab", b=batch)
 
-    best, final_scores = [], (scores / length_penalty(length, alpha)).tolist()
+    best, final_scores = ([], (scores / length_penalty(length, alpha)).tolist())
     for b in range(batch):
         hypotheses = list(finished[b])
         if not done[b]:  # the live beams reached max_new_tokens

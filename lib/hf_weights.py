@@ -114,8 +114,7 @@ def _under(ours: str, theirs: str, rows: list[Row]) -> list[Row]:
 
 
 def expand_rows(
-    rows: Iterable[Row],
-    ranges: Mapping[str, Iterable[int]],
+    rows: Iterable[Row], ranges: Mapping[str, Iterable[int]]
 ) -> Iterator[tuple[tuple[str, ...], tuple[str, ...], Callable[..., torch.Tensor]]]:
     """Each row once per value of its placeholders; ``{i}`` takes ``ranges["i"]``."""
     parse = string.Formatter().parse
@@ -139,13 +138,9 @@ class StateDictMismatchError(ValueError):
     """A state dict that does not fit; lists the missing, unexpected, misshaped keys."""
 
     def __init__(
-        self,
-        what: str,
-        missing: list[str],
-        unexpected: list[str],
-        misshaped: list[str],
+        self, what: str, missing: list[str], unexpected: list[str], misshaped: list[str]
     ) -> None:
-        self.missing, self.unexpected, self.misshaped = missing, unexpected, misshaped
+        self.missing, self.unexpected, self.misshaped = (missing, unexpected, misshaped)
         lines = [f"{what}: the state dict does not fit"]
         for label, items in (
             ("missing", missing),
@@ -385,8 +380,7 @@ def gpt2_rows(cfg: TransformerConfig) -> list[Row]:
 
 
 def gpt2_state_dict(
-    their_state_dict: Mapping[str, torch.Tensor],
-    cfg: TransformerConfig,
+    their_state_dict: Mapping[str, torch.Tensor], cfg: TransformerConfig
 ) -> dict[str, torch.Tensor]:
     """A ``GPT2LMHeadModel`` state dict as the state dict of ``GPT(cfg)``."""
     return convert_state_dict(
@@ -468,8 +462,7 @@ def bert_rows(cfg: TransformerConfig) -> list[Row]:
 
 
 def bert_state_dict(
-    their_state_dict: Mapping[str, torch.Tensor],
-    cfg: TransformerConfig,
+    their_state_dict: Mapping[str, torch.Tensor], cfg: TransformerConfig
 ) -> dict[str, torch.Tensor]:
     """A ``BertForMaskedLM`` state dict as the state dict of ``BERT(cfg)``."""
     return convert_state_dict(
@@ -572,8 +565,7 @@ def t5_rows(cfg: TransformerConfig) -> list[Row]:
 
 
 def t5_state_dict(
-    their_state_dict: Mapping[str, torch.Tensor],
-    cfg: TransformerConfig,
+    their_state_dict: Mapping[str, torch.Tensor], cfg: TransformerConfig
 ) -> dict[str, torch.Tensor]:
     """A ``T5ForConditionalGeneration`` state dict as the state dict of ``T5(cfg)``."""
     return convert_state_dict(
@@ -656,8 +648,7 @@ def llama_rows(cfg: TransformerConfig) -> list[Row]:
 
 
 def llama_state_dict(
-    their_state_dict: Mapping[str, torch.Tensor],
-    cfg: TransformerConfig,
+    their_state_dict: Mapping[str, torch.Tensor], cfg: TransformerConfig
 ) -> dict[str, torch.Tensor]:
     """A ``LlamaForCausalLM`` state dict as the state dict of ``GPT(cfg)``."""
     return convert_state_dict(

@@ -307,10 +307,7 @@ class TransformerBlock(nn.Module):
     """
 
     def __init__(
-        self,
-        cfg: TransformerConfig,
-        *,
-        cross_attention: bool = False,
+        self, cfg: TransformerConfig, *, cross_attention: bool = False
     ) -> None:
         super().__init__()
 
@@ -458,10 +455,7 @@ class _Stack(nn.Module):
         else:
             self.position_bias = None
         self.final_norm = make_final_norm(
-            cfg.norm_position,
-            cfg.d_model,
-            cfg.norm,
-            cfg.norm_eps,
+            cfg.norm_position, cfg.d_model, cfg.norm, cfg.norm_eps
         )
 
     def _check_input(self, x: object, mask: object, name: str = "mask") -> None:
@@ -487,9 +481,7 @@ class Encoder(_Stack):
         super().__init__(cfg, cfg.n_layers, causal=False, cross=False)
 
     def forward(
-        self,
-        x: torch.Tensor,
-        mask: torch.Tensor | None = None,
+        self, x: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         self._check_input(x, mask)
         return self._run(x, mask)
@@ -515,10 +507,7 @@ class Decoder(_Stack):
     """
 
     def __init__(
-        self,
-        cfg: TransformerConfig,
-        *,
-        cross_attention: bool = False,
+        self, cfg: TransformerConfig, *, cross_attention: bool = False
     ) -> None:
         n_layers = cfg.decoder_layers if cross_attention else cfg.n_layers
         super().__init__(cfg, n_layers, causal=True, cross=cross_attention)
@@ -660,7 +649,7 @@ def _attend(mha, q, k, v, mask, is_causal: bool) -> torch.Tensor:
     kv_heads k_pos d_head)``, then the output projection: ``(batch q_pos d_model)``."""
     if mha.n_heads != mha.n_kv_heads:  # each key/value head serves a group of queries
         groups = mha.n_heads // mha.n_kv_heads
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        k, v = (k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1))
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, is_causal=is_causal, scale=mha.scale
     )
@@ -684,7 +673,7 @@ def _self_attention(mha, h, past, rope, mask, is_causal):
     if rope is not None:
         q, k = _rotated(q, *rope), _rotated(k, *rope)
     if past is not None:
-        k, v = torch.cat([past.keys, k], dim=2), torch.cat([past.values, v], dim=2)
+        k, v = (torch.cat([past.keys, k], dim=2), torch.cat([past.values, v], dim=2))
     return _attend(mha, q, k, v, mask, is_causal), _kv(k, v)
 
 
@@ -738,9 +727,7 @@ class GPT(nn.Module):
         init_weights(self)
 
     def forward(
-        self,
-        ids: torch.Tensor,
-        mask: torch.Tensor | None = None,
+        self, ids: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         _check_ids(ids, self.cfg.vocab_size)
         _check_positions(self.cfg, ids.shape[1], "GPT")
@@ -750,9 +737,7 @@ class GPT(nn.Module):
         return self.head(self.decoder._run(self.embed(ids), mask))
 
     def step(
-        self,
-        ids: torch.Tensor,
-        cache: ModelCache | None = None,
+        self, ids: torch.Tensor, cache: ModelCache | None = None
     ) -> tuple[torch.Tensor, ModelCache]:
         _check_ids(ids, self.cfg.vocab_size)
         _check_cache(cache, ids.shape[0], len(self.decoder.blocks), "GPT")
@@ -896,9 +881,7 @@ class T5(nn.Module):
         init_weights(self)
 
     def encode(
-        self,
-        src_ids: torch.Tensor,
-        src_mask: torch.Tensor | None = None,
+        self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         if src_ids is None:
             raise ValueError("T5 needs encoder input: pass src_ids (batch, src)")
@@ -934,9 +917,7 @@ class T5(nn.Module):
         return self.decode(tgt_ids, self.encode(src_ids, src_mask), src_mask, tgt_mask)
 
     def bind(
-        self,
-        src_ids: torch.Tensor,
-        src_mask: torch.Tensor | None = None,
+        self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None
     ) -> _BoundT5:
         """Encode ``src_ids`` once; the result decodes with ``step(ids, cache)``."""
         return _BoundT5(self, self.encode(src_ids, src_mask), src_mask)
@@ -951,12 +932,9 @@ class _BoundT5:
     """
 
     def __init__(
-        self,
-        model: T5,
-        context: torch.Tensor,
-        context_mask: torch.Tensor | None,
+        self, model: T5, context: torch.Tensor, context_mask: torch.Tensor | None
     ):
-        self.model, self.context, self.context_mask = model, context, context_mask
+        self.model, self.context, self.context_mask = (model, context, context_mask)
         self.start_id = model.start_id
         self.cfg = model.cfg
 

@@ -89,9 +89,8 @@ class LayerNorm(nn.Module):
         owner = "LayerNorm"
         self.d_model = check.positive_int("d_model", d_model, owner=owner)
         self.eps = check.finite_float("eps", eps, owner=owner, **_EPS)
-        check.booleans(
-            owner=owner, elementwise_affine=elementwise_affine, bias=bias, fused=fused
-        )
+        flags = dict(elementwise_affine=elementwise_affine, bias=bias)
+        check.booleans(owner=owner, **flags, fused=fused)
         self.elementwise_affine, self.fused = elementwise_affine, fused
         self.weight = nn.Parameter(torch.ones(d_model)) if elementwise_affine else None
         with_bias = elementwise_affine and bias
@@ -113,9 +112,7 @@ class LayerNorm(nn.Module):
         mean = reduce(xc, "... d_model -> ... 1", "mean")
         centred = xc - mean
         var = reduce(
-            centred.pow(2),
-            "... d_model -> ... 1",
-            "mean",
+            centred.pow(2), "... d_model -> ... 1", "mean"
         )  # biased: divides by d
         y = centred * torch.rsqrt(var + self.eps)  # eps inside the square root
         if weight is not None:
@@ -287,10 +284,7 @@ class ResidualSublayer(nn.Module):
 
 # From chapters/06-norms.md, section "The final normalisation of a pre-LN stack".
 def make_final_norm(
-    position: str,
-    d_model: int,
-    norm: str = "layernorm",
-    eps: float | None = None,
+    position: str, d_model: int, norm: str = "layernorm", eps: float | None = None
 ) -> nn.Module:
     """The normalisation that follows the last block of a stack of
     :class:`ResidualSublayer`.

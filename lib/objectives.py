@@ -118,9 +118,7 @@ def _real_positions(lengths: torch.Tensor, seq: int) -> torch.Tensor:
 
 # From chapters/07-families.md, section "Causal language modelling (GPT)".
 def causal_lm_batch(
-    token_ids: torch.Tensor,
-    *,
-    pad_id: int | None = None,
+    token_ids: torch.Tensor, *, pad_id: int | None = None
 ) -> ObjectiveBatch:
     """Next-token prediction: ``inputs = ids[:, :-1]``, ``targets = ids[:, 1:]``.
 
@@ -336,10 +334,7 @@ def prefix_lm_mask(
 
 # From chapters/07-families.md, section "Prefix language modelling".
 def prefix_lm_batch(
-    token_ids: torch.Tensor,
-    *,
-    generator: torch.Generator,
-    pad_id: int | None = None,
+    token_ids: torch.Tensor, *, generator: torch.Generator, pad_id: int | None = None
 ) -> ObjectiveBatch:
     """Prefix LM: a random bidirectional prefix, then next-token prediction.
 
@@ -351,7 +346,8 @@ def prefix_lm_batch(
     """
     lengths = _check_token_ids(token_ids, pad_id, generator)
     if token_ids.shape[0]:
-        shortest, hint = int(lengths.min()), "prefix LM needs >= 2 real tokens per row"
+        hint = "prefix LM needs >= 2 real tokens per row"
+        shortest = int(lengths.min())
         check.int_at_least("the shortest row's length", shortest, 2, hint=hint)
     draws = torch.rand(token_ids.shape[0], generator=generator).to(lengths.device)
     prefix = 1 + (draws * (lengths - 1)).long()  # uniform in 1..n-1

@@ -103,9 +103,7 @@ def _sinusoidal_table(
 
 # From chapters/03-positions.md, section "A fixed offset is a fixed rotation".
 def sinusoidal_offset_matrix(
-    k: int,
-    d_model: int,
-    base: float = 10000.0,
+    k: int, d_model: int, base: float = 10000.0
 ) -> torch.Tensor:
     """The matrix ``M_k`` with ``PE[pos + k] = M_k @ PE[pos]`` for every ``pos``.
 
@@ -120,8 +118,7 @@ def sinusoidal_offset_matrix(
     frequency = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     cos, sin = (k * frequency).cos(), (k * frequency).sin()
     blocks = torch.stack(
-        (torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)),
-        -2,
+        (torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)), -2
     )
     return torch.block_diag(*blocks).float()  # blocks: (pair 2 2)
 
@@ -222,9 +219,7 @@ def rope_frequencies(d_head: int, base: float = 10000.0) -> torch.Tensor:
 
 # From chapters/03-positions.md, section "Rotary position embeddings (RoPE)".
 def rotary_interleaved(
-    x: torch.Tensor,
-    offset: int = 0,
-    base: float = 10000.0,
+    x: torch.Tensor, offset: int = 0, base: float = 10000.0
 ) -> torch.Tensor:
     """Reference RoPE with the paper's interleaved pairing, with complex numbers.
 
@@ -241,8 +236,7 @@ def rotary_interleaved(
     angle = einsum(positions, frequency, "pos, pair -> pos pair")
     pairs = rearrange(x.double(), "... pos (pair two) -> ... pos pair two", two=2)
     z = torch.view_as_complex(pairs.contiguous()) * torch.polar(
-        torch.ones_like(angle),
-        angle,
+        torch.ones_like(angle), angle
     )
     out = rearrange(torch.view_as_real(z), "... pos pair two -> ... pos (pair two)")
     return out.to(x.dtype)
@@ -254,9 +248,7 @@ def _rope_cos_sin(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables ``(pos d_head)`` in the half-split layout, float64."""
     angle = einsum(
-        positions.double(),
-        rope_frequencies(d_head, base),
-        "pos, pair -> pos pair",
+        positions.double(), rope_frequencies(d_head, base), "pos, pair -> pos pair"
     )
     angle = torch.cat((angle, angle), dim=-1)  # both halves of a pair share its angle
     return angle.cos(), angle.sin()
@@ -335,7 +327,7 @@ class RotaryEmbedding(nn.Module):
         end, table = offset + seq, self.cos_cached
         dtype = table.dtype if dtype is None else dtype
         if end <= self.max_len and not _finer_than_tables(dtype):
-            cos, sin = self.cos_cached[offset:end], self.sin_cached[offset:end]
+            cos, sin = (self.cos_cached[offset:end], self.sin_cached[offset:end])
             return cos.to(dtype), sin.to(dtype)
         # past the tables, or finer than them: compute these rows (float64, then round)
         cos, sin = _rope_cos_sin(torch.arange(offset, end), self.d_head, self.base)
@@ -378,10 +370,7 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 
 # From chapters/03-positions.md, section "ALiBi: a linear bias on the scores".
 def _query_key_distance(
-    q_len: int,
-    k_len: int,
-    offset: int,
-    device: torch.device,
+    q_len: int, k_len: int, offset: int, device: torch.device
 ) -> torch.Tensor:
     """``i - j`` for query ``i = offset + row`` and key ``j``: ``(q_pos k_pos)``."""
     q_len, k_len = check.positive_ints(q_len=q_len, k_len=k_len)

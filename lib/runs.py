@@ -102,31 +102,50 @@ def run_sizes(run: str, profile: str | None = None, **overrides: Any) -> dict[st
 
     if run == "gpt":
         sizes = dict(
-            d_model=p(smoke=64, full=384), n_heads=p(smoke=4, full=6),
-            n_layers=p(smoke=2, full=6), seq_len=p(smoke=64, full=256),
-            batch_size=p(smoke=16, full=128), dropout=p(smoke=0.0, full=0.1),
-            n_steps=p(smoke=200, colab=600, full=1500), lr=p(smoke=3e-3, full=2e-3),
-            warmup=p(smoke=20, full=100), eval_every=p(smoke=50, colab=200, full=500),
+            d_model=p(smoke=64, full=384),
+            n_heads=p(smoke=4, full=6),
+            n_layers=p(smoke=2, full=6),
+            seq_len=p(smoke=64, full=256),
+            batch_size=p(smoke=16, full=128),
+            dropout=p(smoke=0.0, full=0.1),
+            n_steps=p(smoke=200, colab=600, full=1500),
+            lr=p(smoke=3e-3, full=2e-3),
+            warmup=p(smoke=20, full=100),
+            eval_every=p(smoke=50, colab=200, full=500),
             eval_iters=p(smoke=2, colab=10, full=20),
-        )  # fmt: skip
+        )
     elif run == "bert":
         sizes = dict(
-            d_model=p(smoke=64, full=256), n_heads=4, n_layers=p(smoke=2, full=4),
-            seq_len=p(smoke=64, full=128), batch_size=p(smoke=16, full=128),
-            dropout=p(smoke=0.0, full=0.1), n_steps=p(smoke=150, colab=2000, full=4000),
-            lr=p(smoke=2e-3, full=1e-3), warmup=p(smoke=15, full=200),
+            d_model=p(smoke=64, full=256),
+            n_heads=4,
+            n_layers=p(smoke=2, full=4),
+            seq_len=p(smoke=64, full=128),
+            batch_size=p(smoke=16, full=128),
+            dropout=p(smoke=0.0, full=0.1),
+            n_steps=p(smoke=150, colab=2000, full=4000),
+            lr=p(smoke=2e-3, full=1e-3),
+            warmup=p(smoke=15, full=200),
             finetune_steps=p(smoke=80, colab=300, full=600),
-            finetune_lr=p(smoke=1e-3, full=3e-4), test_per_book=p(smoke=16, full=200),
-            eval_every=p(smoke=50, full=500), eval_iters=p(smoke=2, full=10),
-        )  # fmt: skip
+            finetune_lr=p(smoke=1e-3, full=3e-4),
+            test_per_book=p(smoke=16, full=200),
+            eval_every=p(smoke=50, full=500),
+            eval_iters=p(smoke=2, full=10),
+        )
     else:
         sizes = dict(
-            d_model=p(smoke=64, full=256), n_heads=4, n_layers=p(smoke=2, full=3),
-            batch_size=p(smoke=32, full=128), dropout=p(smoke=0.0, full=0.1),
-            n_steps=p(smoke=250, colab=1500, full=3000), lr=p(smoke=3e-3, full=1e-3),
-            warmup=p(smoke=25, full=200), eval_every=p(smoke=125, full=500),
-            test_fraction=0.1, beam_size=4, label_smoothing=0.1,
-        )  # fmt: skip
+            d_model=p(smoke=64, full=256),
+            n_heads=4,
+            n_layers=p(smoke=2, full=3),
+            batch_size=p(smoke=32, full=128),
+            dropout=p(smoke=0.0, full=0.1),
+            n_steps=p(smoke=250, colab=1500, full=3000),
+            lr=p(smoke=3e-3, full=1e-3),
+            warmup=p(smoke=25, full=200),
+            eval_every=p(smoke=125, full=500),
+            test_fraction=0.1,
+            beam_size=4,
+            label_smoothing=0.1,
+        )
     unknown = sorted(set(overrides) - set(sizes))
     if unknown:
         raise ValueError(
@@ -412,7 +431,10 @@ def bert_run(
     books = load_gutenberg()
     tokenizer = CharTokenizer("".join(books.values()))
     specials = _specials(tokenizer, "<pad>", "<mask>")
-    pad, mask_id, vocab_size = *specials.values(), tokenizer.vocab_size + len(specials)
+    pad, mask_id, vocab_size = (
+        *specials.values(),
+        tokenizer.vocab_size + len(specials),
+    )
     encoded = [torch.tensor(tokenizer.encode(text)) for text in books.values()]
     seen = [ids[: int(0.9 * len(ids))] for ids in encoded]
     held_out = [ids[int(0.9 * len(ids)) :] for ids in encoded]
@@ -456,10 +478,7 @@ def bert_run(
         classifier = SequenceClassifier(encoder, len(books), sizes["dropout"])
         classifier = classifier.to(device)
         optimizer = make_optimizer(
-            classifier,
-            sizes["finetune_lr"],
-            betas=(0.9, 0.98),
-            eps=1e-9,
+            classifier, sizes["finetune_lr"], betas=(0.9, 0.98), eps=1e-9
         )
         schedule = WarmupCosineSchedule(steps // 10, steps)
         every = max(1, steps // 4)

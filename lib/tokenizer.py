@@ -74,7 +74,7 @@ class CharTokenizer:
 
     def encode_iterable(self, lines: Iterable[str]) -> Iterator[int]:
         """The ids of ``"".join(lines)``, produced lazily, one line at a time."""
-        owner, hint = "CharTokenizer.encode_iterable()", "encode() takes one str"
+        owner, hint = ("CharTokenizer.encode_iterable()", "encode() takes one str")
         lines = check.text_lines("lines", lines, owner=owner, hint=hint)
         return chain.from_iterable(map(self.encode, lines))
 
@@ -114,9 +114,7 @@ def _merge_ids(ids: Sequence[int], left: int, right: int, new_id: int) -> list[i
 
 
 def merge_adjacent_pair(
-    ids: Sequence[int],
-    pair: tuple[int, int],
-    new_id: int,
+    ids: Sequence[int], pair: tuple[int, int], new_id: int
 ) -> list[int]:
     """A new list: ``ids`` with every occurrence of ``pair`` replaced by ``new_id``.
 
@@ -314,10 +312,7 @@ class BPETokenizer:
 
     # -- training ----------------------------------------------------------------------
     def train(
-        self,
-        text: str,
-        vocab_size: int,
-        special_tokens: Iterable[str] = (),
+        self, text: str, vocab_size: int, special_tokens: Iterable[str] = ()
     ) -> BPETokenizer:
         """Learn ``vocab_size - 256 - len(special_tokens)`` merges; return self.
 
@@ -396,7 +391,7 @@ class BPETokenizer:
         held only back to the last place where cutting it cannot change the ids (see
         :data:`_SAFE_CUT`): in ordinary text, the last line or two.
         """
-        owner, hint = "BPETokenizer.encode_iterable()", "encode() takes one str"
+        owner, hint = ("BPETokenizer.encode_iterable()", "encode() takes one str")
         lines = check.text_lines("lines", lines, owner=owner, hint=hint)
         spaced = [token for token in self.special_tokens if regex.search(r"\s", token)]
         if spaced:
@@ -451,8 +446,7 @@ class BPETokenizer:
     def save(self, path: str | os.PathLike) -> None:
         """Write the tokenizer as JSON (UTF-8)."""
         Path(path).write_text(
-            json.dumps(self.to_dict(), ensure_ascii=False),
-            encoding="utf-8",
+            json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8"
         )
 
     @classmethod
@@ -463,7 +457,7 @@ class BPETokenizer:
             data = json.loads(raw)
         except json.JSONDecodeError as err:
             raise ValueError(
-                f"{path} is not a tokenizer file: invalid JSON ({err})",
+                f"{path} is not a tokenizer file: invalid JSON ({err})"
             ) from None
         data = data if isinstance(data, dict) else {}
         # each field the file must hold: what it must be, and what it says if it is not

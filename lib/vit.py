@@ -226,7 +226,7 @@ class ViT(nn.Module):
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         patches = self.patch_embed(images)  # (batch patches d_model); checks the images
         if images.shape[-2:] != self.cfg.image_hw:
-            (h, w), got = self.cfg.image_hw, "×".join(map(str, images.shape[-2:]))
+            (h, w), got = (self.cfg.image_hw, "×".join(map(str, images.shape[-2:])))
             raise ValueError(f"ViT built for {h}×{w} images but got {got}: {_RESIZE}")
         cls = repeat(self.cls_token, "1 1 d -> b 1 d", b=images.shape[0])
         return self.dropout(torch.cat([cls, patches], dim=1) + self.pos_embedding)
@@ -391,8 +391,7 @@ def vit_state_dict(
 
 
 def load_hf_vit_state_dict(
-    model: ViT,
-    their_state_dict: Mapping[str, torch.Tensor],
+    model: ViT, their_state_dict: Mapping[str, torch.Tensor]
 ) -> ViT:
     """Load a ``transformers`` ViT state dict into ``model`` (our head is kept when the
     reference has none); returns ``model``. Raises ``ValueError`` if it does not fit."""

@@ -44,7 +44,7 @@ if __package__ in (None, ""):  # run as a script: make `tools` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tools.bib import BIB, labels, link, parse_bib
-from tools.tangle import chapter_files, ruff_format
+from tools.tangle import CHAPTER_WIDTH, chapter_files, ruff_format
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -221,7 +221,7 @@ def install_cell(chapter_source: str) -> str:
         package=json.dumps(PACKAGE),
         folder=json.dumps(url.rsplit("/", 1)[-1]),
     )
-    return ruff_format(source, "install_cell.py").rstrip("\n")
+    return ruff_format(source, "install_cell.py", *CHAPTER_WIDTH).rstrip("\n")
 
 
 def intro_cell(chapter: Path) -> str:
