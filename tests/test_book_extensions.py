@@ -33,3 +33,23 @@ def test_link_text_drops_markdown_markup():
     assert (
         apilinks.plain("Checking against `tokenizers`") == "Checking against tokenizers"
     )
+
+
+def test_figures_are_numbered_per_chapter_in_page_order():
+    import fignumbers  # book/_ext/fignumbers.py
+
+    numbers = {  # what Sphinx assigns without numbered sections: one count for all
+        "book/intro": {"figure": {"intro-fig": (1,)}},
+        "chapters/07-families": {"figure": {"a": (3,), "b": (2,)}},
+        "chapters/08-training": {
+            "figure": {"c": (4,), "d": (5,)},
+            "table": {"t": (1,)},
+        },
+    }
+    changed = fignumbers.renumber(numbers)
+    assert numbers["chapters/07-families"]["figure"] == {"b": (7, 1), "a": (7, 2)}
+    assert numbers["chapters/08-training"]["figure"] == {"c": (8, 1), "d": (8, 2)}
+    assert numbers["chapters/08-training"]["table"] == {"t": (8, 1)}
+    assert numbers["book/intro"]["figure"] == {"intro-fig": (1,)}  # not a chapter
+    assert changed == ["chapters/07-families", "chapters/08-training"]
+    assert fignumbers.renumber(numbers) == []  # a second pass changes nothing
