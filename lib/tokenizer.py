@@ -64,8 +64,8 @@ class CharTokenizer:
         try:
             return [self.char_to_id[c] for c in text]
         except KeyError:
-            unknown = ((p, c) for p, c in enumerate(text) if c not in self.char_to_id)
-            position, char = next(unknown)
+            position = next(p for p, c in enumerate(text) if c not in self.char_to_id)
+            char = text[position]
             raise ValueError(
                 f"character {char!r} (U+{ord(char):04X}) at position {position} is not "
                 f"in this tokenizer's alphabet of {self.vocab_size} characters; build "
@@ -238,14 +238,15 @@ class BPETokenizer:
 
     _FORMAT = "lib.tokenizer.BPETokenizer"
     _VERSION = 1
-    _CACHE_LIMIT = 200_000  # cached word encodings; cleared when it fills up
+    # cached word encodings; the cache is cleared when it fills up
+    _CACHE_LIMIT = 200_000
 
     def __init__(self) -> None:
         self.merges: list[tuple[int, int]] = []
         self.special_tokens: dict[str, int] = {}
         self._rebuild()
 
-    # -- state -------------------------------------------------------------------------
+    # -- state -------------------------------------------------------------
     def _rebuild(self) -> None:
         """Derive the vocabulary, merge ranks, special-token regex and cache."""
         vocab = [bytes([b]) for b in range(256)]
@@ -310,7 +311,7 @@ class BPETokenizer:
         tokenizer._rebuild()
         return tokenizer
 
-    # -- training ----------------------------------------------------------------------
+    # -- training ----------------------------------------------------------
     def train(
         self, text: str, vocab_size: int, special_tokens: Iterable[str] = ()
     ) -> BPETokenizer:
@@ -330,7 +331,8 @@ class BPETokenizer:
                 f"special tokens (256 + {len(specials)} = {base})"
             )
         chunks = [text]
-        if specials:  # special tokens are cut out: no merge may involve them
+        # special tokens are cut out: no merge may involve them
+        if specials:
             longest_first = sorted(specials, key=len, reverse=True)
             splitter = regex.compile("|".join(regex.escape(t) for t in longest_first))
             chunks = splitter.split(text)
@@ -344,7 +346,7 @@ class BPETokenizer:
         self._rebuild()
         return self
 
-    # -- encoding and decoding ---------------------------------------------------------
+    # -- encoding and decoding ---------------------------------------------
     def _encode_word(self, word: str) -> list[int]:
         ids = list(word.encode("utf-8"))
         merge_ids = self._merge_ids
@@ -369,7 +371,8 @@ class BPETokenizer:
         ids: list[int] = []
         try:
             for position, chunk in enumerate(chunks):
-                if position % 2:  # the splitter's captured group: a special token
+                # odd chunks are the splitter's captured group: specials
+                if position % 2:
                     ids.append(self.special_tokens[chunk])
                     continue
                 for word in _GPT2_SPLIT.findall(chunk):
@@ -401,9 +404,11 @@ class BPETokenizer:
         return self._encode_stream(lines)
 
     def _encode_stream(self, lines: Iterator[str]) -> Iterator[int]:
-        pending: list[str] = []  # text not yet encoded, from position `start` to `end`
+        # text not yet encoded, from position `start` to `end`
+        pending: list[str] = []
         start = end = 0
-        tail = ""  # the last three characters seen, for the lookbehind of a cut
+        # the last three characters seen, for the lookbehind of a cut
+        tail = ""
         for line in lines:
             window, window_start = tail + line, end - len(tail)
             pending.append(line)
@@ -430,9 +435,10 @@ class BPETokenizer:
         owner = "BPETokenizer.decode()"
         ids = check.token_ids("ids", ids, self.vocab_size, owner=owner)
         vocab = self.vocab
-        return b"".join([vocab[i] for i in ids]).decode("utf-8", errors="replace")
+        joined = b"".join([vocab[i] for i in ids])
+        return joined.decode("utf-8", errors="replace")
 
-    # -- saving and loading ------------------------------------------------------------
+    # -- saving and loading ------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """What :meth:`save` writes: pattern, special tokens and merges (JSON-ready)."""
         return {
