@@ -53,7 +53,8 @@ def init_embedding_(
 # From chapters/02-embeddings.md, section "The module".
 _IDS_HINT = "token ids are indices: convert them with .long()"
 _RANGE_HINT = "was the tokenizer's vocabulary larger than the model's?"
-_IN_VOCAB = dict(owner="TokenEmbedding", hint=_RANGE_HINT)  # for ids out of range
+# for ids out of range
+_IN_VOCAB = dict(owner="TokenEmbedding", hint=_RANGE_HINT)
 
 
 class TokenEmbedding(nn.Module):
@@ -89,7 +90,8 @@ class TokenEmbedding(nn.Module):
         self.d_model = check.positive_int("d_model", d_model, owner=owner)
         check.booleans(scale=scale, check_ids=check_ids, owner=owner)
         # init_embedding_ (called by reset_parameters) checks padding_idx
-        self.padding_idx, self.scale, self.check_ids = (padding_idx, scale, check_ids)
+        self.padding_idx = padding_idx
+        self.scale, self.check_ids = scale, check_ids
         if init_std is None:
             init_std = d_model**-0.5
         self.init_std = check.finite_float("init_std", init_std, low=0, owner=owner)
@@ -109,7 +111,8 @@ class TokenEmbedding(nn.Module):
         owner = "TokenEmbedding"
         check.tensor("token_ids", token_ids, integer=True, owner=owner, hint=_IDS_HINT)
         check.same_device(token_ids=token_ids, weight=self.weight, owner=owner)
-        if self.check_ids and token_ids.device.type == "cpu":  # reads the ids
+        # reads the ids: only on the CPU, where that costs no GPU sync
+        if self.check_ids and token_ids.device.type == "cpu":
             check.ids_in_range("token id", token_ids, self.vocab_size, **_IN_VOCAB)
         # what F.embedding accepts
         if token_ids.dtype not in (torch.int64, torch.int32):
