@@ -59,7 +59,8 @@ def _check_input(owner: str, x, offset, axis: str, size: int, **table) -> int:
     """A module's input ``x`` ``(... seq axis)`` with ``axis`` of ``size``, floating
     point, on the device of the module's table (one keyword: ``pe=self.pe``); returns
     ``offset``, which must be an int ``>= 0``."""
-    check.tensor("x", x, f"... seq {axis}", floating=True, owner=owner, **{axis: size})
+    shape, sizes = f"... seq {axis}", {axis: size}
+    check.tensor("x", x, shape, floating=True, owner=owner, **sizes)
     check.same_device(x=x, owner=owner, **table)
     return check.int_at_least("offset", offset, 0, owner=owner)
 
@@ -95,10 +96,13 @@ def _sinusoidal_table(
     table, computed at every call that needs them)."""
     position = torch.arange(n_positions, dtype=torch.float64)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
-    frequency = base ** (-two_i / d_model)  # (pair): one angular frequency per pair
+    # (pair): one angular frequency per pair
+    frequency = base ** (-two_i / d_model)
     angle = einsum(position, frequency, "pos, pair -> pos pair")
-    table = torch.stack((angle.sin(), angle.cos()), dim=-1)  # (pos pair sin_cos)
-    return rearrange(table, "pos pair sin_cos -> pos (pair sin_cos)").to(dtype)
+    # (pos pair sin_cos)
+    table = torch.stack((angle.sin(), angle.cos()), dim=-1)
+    table = rearrange(table, "pos pair sin_cos -> pos (pair sin_cos)")
+    return table.to(dtype)
 
 
 # From chapters/03-positions.md, section "A fixed offset is a fixed rotation".
@@ -115,12 +119,12 @@ def sinusoidal_offset_matrix(
     k = check.integer("k", k)  # any sign: a negative offset moves back
     d_model = check.even("d_model", d_model, positive=True, hint="sin/cos pairs")
     base = check.finite_float("base", base, **_BASE)
-    frequency = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    frequency = base ** (-two_i / d_model)
     cos, sin = (k * frequency).cos(), (k * frequency).sin()
-    blocks = torch.stack(
-        (torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)), -2
-    )
-    return torch.block_diag(*blocks).float()  # blocks: (pair 2 2)
+    top, bottom = torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)
+    blocks = torch.stack((top, bottom), -2)  # (pair 2 2)
+    return torch.block_diag(*blocks).float()
 
 
 # From chapters/03-positions.md, section "The module".
@@ -142,7 +146,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         super().__init__()
         self.max_len = check.positive_int("max_len", max_len)
         dropout = check.probability("dropout", dropout)
-        table = sinusoidal_positions(max_len, d_model, base)  # checks d_model and base
+        # sinusoidal_positions checks d_model and base
+        table = sinusoidal_positions(max_len, d_model, base)
         self.register_buffer("pe", table, persistent=False)
         self.d_model, self.base = table.shape[-1], float(base)
         self.dropout = nn.Dropout(dropout)
@@ -158,7 +163,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         end = offset + x.shape[-2]
         if end <= self.max_len and not _finer_than_tables(x.dtype):
             pe = self.pe[offset:end]
-        else:  # past the table, or finer than it: the formula gives any row
+        else:
+            # past the table, or finer than it: the formula gives any row
             table = _sinusoidal_table(end, self.d_model, self.base, x.dtype)
             pe = table[offset:]
         return self.dropout(x + pe.to(x.device, x.dtype))
@@ -177,7 +183,7 @@ class LearnedPositionalEmbedding(nn.Module):
     ``nn.Embedding``.
     """
 
-    def __init__(self, max_len: int, d_model: int, init_std: float = 0.02) -> None:
+    def __init__(self, max_len: int, d_model: int, init_std=0.02) -> None:
         super().__init__()
         self.max_len = check.positive_int("max_len", max_len)
         self.d_model = check.positive_int("d_model", d_model)
@@ -196,8 +202,9 @@ class LearnedPositionalEmbedding(nn.Module):
         offset = _check_input(owner, x, offset, "d_model", d_model, weight=weight)
         end, max_len = offset + x.shape[-2], self.max_len
         if end > max_len:
-            rows = f"positions {offset}..{end - 1} go past max_len={max_len}"
-            raise ValueError(f"{owner}: {rows}: the table ends at row {max_len - 1}")
+            rows = f"positions {offset}..{end - 1}"
+            past = f"go past max_len={max_len}: the table ends at row"
+            raise ValueError(f"{owner}: {rows} {past} {max_len - 1}")
         positions = torch.arange(offset, end, device=weight.device)
         return x + self.embedding(positions).to(x.dtype)
 
@@ -214,7 +221,8 @@ def rope_frequencies(d_head: int, base: float = 10000.0) -> torch.Tensor:
     hint = "RoPE rotates pairs of dimensions"
     d_head = check.even("d_head", d_head, positive=True, hint=hint)
     base = check.finite_float("base", base, **_BASE)
-    return base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+    two_i = torch.arange(0, d_head, 2, dtype=torch.float64)
+    return base ** (-two_i / d_head)
 
 
 # From chapters/03-positions.md, section "Rotary position embeddings (RoPE)".
@@ -232,13 +240,15 @@ def rotary_interleaved(
     check.tensor("x", x, "... seq d_head", floating=True, owner=owner)
     offset = check.int_at_least("offset", offset, 0, owner=owner)
     frequency = rope_frequencies(x.shape[-1], base)
-    positions = torch.arange(offset, offset + x.shape[-2], dtype=torch.float64)
+    end = offset + x.shape[-2]
+    positions = torch.arange(offset, end, dtype=torch.float64)
     angle = einsum(positions, frequency, "pos, pair -> pos pair")
-    pairs = rearrange(x.double(), "... pos (pair two) -> ... pos pair two", two=2)
-    z = torch.view_as_complex(pairs.contiguous()) * torch.polar(
-        torch.ones_like(angle), angle
-    )
-    out = rearrange(torch.view_as_real(z), "... pos pair two -> ... pos (pair two)")
+    to_pairs = "... pos (pair two) -> ... pos pair two"
+    pairs = rearrange(x.double(), to_pairs, two=2)
+    turn = torch.polar(torch.ones_like(angle), angle)  # exp(j angle)
+    z = torch.view_as_complex(pairs.contiguous()) * turn
+    pairs = torch.view_as_real(z)
+    out = rearrange(pairs, "... pos pair two -> ... pos (pair two)")
     return out.to(x.dtype)
 
 
@@ -247,10 +257,10 @@ def _rope_cos_sin(
     positions: torch.Tensor, d_head: int, base: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables ``(pos d_head)`` in the half-split layout, float64."""
-    angle = einsum(
-        positions.double(), rope_frequencies(d_head, base), "pos, pair -> pos pair"
-    )
-    angle = torch.cat((angle, angle), dim=-1)  # both halves of a pair share its angle
+    frequency = rope_frequencies(d_head, base)
+    angle = einsum(positions.double(), frequency, "pos, pair -> pos pair")
+    # both halves of a pair share its angle
+    angle = torch.cat((angle, angle), dim=-1)
     return angle.cos(), angle.sin()
 
 
@@ -266,8 +276,9 @@ def rope_rotate_half(x: torch.Tensor) -> torch.Tensor:
     With the half-split pairing (dimension ``i`` pairs with ``i + d/2``), this is the
     quarter turn that ``x * cos + rope_rotate_half(x) * sin`` needs.
     """
-    check.tensor("x", x, "... d", owner="rope_rotate_half()")
-    check.even("the last axis of x", x.shape[-1], owner="rope_rotate_half()")
+    owner = "rope_rotate_half()"
+    check.tensor("x", x, "... d", owner=owner)
+    check.even("the last axis of x", x.shape[-1], owner=owner)
     return _rotate_half(x)
 
 
@@ -329,8 +340,10 @@ class RotaryEmbedding(nn.Module):
         if end <= self.max_len and not _finer_than_tables(dtype):
             cos, sin = (self.cos_cached[offset:end], self.sin_cached[offset:end])
             return cos.to(dtype), sin.to(dtype)
-        # past the tables, or finer than them: compute these rows (float64, then round)
-        cos, sin = _rope_cos_sin(torch.arange(offset, end), self.d_head, self.base)
+        # past the tables, or finer than them: compute these rows (in
+        # float64, then rounded)
+        positions = torch.arange(offset, end)
+        cos, sin = _rope_cos_sin(positions, self.d_head, self.base)
         return cos.to(table.device, dtype), sin.to(table.device, dtype)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -364,8 +377,9 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
         return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
 
     closest = 2 ** math.floor(math.log2(n_heads))
-    slopes = geometric(closest) + geometric(2 * closest)[0::2][: n_heads - closest]
-    return torch.tensor(slopes, dtype=torch.float32)
+    # every other slope of twice as many heads, as many as are missing
+    extra = geometric(2 * closest)[0::2][: n_heads - closest]
+    return torch.tensor(geometric(closest) + extra, dtype=torch.float32)
 
 
 # From chapters/03-positions.md, section "ALiBi: a linear bias on the scores".
@@ -377,7 +391,8 @@ def _query_key_distance(
     offset = check.int_at_least("offset", offset, 0)
     query = torch.arange(offset, offset + q_len, device=device)
     key = torch.arange(k_len, device=device)
-    return rearrange(query, "q_pos -> q_pos 1") - rearrange(key, "k_pos -> 1 k_pos")
+    query = rearrange(query, "q_pos -> q_pos 1")
+    return query - rearrange(key, "k_pos -> 1 k_pos")
 
 
 # From chapters/03-positions.md, section "ALiBi: a linear bias on the scores".
@@ -405,14 +420,14 @@ class ALiBi(nn.Module):
         The keys sit at ``0 .. k_len - 1``. Shapes: the result is
         ``(heads q_pos k_pos)``, float32, on the module's device.
         """
-        distance = _query_key_distance(q_len, k_len, offset, self.slopes.device)
-        bias = -einsum(
-            self.slopes,
-            distance.abs().float(),
-            "heads, q_pos k_pos -> heads q_pos k_pos",
-        )
+        slopes = self.slopes
+        distance = _query_key_distance(q_len, k_len, offset, slopes.device)
+        how_far = distance.abs().float()
+        per_head = "heads, q_pos k_pos -> heads q_pos k_pos"
+        bias = -einsum(slopes, how_far, per_head)
         if self.causal:
-            bias = bias.masked_fill(distance < 0, float("-inf"))  # key j after query i
+            # key j after query i
+            bias = bias.masked_fill(distance < 0, float("-inf"))
         return bias
 
     def extra_repr(self) -> str:
@@ -420,15 +435,17 @@ class ALiBi(nn.Module):
 
 
 # From chapters/03-positions.md, section "T5's bucketed relative bias".
-def _check_buckets(bidirectional, num_buckets, max_distance) -> tuple[bool, int, int]:
-    """T5's bucket settings, checked: ``max_distance`` must exceed the exact range."""
+def _check_buckets(bidirectional, num_buckets, max_distance) -> tuple:
+    """T5's bucket settings, checked (``max_distance`` past the exact range)."""
     bidirectional = check.boolean("bidirectional", bidirectional)
     least = 4 if bidirectional else 2  # two buckets a direction, at least
     num_buckets = check.int_at_least("num_buckets", num_buckets, least)
     if bidirectional:
-        check.even("num_buckets", num_buckets, hint="bidirectional buckets: two halves")
+        hint = "bidirectional buckets: two halves"
+        check.even("num_buckets", num_buckets, hint=hint)
     max_distance = check.positive_int("max_distance", max_distance)
-    if max_distance <= (max_exact := num_buckets // (4 if bidirectional else 2)):
+    max_exact = num_buckets // (4 if bidirectional else 2)
+    if max_distance <= max_exact:
         exact = f"max_exact={max_exact} (half the buckets of a direction)"
         raise ValueError(f"max_distance={max_distance} must exceed {exact}")
     return bidirectional, num_buckets, max_distance
@@ -465,20 +482,22 @@ def _bucket(
     max_distance: int,
 ) -> torch.Tensor:
     """:func:`t5_relative_position_bucket` for checked arguments (the formula)."""
-    distance = -relative_position.long()  # how far back the key is: > 0 for past keys
+    # how far back the key is: > 0 for past keys
+    distance = -relative_position.long()
     bucket = torch.zeros_like(distance)
     if bidirectional:
         num_buckets //= 2
-        bucket = bucket + (distance < 0).long() * num_buckets  # future keys: upper half
+        # future keys: the upper half
+        bucket = bucket + (distance < 0).long() * num_buckets
         distance = distance.abs()
     else:
         distance = distance.clamp(min=0)  # future keys: bucket 0
-    max_exact = num_buckets // 2  # below max_distance: _check_buckets saw to it
-    # Past max_exact the bucket grows with log(distance): max_exact at max_exact,
-    # num_buckets at max_distance.
-    log_ratio = torch.log(distance.clamp(min=max_exact).float() / max_exact) / math.log(
-        max_distance / max_exact
-    )
+    # below max_distance: _check_buckets saw to it
+    max_exact = num_buckets // 2
+    # Past max_exact the bucket grows with log(distance): max_exact at
+    # max_exact, num_buckets at max_distance.
+    ratio = distance.clamp(min=max_exact).float() / max_exact
+    log_ratio = torch.log(ratio) / math.log(max_distance / max_exact)
     far = max_exact + (log_ratio * (num_buckets - max_exact)).long()
     far = far.clamp(max=num_buckets - 1)
     return bucket + torch.where(distance < max_exact, distance, far)
@@ -507,8 +526,9 @@ class T5RelativePositionBias(nn.Module):
         settings = _check_buckets(bidirectional, num_buckets, max_distance)
         self.bidirectional, self.num_buckets, self.max_distance = settings
         init_std = check.finite_float("init_std", init_std, low=0)
-        self.relative_attention_bias = nn.Embedding(self.num_buckets, self.n_heads)
-        nn.init.normal_(self.relative_attention_bias.weight, std=init_std)
+        table = nn.Embedding(self.num_buckets, self.n_heads)
+        nn.init.normal_(table.weight, std=init_std)
+        self.relative_attention_bias = table
 
     def forward(self, q_len: int, k_len: int, offset: int = 0) -> torch.Tensor:
         """The bias of the queries at ``offset .. offset + q_len - 1`` and the keys.
@@ -519,9 +539,8 @@ class T5RelativePositionBias(nn.Module):
         device = self.relative_attention_bias.weight.device
         # key_pos - query_pos
         relative = -_query_key_distance(q_len, k_len, offset, device)
-        bucket = _bucket(
-            relative, self.bidirectional, self.num_buckets, self.max_distance
-        )
+        settings = self.bidirectional, self.num_buckets, self.max_distance
+        bucket = _bucket(relative, *settings)
         bias = self.relative_attention_bias(bucket)  # (q_pos k_pos heads)
         return rearrange(bias, "q_pos k_pos heads -> heads q_pos k_pos")
 
