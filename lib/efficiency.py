@@ -32,8 +32,9 @@ __all__ = [
 
 def _recomputing_block_forward(self: TransformerBlock, x: torch.Tensor, *args, **kw):
     plain = type(self).forward
+    # generation, evaluation: nothing to save for a backward pass
     if kw.get("use_cache") or not torch.is_grad_enabled():
-        return plain(self, x, *args, **kw)  # generation, evaluation: nothing to save
+        return plain(self, x, *args, **kw)
     return checkpoint_call(plain, self, x, *args, use_reentrant=False, **kw)
 
 
@@ -50,8 +51,8 @@ def enable_activation_checkpointing(model: nn.Module) -> int:
     its activations (``torch.utils.checkpoint``, non-reentrant). Returns the number
     of blocks."""
     blocks = _blocks(model)
-    for block in blocks:
-        block.forward = _recomputing_block_forward.__get__(block)  # a bound method
+    for block in blocks:  # a method bound to each block
+        block.forward = _recomputing_block_forward.__get__(block)
     return len(blocks)
 
 

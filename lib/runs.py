@@ -97,7 +97,8 @@ def run_sizes(run: str, profile: str | None = None, **overrides: Any) -> dict[st
     profile = get_profile() if profile is None else profile
     check.one_of("profile", profile, PROFILES, owner="run_sizes")
 
-    def p(**values: Any) -> Any:  # this profile's value; colab defaults to full
+    def p(**values: Any) -> Any:
+        """This profile's value (colab defaults to full)."""
         return pick(**values, profile=profile)
 
     if run == "gpt":
@@ -174,7 +175,8 @@ def _start(
         raise ValueError(f"{run} run: resume needs a checkpoint_dir to resume from")
     sizes = run_sizes(run, profile, **dict(sizes or {}))
     torch.manual_seed(seed)
-    return sizes, torch.device(device) if device is not None else get_device()
+    device = torch.device(device) if device is not None else get_device()
+    return sizes, device
 
 
 def _saving(
@@ -474,7 +476,8 @@ def bert_run(
     scratch = BERT(cfg).to(device)
     steps = sizes["finetune_steps"]
     for name, encoder in (("pretrained", bert), ("from_scratch", scratch)):
-        torch.manual_seed(seed + 1)  # the same head and dropout masks for both
+        # the same head and dropout masks for both
+        torch.manual_seed(seed + 1)
         classifier = SequenceClassifier(encoder, len(books), sizes["dropout"])
         classifier = classifier.to(device)
         optimizer = make_optimizer(
@@ -689,7 +692,8 @@ def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
         cfg = _run_config(run, sizes, CharTokenizer(text).vocab_size)
         n_val = len(text) - int(0.9 * len(text))
         tokens = batch_size * seq_len
-        final = (n_val - 1) // seq_len * seq_len  # lm_eval_batches's windows
+        # the tokens of lm_eval_batches's windows
+        final = (n_val - 1) // seq_len * seq_len
         forward = n_evals * sizes["eval_iters"] * tokens + final
         gpt = _on_meta(lambda: GPT(cfg))
         parts.append((gpt, seq_len, n_steps * tokens, forward, n_steps))
@@ -703,7 +707,8 @@ def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
         forward = n_evals * sizes["eval_iters"] * tokens
         parts.append((bert, seq_len, n_steps * tokens, forward, n_steps))
         test_tokens = len(books) * sizes["test_per_book"] * seq_len
-        ft_evals = _n_evaluations(steps, max(1, steps // 4)) + 1  # + the accuracy
+        # the evaluations, and the accuracy at the end
+        ft_evals = _n_evaluations(steps, max(1, steps // 4)) + 1
         classifier = _on_meta(lambda: SequenceClassifier(bert, len(books)))
         for _ in ("pretrained", "from_scratch"):
             ft_tokens = ft_evals * test_tokens
@@ -711,10 +716,12 @@ def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
     else:
         tokenizer, _, _, batch_at, test_batches = _t5_data(sizes, 0)
         sample = range(0, n_steps, max(1, n_steps // 64))
-        per_batch = sum(_tokens_in(batch_at(s)) for s in sample) / len(sample)
+        sampled_tokens = sum(_tokens_in(batch_at(s)) for s in sample)
+        per_batch = sampled_tokens / len(sample)
         seq_len = max(1, round(per_batch / (2 * batch_size)))  # per stack
         test_tokens = sum(_tokens_in(b) for b in test_batches)
-        cfg = _run_config(run, sizes, tokenizer.vocab_size + 2)  # and <pad>, </s>
+        # the characters, <pad> and </s>
+        cfg = _run_config(run, sizes, tokenizer.vocab_size + 2)
         model = _on_meta(lambda: T5(cfg, start_id=0))
         forward = n_evals * test_tokens
         parts.append((model, seq_len, n_steps * per_batch, forward, n_steps))
@@ -828,7 +835,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    if args.profile is not None:  # the process's profile, which the record states too
+    # the process's profile, which the record states too
+    if args.profile is not None:
         os.environ[PROFILE_ENV] = args.profile
     if args.resume and args.checkpoint_dir is None:
         parser.error("--resume needs --checkpoint-dir")

@@ -109,7 +109,8 @@ def cross_entropy(
         uniform = -reduce(log_probs, "... vocab -> ...", "mean")
         # (1-ε)·own + ε·uniform, written as own + ε·(uniform - own)
         per_position = per_position + label_smoothing * (uniform - per_position)
-    return (per_position * keep).sum() / keep.sum().clamp(min=1)  # 0 if none kept
+    n_kept = keep.sum().clamp(min=1)  # the loss is 0 if none is kept
+    return (per_position * keep).sum() / n_kept
 
 
 # From chapters/08-training.md, section "The optimiser: Adam, AdamW and what to decay".
@@ -137,7 +138,8 @@ def adamw_step(
         check.tensor(name, x, floating=True, owner="adamw_step")
     if len(shapes := {tuple(x.shape) for x in tensors.values()}) > 1:
         raise ValueError(f"adamw_step: the tensors must share a shape, got {shapes}")
-    param = param * (1.0 - lr * weight_decay)  # decoupled: the moments never see it
+    # decoupled: the moments never see the decay
+    param = param * (1.0 - lr * weight_decay)
     exp_avg = beta1 * exp_avg + (1.0 - beta1) * grad
     exp_avg_sq = beta2 * exp_avg_sq + (1.0 - beta2) * grad * grad
     m_hat = exp_avg / (1.0 - beta1**step)
@@ -159,7 +161,8 @@ def _check_adam(lr, betas, eps, weight_decay) -> list[float]:
 
 def _check_max_norm(max_norm: float) -> None:
     check.instance("max_norm", max_norm, numbers.Real, what="a number")
-    if isinstance(max_norm, bool) or not max_norm > 0:  # below 0 it flips the gradients
+    # (a negative max_norm would flip the gradients)
+    if isinstance(max_norm, bool) or not max_norm > 0:
         raise ValueError(f"max_norm must be > 0 (inf: only measure), got {max_norm}")
 
 
@@ -283,7 +286,8 @@ class CheckpointError(RuntimeError):
 
 
 _FORMAT = "lib.training/2"  # 2: with a sha256 of the content
-_NUMPY_STATE = ("position", "has_gauss", "cached_gaussian")  # after the keys
+# the fields of NumPy's generator state that follow its keys
+_NUMPY_STATE = ("position", "has_gauss", "cached_gaussian")
 
 
 def rng_states() -> dict[str, Any]:
@@ -317,7 +321,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
     """The plain module inside ``torch.compile`` and ``DistributedDataParallel``."""
     check.instance("model", model, nn.Module, what="a torch.nn.Module")
     while hasattr(model, "_orig_mod") or isinstance(model, DistributedDataParallel):
-        compiled = hasattr(model, "_orig_mod")  # torch.compile's, else DDP's
+        compiled = hasattr(model, "_orig_mod")  # else it is DDP's
         model = model._orig_mod if compiled else model.module
     return model
 
@@ -399,8 +403,9 @@ def save_checkpoint(
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         torch.save(state, temporary)
+        # on disk before the name points at it
         with open(temporary, "rb") as written:
-            os.fsync(written.fileno())  # on disk before the name points at it
+            os.fsync(written.fileno())
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
@@ -445,7 +450,8 @@ def _restore_settings_and_position(optimizer, scheduler, state: Mapping) -> None
     saved moments and step counts; the caller's rates, betas, weight decay, schedule
     (``LambdaLR.load_state_dict`` would overwrite the schedule and the base rates)."""
     if optimizer is not None:
-        kept = [dict(g) for g in optimizer.param_groups]  # the caller's settings
+        # the caller's settings
+        kept = [dict(g) for g in optimizer.param_groups]
         optimizer.load_state_dict(state["optimizer"])
         for group, settings in zip(optimizer.param_groups, kept):
             group.update({k: v for k, v in settings.items() if k != "params"})
@@ -670,7 +676,8 @@ class NonFiniteLossError(FloatingPointError):
         what, self.value = ("loss", loss) if bad_loss else ("gradient norm", norm)
         step, where = self.step, f"the last good checkpoint is {checkpoint}"
         applied = "the run stopped before updating the weights"
-        if found_at != step:  # found at a later read: that step and those after, zeroed
+        # found at a later read: that step and those after it were zeroed
+        if found_at != step:
             applied = (
                 f"found at step {found_at}: the gradients of step {step} and after "
                 "were zeroed, so no non-finite value reached the weights"
@@ -789,8 +796,9 @@ def train(
     )
     # Finiteness is tracked on the device, read only when the loss is read anyway.
     healthy = torch.ones((), dtype=torch.bool, device=device)
-    first_bad = torch.zeros((), dtype=torch.long, device=device)  # 0: none yet
-    bad_values = torch.zeros(2, device=device)  # (loss, gradient norm) of first_bad
+    # the first bad step (0: none yet), and its (loss, gradient norm)
+    first_bad = torch.zeros((), dtype=torch.long, device=device)
+    bad_values = torch.zeros(2, device=device)
     for step in bar:
         began = time.perf_counter()
         whole = batches(step)
@@ -800,18 +808,22 @@ def train(
         parts = _micro_batches(shard_batch(whole, rank, world, even=False), grad_accum)
         loss_sum = torch.zeros((), device=device)
         for i, micro in enumerate(parts):
-            synced = ddp is None or i == len(parts) - 1  # DDP averages after the last
+            # DDP averages the gradients after the last micro-batch
+            synced = ddp is None or i == len(parts) - 1
             share = _n_targets(micro) / n_targets  # of the step's targets
             with contextlib.nullcontext() if synced else ddp.no_sync():
                 with autocast(device, precision):
                     mean = loss_fn(net, _to_device(micro, device))
-                loss = mean * share * world  # DDP divides the gradients' sum by world
-                (scaler.scale(loss) if scaler is not None else loss).backward()
+                # DDP divides the gradients' sum by world
+                loss = mean * share * world
+                if scaler is not None:
+                    loss = scaler.scale(loss)
+                loss.backward()
             loss_sum += mean.detach().float() * share
-        if world > 1:
-            dist.all_reduce(loss_sum)  # the step's loss: every process gets the sum
-        if scaler is not None:
-            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        if world > 1:  # the step's loss: every process gets the sum
+            dist.all_reduce(loss_sum)
+        if scaler is not None:  # clip the true gradients, not scaled ones
+            scaler.unscale_(optimizer)
         norm = clip_grad_norm(model.parameters(), max_grad_norm or math.inf)
         finite = torch.isfinite(loss_sum) & (
             torch.isfinite(norm) | (scaler is not None)
@@ -836,7 +848,8 @@ def train(
                     p.grad.nan_to_num_(0.0, 0.0, 0.0).mul_(healthy)
         lr = optimizer.param_groups[0]["lr"]
         if scaler is not None:
-            scaler.step(optimizer)  # skipped if the scaled gradients overflowed
+            # skipped if the scaled gradients overflowed
+            scaler.step(optimizer)
             scaler.update()
         else:
             optimizer.step()
@@ -870,7 +883,8 @@ def train(
 
 def _prune(directory: Path, keep: int) -> None:
     """Delete all but the ``keep`` newest ``step-*.pt`` checkpoints."""
-    for _, old in _saved_checkpoints(directory)[:-keep]:  # keep >= 1 (train checks it)
+    saved = _saved_checkpoints(directory)
+    for _, old in saved[:-keep]:  # keep >= 1 (train checks it)
         old.unlink(missing_ok=True)
 
 

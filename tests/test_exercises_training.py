@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from lib.exercises._common import ExerciseError
 from lib.exercises.training import (
-    check_adam_l2_step,
     check_noam_plan,
+    check_scaler_step,
     check_smoothed_loss_floor,
+    fp16_regression,
+    scaler_step_reference,
 )
 
 
@@ -40,60 +43,115 @@ def test_noam_plan_diagnoses_mistakes(wrong, match):
         check_noam_plan(wrong)
 
 
-def adam_l2(param, grad, m, v, step, *, lr, betas, eps, weight_decay, mistake=None):
-    beta1, beta2 = betas
-    if mistake == "decoupled":
-        param = param * (1 - lr * weight_decay)
+def scaler_step(grads, scale, good_steps, *, growth_interval, mistake=None):
+    """A dynamic loss scaler, right or with one typical mistake."""
+    if mistake == "isinf":  # misses NaN
+        bad = any(bool(torch.isinf(g).any()) for g in grads)
     else:
-        grad = grad + weight_decay * param
-    m = beta1 * m + (1 - beta1) * grad
-    v = beta2 * v + (1 - beta2) * grad * grad
-    if mistake == "no_bias":
-        m_hat, v_hat = m, v
+        bad = not all(bool(torch.isfinite(g).all()) for g in grads)
+    if bad:
+        if mistake == "steps_anyway":
+            return [g.float() / scale for g in grads], scale / 2, 0
+        if mistake == "no_backoff":
+            return None, scale, 0
+        if mistake == "keeps_count":
+            return None, scale / 2, good_steps
+        return None, scale / 2, 0
+    if mistake == "fp16_unscale":
+        unscaled = [(g / scale).float() for g in grads]
+    elif mistake == "still_scaled":
+        unscaled = [g.float() for g in grads]
+    elif mistake == "fp16_result":
+        unscaled = [g / scale for g in grads]
     else:
-        m_hat, v_hat = m / (1 - beta1**step), v / (1 - beta2**step)
-    if mistake == "eps_inside":
-        return param - lr * m_hat / (v_hat + eps).sqrt(), m, v
-    return param - lr * m_hat / (v_hat.sqrt() + eps), m, v
+        unscaled = [g.float() / scale for g in grads]
+    good_steps += 1
+    due = {
+        "grows_early": good_steps + 1 >= growth_interval,
+        "grows_late": good_steps > growth_interval,
+        "grows_always": True,
+        "never_grows": False,
+    }.get(mistake, good_steps == growth_interval)
+    if due:
+        return unscaled, scale * 2, good_steps if mistake == "no_reset" else 0
+    return unscaled, scale, good_steps
 
 
-def test_adam_l2_step_accepts_the_reference():
-    assert check_adam_l2_step(adam_l2)
+def test_scaler_step_accepts_the_reference():
+    assert check_scaler_step(scaler_step)
+    assert check_scaler_step(scaler_step_reference)
+
+
+def test_the_reference_matches_torch_grad_scaler():
+    """The reference's schedule is GradScaler's: halve and reset on an overflow, double
+    after growth_interval good steps (on the CPU, where GradScaler works too)."""
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=3)
+    scale, good = 2.0**10, 0
+    for step in range(9):
+        optimizer.zero_grad()
+        scaler.scale(weight.sum()).backward()
+        if step in (4, 5):
+            weight.grad[0] = torch.inf if step == 4 else torch.nan
+        grads, scale, good = scaler_step_reference(
+            [weight.grad.clone()], scale, good, growth_interval=3
+        )
+        scaler.step(optimizer)
+        scaler.update()
+        assert scaler.get_scale() == scale and (grads is None) == (step in (4, 5))
+
+
+def test_float16_gradients_underflow_without_scaling():
+    losses, skipped = fp16_regression(None)
+    assert skipped == 0 and losses[-1] == losses[0]  # every gradient was 0
+    losses, skipped = fp16_regression(scaler_step_reference)
+    assert skipped > 0 and losses[-1] < 0.05 * losses[0]
 
 
 @pytest.mark.parametrize(
     ("mistake", "match"),
     [
-        ("decoupled", "decoupled, AdamW"),
-        ("no_bias", "not bias-corrected"),
-        ("eps_inside", "epsilon is inside the square root"),
+        ("isinf", "torch.isfinite"),
+        ("steps_anyway", "must skip the step"),
+        ("no_backoff", "should halve"),
+        ("keeps_count", "starts again at 0"),
+        ("fp16_unscale", "unscaled in float16"),
+        ("still_scaled", "still scaled"),
+        ("fp16_result", "return float32 gradients"),
+        ("grows_early", "one step early"),
+        ("grows_late", "one step late"),
+        ("grows_always", "after every good step"),
+        ("never_grows", "never grows"),
+        ("no_reset", "reset good_steps"),
     ],
 )
-def test_adam_l2_step_diagnoses_mistakes(mistake, match):
+def test_scaler_step_diagnoses_mistakes(mistake, match):
     def wrong(*args, **kwargs):
-        return adam_l2(*args, **kwargs, mistake=mistake)
+        return scaler_step(*args, **kwargs, mistake=mistake)
 
     with pytest.raises(ExerciseError, match=match):
-        check_adam_l2_step(wrong)
+        check_scaler_step(wrong)
 
 
-def test_adam_l2_step_catches_in_place_updates_and_bad_returns():
-    def in_place(param, grad, m, v, step, *, lr, betas, eps, weight_decay):
-        m.mul_(betas[0]).add_((1 - betas[0]) * (grad + weight_decay * param))
-        return adam_l2(param, grad, m * 0, v, step, lr=lr, betas=betas, eps=eps,
-                       weight_decay=weight_decay)  # fmt: skip
+def test_scaler_step_catches_in_place_updates_and_bad_returns():
+    def in_place(grads, scale, good_steps, *, growth_interval):
+        grads[0].div_(2)
+        return scaler_step(grads, scale, good_steps, growth_interval=growth_interval)
 
-    with pytest.raises(ExerciseError, match="modified its input"):
-        check_adam_l2_step(in_place)
+    with pytest.raises(ExerciseError, match="modified the gradients in place"):
+        check_scaler_step(in_place)
     with pytest.raises(ExerciseError, match="return the triple"):
-        check_adam_l2_step(lambda *a, **k: adam_l2(*a, **k)[0])
+        check_scaler_step(lambda *a, **k: scaler_step(*a, **k)[0])
+    with pytest.raises(ExerciseError, match="finite gradients were skipped"):
+        check_scaler_step(lambda g, s, n, **k: (None, s / 2, 0))
 
 
-def test_adam_l2_step_reports_not_attempted():
+def test_scaler_step_reports_not_attempted():
     def stub(*args, **kwargs):
         raise NotImplementedError
 
-    assert not check_adam_l2_step(stub)
+    assert not check_scaler_step(stub)
 
 
 def floor(smoothing, vocab):
