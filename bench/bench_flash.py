@@ -44,7 +44,11 @@ from lib.utils import get_precision, write_record  # noqa: E402 (after the path 
 
 METHODS = ("triton", "sdpa_flash", "sdpa_cudnn", "sdpa_math")
 MEMORY_METHODS = ("sdpa_math", "flash_torch", "triton")
-TARGETS = {"fwd": 1.0, "fwd+bwd": 0.8}  # ours / sdpa_flash, from the chapter's issue
+# ours / sdpa_flash. Our backward does 7 matrix products to FlashAttention-2's 5
+# (its dQ kernel recomputes q kᵀ and dO vᵀ), so a training step does 9/7 the
+# arithmetic: 0.8 asks for about 3 % more products per second than
+# FlashAttention-2 (chapter 9 counts them from the kernels' code).
+TARGETS = {"fwd": 1.0, "fwd+bwd": 0.8}
 
 
 def _sdpa(backend_name: str):

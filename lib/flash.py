@@ -1,28 +1,29 @@
 # This file is generated from chapters/09-flash-attention.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 # From chapters/09-flash-attention.md, section "Why attention is memory-bound".
-"""FlashAttention (chapter 9 of the course): IO counts, online softmax, tiled attention.
+"""FlashAttention (chapter 9): IO counts, online softmax, tiled attention.
 
 Three implementations of one function, exact attention that never stores the
 ``(q_pos, k_pos)`` score matrix:
 
 * :func:`online_softmax`: the running maximum and running sum, on rows.
-* :func:`tiled_attention_forward` and :func:`tiled_attention_backward`, in PyTorch,
-  wrapped as :class:`FlashAttentionTorch`, an ``autograd.Function`` that saves only
-  ``q``, ``k``, ``v``, the output and the log-sum-exp, and recomputes the scores in
-  backward.
-* Triton kernels for the forward pass and both halves of the backward pass, wrapped as
-  :class:`FlashAttentionTriton`. Without a GPU they run in Triton's interpreter when
-  ``TRITON_INTERPRET=1`` is set before this module is imported.
+* :func:`tiled_attention_forward` and :func:`tiled_attention_backward`, in
+  PyTorch, wrapped as :class:`FlashAttentionTorch`, an ``autograd.Function``
+  that saves only ``q``, ``k``, ``v``, the output and the log-sum-exp, and
+  recomputes the scores in backward.
+* Triton kernels for the forward pass and both halves of the backward pass,
+  wrapped as :class:`FlashAttentionTriton`. Without a GPU they run in
+  Triton's interpreter when ``TRITON_INTERPRET=1`` is set before this module
+  is imported.
 
-Importing the module registers two attention backends (see :mod:`lib.attention`):
-``"flash_torch"`` (:func:`flash_attention_torch`) and ``"flash_triton"``
-(:func:`flash_attention_triton`). Both compute attention with ``causal`` (bottom-right
-aligned), grouped key/value heads and any ``scale``; a ``mask``, a ``bias`` or dropout
-make them fall back to :func:`lib.attention.sdpa_attention`, with a warning shown once.
-Shapes: ``q`` is ``(batch heads q_pos d_head)``, ``k`` and ``v``
-``(batch kv_heads k_pos d_head)``.
-"""
+Importing the module registers two attention backends (see
+:mod:`lib.attention`): ``"flash_torch"`` (:func:`flash_attention_torch`) and
+``"flash_triton"`` (:func:`flash_attention_triton`). Both compute attention
+with ``causal`` (bottom-right aligned), grouped key/value heads and any
+``scale``; a ``mask``, a ``bias`` or dropout make them fall back to
+:func:`lib.attention.sdpa_attention`, with a warning shown once. Shapes:
+``q`` is ``(batch heads q_pos d_head)``, ``k`` and ``v``
+``(batch kv_heads k_pos d_head)``."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ __all__ = [
 ]
 
 
-try:  # Linux x86_64 wheels only; elsewhere the Triton backend says so when called
+# Linux x86_64 wheels only; elsewhere the Triton backend says so when called
+try:
     import triton
     import triton.language as tl
 except ImportError:
@@ -70,13 +72,15 @@ except ImportError:
 def attention_core_flops(
     q_len: int, k_len: int, d_head: int, *, causal: bool = False, backward: bool = False
 ) -> int:
-    """FLOPs of one head's attention core: ``q kᵀ`` and ``p v``, ``2 · 2 · pairs · d``.
+    """FLOPs of one head's attention core, ``q kᵀ`` and ``p v``.
 
-    ``pairs`` is ``q_len · k_len``, or with ``causal`` the number of visible (query,
-    key) pairs (bottom-right aligned). ``backward=True`` counts forward plus backward:
-    the backward's five products (the scores again, ``dv``, ``dp``, ``dq``, ``dk``) are
-    2.5 times the forward's two, so the total is 3.5 times the forward.
-    """
+    That is ``2 · 2 · pairs · d``.
+
+    ``pairs`` is ``q_len · k_len``, or with ``causal`` the number of visible
+    (query, key) pairs (bottom-right aligned). ``backward=True`` counts
+    forward plus backward: the backward's five products (the scores again,
+    ``dv``, ``dp``, ``dq``, ``dk``) are 2.5 times the forward's two, so the
+    total is 3.5 times the forward."""
     sizes = check.positive_ints(q_len=q_len, k_len=k_len, d_head=d_head)
     check.booleans(causal=causal, backward=backward)
     q_len, k_len, d_head = sizes
@@ -97,14 +101,14 @@ def attention_hbm_bytes(
     block_q: int | None = 128,
     bytes_per_value: int = 2,
 ) -> int:
-    """Bytes one head's forward pass moves between HBM and the chip (self-attention).
+    """Bytes one head's forward pass moves between HBM and the chip.
 
-    ``method="standard"``: read q, k, v, write the ``n × n`` scores, read them, write
-    the weights, read them, write the output: ``(4·n·d + 4·n²) · bytes``.
-    ``method="flash"``: read q once, k and v once per block of ``block_q`` queries,
-    write the output and a float32 log-sum-exp per query. ``block_q=None`` reads every
-    input once (the best case, when the re-reads hit the L2 cache).
-    """
+    ``method="standard"``: read q, k, v, write the ``n × n`` scores, read
+    them, write the weights, read them, write the output:
+    ``(4·n·d + 4·n²) · bytes``. ``method="flash"``: read q once, k and v
+    once per block of ``block_q`` queries, write the output and a float32
+    log-sum-exp per query. ``block_q=None`` reads every input once (the best
+    case, when the re-reads hit the L2 cache)."""
     sizes = dict(seq_len=seq_len, d_head=d_head, bytes_per_value=bytes_per_value)
     n, d, _ = check.positive_ints(**sizes)
     check.one_of("method", method, ("standard", "flash"))
@@ -112,15 +116,19 @@ def attention_hbm_bytes(
         check.positive_int("block_q", block_q)
     if method == "standard":
         return (4 * n * d + 4 * n * n) * bytes_per_value
-    n_query_blocks = 1 if block_q is None else -(-n // block_q)  # ceil(n / block_q)
-    values = n * d + 2 * n * d * n_query_blocks + n * d  # q, k and v per block, out
+    # ceil(n / block_q) blocks of queries, each reading all of k and v
+    n_query_blocks = 1 if block_q is None else -(-n // block_q)
+    # q once, k and v once per block of queries, the output once
+    values = n * d + 2 * n * d * n_query_blocks + n * d
     return values * bytes_per_value + 4 * n
 
 
 def roofline_seconds(
     flops: float, bytes_moved: float, peak_flops: float, bandwidth: float
 ) -> float:
-    """The roofline bound ``max(flops / peak_flops, bytes_moved / bandwidth)``, in s."""
+    """The roofline bound, in seconds: the larger of the two times.
+
+    ``max(flops / peak_flops, bytes_moved / bandwidth)``."""
     hint = "flops and bytes must be >= 0, peak_flops and bandwidth > 0"
     for name, value in dict(flops=flops, bytes_moved=bytes_moved).items():
         check.finite_float(name, value, low=0.0, hint=hint)
@@ -131,14 +139,14 @@ def roofline_seconds(
 
 # From chapters/09-flash-attention.md, section "Online softmax".
 def online_softmax(scores: torch.Tensor, block_size: int = 128) -> torch.Tensor:
-    """Softmax over the last axis in two passes: online ``(max, sum)``, then normalise.
+    """Softmax over the last axis: online ``(max, sum)``, then normalise.
 
-    The first pass reads ``block_size`` elements at a time and keeps, per row, the
-    running maximum ``m`` and the running sum ``l = Σ exp(x - m)``, rescaling ``l`` by
-    ``exp(m_old - m_new)`` when the maximum grows. A row of only ``-inf`` gives zeros;
-    NaN and ``+inf`` give what ``torch.softmax`` gives (NaN). Shapes: ``scores`` is
-    ``(... n)``, the result too (``n = 0`` included).
-    """
+    The first pass reads ``block_size`` elements at a time and keeps, per
+    row, the running maximum ``m`` and the running sum ``l = Σ exp(x - m)``,
+    rescaling ``l`` by ``exp(m_old - m_new)`` when the maximum grows. A row
+    of only ``-inf`` gives zeros; NaN and ``+inf`` give what
+    ``torch.softmax`` gives (NaN). Shapes: ``scores`` is ``(... n)``, the
+    result too (``n = 0`` included)."""
     hint = "a float tensor: convert integer scores with scores.float()"
     check.tensor("scores", scores, "... n", floating=True, hint=hint)
     check.positive_int("block_size", block_size)
@@ -146,11 +154,13 @@ def online_softmax(scores: torch.Tensor, block_size: int = 128) -> torch.Tensor:
     row_sum = torch.zeros_like(row_max)
     for start in range(0, scores.shape[-1], block_size):
         block = scores[..., start : start + block_size]
-        new_max = torch.maximum(row_max, reduce(block, "... n -> ...", "max"))
-        safe_max = new_max.masked_fill(new_max == -math.inf, 0.0)  # nothing seen yet
-        row_sum = row_sum * torch.exp(row_max - safe_max) + reduce(
-            torch.exp(block - safe_max[..., None]), "... n -> ...", "sum"
-        )
+        block_max = reduce(block, "... n -> ...", "max")
+        new_max = torch.maximum(row_max, block_max)
+        # a row of -inf so far: subtract 0, not -inf (which gives NaN)
+        safe_max = new_max.masked_fill(new_max == -math.inf, 0.0)
+        block_terms = torch.exp(block - safe_max[..., None])
+        block_sum = reduce(block_terms, "... n -> ...", "sum")
+        row_sum = row_sum * torch.exp(row_max - safe_max) + block_sum
         row_max = new_max
     safe_max = row_max.masked_fill(row_max == -math.inf, 0.0)
     safe_sum = row_sum.masked_fill(row_sum == 0, 1.0)
@@ -161,13 +171,14 @@ def online_softmax(scores: torch.Tensor, block_size: int = 128) -> torch.Tensor:
 def causal_block_kind(
     q_start: int, q_stop: int, k_start: int, k_stop: int, offset: int
 ) -> str:
-    """How a causal mask covers the tile of query rows ``[q_start, q_stop)`` and key
-    columns ``[k_start, k_stop)``, where query ``i`` sees key ``j`` iff
-    ``j <= i + offset`` (``offset = k_len - q_len``: bottom-right alignment).
+    """How a causal mask covers a tile of queries and keys.
 
-    Returns ``"skip"`` (no query sees any key), ``"full"`` (every query sees every key)
-    or ``"partial"`` (the diagonal crosses the tile: mask it).
-    """
+    The tile holds query rows ``[q_start, q_stop)`` and key columns
+    ``[k_start, k_stop)``; query ``i`` sees key ``j`` iff
+    ``j <= i + offset`` (``offset = k_len - q_len``, bottom-right aligned).
+
+    Returns ``"skip"`` (no query sees any key), ``"full"`` (every query sees
+    every key) or ``"partial"`` (the diagonal crosses the tile: mask it)."""
     bounds = dict(q_start=q_start, q_stop=q_stop, k_start=k_start, k_stop=k_stop)
     for name, value in (bounds | dict(offset=offset)).items():
         check.integer(name, value)
@@ -177,15 +188,18 @@ def causal_block_kind(
 
 
 def _block_kind(q_start: int, q_stop: int, k_start: int, k_stop: int, offset: int):
-    if k_start > q_stop - 1 + offset:  # the last row cannot see the first column
+    # the last row cannot see the first column
+    if k_start > q_stop - 1 + offset:
         return "skip"
-    if k_stop - 1 <= q_start + offset:  # the first row sees the last column
+    # the first row sees the last column
+    if k_stop - 1 <= q_start + offset:
         return "full"
     return "partial"
 
 
 # From chapters/09-flash-attention.md, section "The tiled forward pass".
-# einops patterns. The query heads that share a key/value head form a `group` axis.
+# einops patterns. The query heads that share a key/value head form a
+# `group` axis.
 _Q = "batch kv_heads group q_pos"  # where a query row lives
 _K = "batch kv_heads k_pos"  # where a key row lives
 _SPLIT = "batch (kv_heads group) q_pos d -> batch kv_heads group q_pos d"
@@ -194,7 +208,8 @@ _SPLIT_ROWS = "batch (kv_heads group) q_pos -> batch kv_heads group q_pos"
 _MERGE_ROWS = "batch kv_heads group q_pos -> batch (kv_heads group) q_pos"
 _SCORES = f"{_Q} d, {_K} d -> {_Q} k_pos"  # q kᵀ (and dO vᵀ)
 _MIX = f"{_Q} k_pos, {_K} d -> {_Q} d"  # p v (and dS k)
-_BY_KEY = f"{_Q} k_pos, {_Q} d -> {_K} d"  # pᵀ dO (and dSᵀ q): sums over the group
+# pᵀ dO (and dSᵀ q): sums over the group
+_BY_KEY = f"{_Q} k_pos, {_Q} d -> {_K} d"
 
 
 def _work_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -203,8 +218,8 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _SHAPES = (
-    "q is (batch, heads, q_pos, d), k and v (batch, kv_heads, k_pos, d): 4-D tensors, "
-    "heads a multiple of kv_heads"
+    "q is (batch, heads, q_pos, d), k and v (batch, kv_heads, k_pos, d): "
+    "4-D tensors, heads a multiple of kv_heads"
 )
 _SCALE = "scale must be positive and finite, or None for 1/√d_head"
 _OTHER = "use the 'flash_torch' or 'sdpa' backend for this model"
@@ -213,12 +228,15 @@ _OTHER = "use the 'flash_torch' or 'sdpa' backend for this model"
 def _check_attention(
     owner, q, k, v, scale, causal, block_q, block_k, *, triton=False, **saved
 ) -> float:
-    """Check the arguments of ``owner``, for the Triton kernels with ``triton``
-    (``saved``: the backward's ``out``, ``lse`` and ``grad_out``); return the scale,
-    ``1/√d`` for None. Shapes, dtypes and devices only: the data is never read."""
-    if triton:  # first: where the kernels cannot run, say so before anything else
+    """Check the arguments of ``owner``, for the Triton kernels with
+    ``triton`` (``saved``: the backward's ``out``, ``lse`` and
+    ``grad_out``); return the scale, ``1/√d`` for None. Shapes, dtypes and
+    devices only: the data is never read."""
+    # first: where the kernels cannot run, say so before anything else
+    if triton:
         _require_triton(q, owner)
-    for name, t in dict(q=q, k=k, v=v).items():  # 4-D first: the sizes below read them
+    # 4-D first: the sizes below read them
+    for name, t in dict(q=q, k=k, v=v).items():
         check.tensor(name, t, "batch heads pos d", owner=owner, hint=_SHAPES)
     if not q.device == k.device == v.device:
         raise ValueError(f"{owner}: q, k, v are on {q.device}, {k.device}, {v.device}")
@@ -230,7 +248,8 @@ def _check_attention(
         raise TypeError(f"{owner} takes {', '.join(map(str, dtypes))}; got {q.dtype}")
     if triton and d not in TRITON_HEAD_DIMS:
         raise ValueError(f"{owner}: head dims {TRITON_HEAD_DIMS}, got {d}; {_OTHER}")
-    rows = dict(b=batch, h=heads, q=q_len, owner=owner)  # lse (b h q), out (b h q d)
+    # lse is (b h q), out and grad_out (b h q d)
+    rows = dict(b=batch, h=heads, q=q_len, owner=owner)
     if saved:
         check.same_device(q=q, **saved, owner=owner)
     for name, t in saved.items():
@@ -249,7 +268,7 @@ def _check_attention(
 
 
 def _above_diagonal(q_start, q_stop, k_start, k_stop, offset, device) -> torch.Tensor:
-    """``(q_pos k_pos)``: True where key ``j`` is in query ``i``'s future."""
+    """``(q_pos k_pos)``: True where key ``j`` is in the future of ``i``."""
     rows = torch.arange(q_start, q_stop, device=device)
     cols = torch.arange(k_start, k_stop, device=device)
     last_visible = rearrange(rows, "q_pos -> q_pos 1") + offset
@@ -266,15 +285,16 @@ def tiled_attention_forward(
     block_q: int = 64,
     block_k: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """FlashAttention's forward pass in PyTorch: blocks of queries, blocks of keys.
+    """FlashAttention's forward pass in PyTorch, in blocks of q and of k.
 
-    Shapes: ``q`` ``(batch heads q_pos d)``; ``k``, ``v`` ``(batch kv_heads k_pos d)``.
-    Returns ``out`` ``(batch heads q_pos d)`` in ``q``'s dtype and the log-sum-exp of
-    every query's scaled scores, ``lse`` ``(batch heads q_pos)`` in float32 (float64 for
-    float64 input), ``-inf`` for a query that sees no key (its output is zero, also
-    when there are no keys at all). ``scale`` None is ``1/√d``. NaN or infinity in the
-    inputs give NaN in the output, as in the math path (the data is not read to check).
-    """
+    Shapes: ``q`` ``(batch heads q_pos d)``; ``k``, ``v``
+    ``(batch kv_heads k_pos d)``. Returns ``out`` ``(batch heads q_pos d)``
+    in ``q``'s dtype and the log-sum-exp of every query's scaled scores,
+    ``lse`` ``(batch heads q_pos)`` in float32 (float64 for float64 input),
+    ``-inf`` for a query that sees no key (its output is zero, also when
+    there are no keys at all). ``scale`` None is ``1/√d``. NaN or infinity
+    in the inputs give NaN in the output, as in the math path (the data is
+    not read to check)."""
     options = dict(causal=causal, block_q=block_q, block_k=block_k)
     scale = _check_attention("tiled_attention_forward", q, k, v, scale, **options)
     return _tiled_forward(q, k, v, scale=scale, **options)
@@ -288,31 +308,41 @@ def _tiled_forward(q, k, v, *, scale, causal, block_q, block_k):
     k, v = k.to(work), v.to(work)
     out = torch.empty_like(q_groups)
     lse = torch.empty(out.shape[:-1], dtype=work, device=q.device)
-    for q0 in range(0, q_len, block_q):  # one block of queries: rows q0 .. q1 - 1
+    # one block of queries, rows q0 .. q1 - 1 ...
+    for q0 in range(0, q_len, block_q):
         q1 = min(q0 + block_q, q_len)
         q_block = q_groups[..., q0:q1, :]
         row_max = torch.full_like(q_block[..., 0], -math.inf)
         row_sum = torch.zeros_like(row_max)
         acc = torch.zeros_like(q_block)  # the unnormalised output
-        for k0 in range(0, k_len, block_k):  # against each block of keys k0 .. k1 - 1
+        # ... against each block of keys k0 .. k1 - 1
+        for k0 in range(0, k_len, block_k):
             k1 = min(k0 + block_k, k_len)
             kind = _block_kind(q0, q1, k0, k1, offset) if causal else "full"
             if kind == "skip":
-                break  # this tile and every one to its right lie above the diagonal
-            scores = scale * einsum(q_block, k[:, :, k0:k1], _SCORES)
+                # this tile and every one right of it are above the diagonal
+                break
+            k_block, v_block = k[:, :, k0:k1], v[:, :, k0:k1]
+            scores = scale * einsum(q_block, k_block, _SCORES)
             if kind == "partial":
                 future = _above_diagonal(q0, q1, k0, k1, offset, q.device)
                 scores = scores.masked_fill(future, -math.inf)
-            new_max = torch.maximum(row_max, reduce(scores, "... k_pos -> ...", "max"))
-            safe_max = new_max.masked_fill(new_max == -math.inf, 0.0)  # no key yet
+            tile_max = reduce(scores, "... k_pos -> ...", "max")
+            new_max = torch.maximum(row_max, tile_max)
+            # a row with no key yet: subtract 0, not -inf
+            safe_max = new_max.masked_fill(new_max == -math.inf, 0.0)
             rescale = torch.exp(row_max - safe_max)  # e^{m_old - m_new}
             weights = torch.exp(scores - safe_max[..., None])
-            row_sum = row_sum * rescale + reduce(weights, "... k_pos -> ...", "sum")
-            acc = acc * rescale[..., None] + einsum(weights, v[:, :, k0:k1], _MIX)
+            tile_sum = reduce(weights, "... k_pos -> ...", "sum")
+            row_sum = row_sum * rescale + tile_sum
+            tile_out = einsum(weights, v_block, _MIX)
+            acc = acc * rescale[..., None] + tile_out
             row_max = new_max
         seen = row_sum > 0
-        out[..., q0:q1, :] = acc / torch.where(seen, row_sum, 1.0)[..., None]
-        lse[..., q0:q1] = torch.where(seen, row_max + torch.log(row_sum), -math.inf)
+        safe_sum = torch.where(seen, row_sum, 1.0)
+        out[..., q0:q1, :] = acc / safe_sum[..., None]
+        row_lse = row_max + torch.log(row_sum)
+        lse[..., q0:q1] = torch.where(seen, row_lse, -math.inf)
     return rearrange(out, _MERGE).to(q.dtype), rearrange(lse, _MERGE_ROWS)
 
 
@@ -330,19 +360,17 @@ def tiled_attention_backward(
     block_q: int = 64,
     block_k: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """FlashAttention's backward pass in PyTorch: recompute each tile of weights.
+    """FlashAttention's backward pass in PyTorch: recompute every tile.
 
     Shapes as :func:`tiled_attention_forward`; ``out`` and ``grad_out`` are
-    ``(batch heads q_pos d)``, ``lse`` ``(batch heads q_pos)``. Returns ``(dq, dk, dv)``
-    in the dtypes of ``q``, ``k``, ``v``. The weights are recomputed from ``lse``, and
-    the softmax's backward uses ``D = rowsum(grad_out * out)``, so no row of the
-    ``(q_pos, k_pos)`` matrix is ever needed whole.
-    """
+    ``(batch heads q_pos d)``, ``lse`` ``(batch heads q_pos)``. Returns
+    ``(dq, dk, dv)`` in the dtypes of ``q``, ``k``, ``v``. The weights are
+    recomputed from ``lse``, and the softmax's backward uses
+    ``D = rowsum(grad_out * out)``, so no row of the ``(q_pos, k_pos)``
+    matrix is ever needed whole."""
     options = dict(causal=causal, block_q=block_q, block_k=block_k)
-    saved, owner = (
-        dict(out=out, lse=lse, grad_out=grad_out),
-        "tiled_attention_backward",
-    )
+    saved = dict(out=out, lse=lse, grad_out=grad_out)
+    owner = "tiled_attention_backward"
     scale = _check_attention(owner, q, k, v, scale, **options, **saved)
     return _tiled_backward(q, k, v, out, lse, grad_out, scale=scale, **options)
 
@@ -355,40 +383,46 @@ def _tiled_backward(q, k, v, out, lse, grad_out, *, scale, causal, block_q, bloc
         rearrange(t, _SPLIT, kv_heads=kv_heads).to(work) for t in (q, out, grad_out)
     )
     lse_g = rearrange(lse, _SPLIT_ROWS, kv_heads=kv_heads).to(work)
-    lse_g = lse_g.masked_fill(lse_g == -math.inf, math.inf)  # no key seen: P = 0
+    # a query that saw no key: lse = +inf makes its weights P = 0
+    lse_g = lse_g.masked_fill(lse_g == -math.inf, math.inf)
     # D = rowsum(dO * O), one number per query
     delta = reduce(grad_g * out_g, "... q_pos d -> ... q_pos", "sum")
     k, v = k.to(work), v.to(work)
-    dq, dk, dv = (torch.zeros_like(q_g), torch.zeros_like(k), torch.zeros_like(v))
-    for k0 in range(0, k_len, block_k):  # one block of keys: k0 .. k1 - 1
+    dq, dk, dv = (torch.zeros_like(t) for t in (q_g, k, v))
+    # one block of keys, k0 .. k1 - 1 ...
+    for k0 in range(0, k_len, block_k):
         k1 = min(k0 + block_k, k_len)
-        for q0 in range(0, q_len, block_q):  # the blocks of queries that see it
+        k_block, v_block = k[:, :, k0:k1], v[:, :, k0:k1]
+        # ... and the blocks of queries that see it
+        for q0 in range(0, q_len, block_q):
             q1 = min(q0 + block_q, q_len)
             kind = _block_kind(q0, q1, k0, k1, offset) if causal else "full"
             if kind == "skip":
                 continue
             q_block, grad_block = q_g[..., q0:q1, :], grad_g[..., q0:q1, :]
-            scores = scale * einsum(q_block, k[:, :, k0:k1], _SCORES)
+            scores = scale * einsum(q_block, k_block, _SCORES)
             if kind == "partial":
                 future = _above_diagonal(q0, q1, k0, k1, offset, q.device)
                 scores = scores.masked_fill(future, -math.inf)
-            weights = torch.exp(scores - lse_g[..., q0:q1, None])  # P, exactly
+            # P, exactly, from the saved log-sum-exp
+            weights = torch.exp(scores - lse_g[..., q0:q1, None])
             dv[:, :, k0:k1] += einsum(weights, grad_block, _BY_KEY)
-            d_weights = einsum(grad_block, v[:, :, k0:k1], _SCORES)
-            d_scores = weights * (d_weights - delta[..., q0:q1, None])  # P (dP - D)
-            dq[..., q0:q1, :] += scale * einsum(d_scores, k[:, :, k0:k1], _MIX)
+            d_weights = einsum(grad_block, v_block, _SCORES)
+            # dS = P (dP - D)
+            d_scores = weights * (d_weights - delta[..., q0:q1, None])
+            dq[..., q0:q1, :] += scale * einsum(d_scores, k_block, _MIX)
             dk[:, :, k0:k1] += scale * einsum(d_scores, q_block, _BY_KEY)
     return rearrange(dq, _MERGE).to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 # From chapters/09-flash-attention.md, section "The backward pass, with recomputation".
 class FlashAttentionTorch(torch.autograd.Function):
-    """Tiled attention whose hand-written backward saves only q, k, v, out and lse.
+    """Tiled attention whose backward saves only q, k, v, out and lse.
 
-    ``FlashAttentionTorch.apply(q, k, v, scale, causal, block_q, block_k)`` returns
-    ``out`` ``(batch heads q_pos d)``; see :func:`tiled_attention_forward` for shapes
-    and for the checks (``scale`` None is ``1/√d``).
-    """
+    ``FlashAttentionTorch.apply(q, k, v, scale, causal, block_q, block_k)``
+    returns ``out`` ``(batch heads q_pos d)``; see
+    :func:`tiled_attention_forward` for shapes and for the checks (``scale``
+    None is ``1/√d``)."""
 
     @staticmethod
     def forward(ctx, q, k, v, scale, causal, block_q, block_k):
@@ -409,15 +443,18 @@ class FlashAttentionTorch(torch.autograd.Function):
 
 
 # From chapters/09-flash-attention.md, section "Triton: the same algorithm as a GPU kernel".
-# Triton reads TRITON_INTERPRET when a kernel is decorated, that is when this module is
-# imported: in interpreter mode the kernels below run on the CPU, one program at a time.
+# Triton reads TRITON_INTERPRET when a kernel is decorated, that is when
+# this module is imported: in interpreter mode the kernels below run on the
+# CPU, one program at a time.
 TRITON_INTERPRETED = triton is not None and os.environ.get("TRITON_INTERPRET") == "1"
-TRITON_HEAD_DIMS = (16, 32, 64, 128)  # powers of two (tl.arange), at least 16 (tl.dot)
-_LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2(e)): the GPU's native exponential
+# powers of two (tl.arange needs them), at least 16 (tl.dot needs that)
+TRITON_HEAD_DIMS = (16, 32, 64, 128)
+# exp(x) = exp2(x * log2(e)): exp2 is the GPU's native exponential
+_LOG2E = 1.4426950408889634
 
 
 def _triton_jit(fn):
-    """``triton.jit`` where Triton is installed; elsewhere the plain function."""
+    """``triton.jit`` where Triton is installed, else the plain function."""
     return fn if triton is None else triton.jit(fn)
 
 
@@ -427,13 +464,14 @@ _DTYPE_OR_NONE = (torch.dtype, type(None))
 def triton_support(
     device: torch.device | str | None = None, dtype: torch.dtype | None = None
 ) -> tuple[bool, str]:
-    """Whether the Triton kernels can run on ``device`` (by default the current CUDA
-    GPU, else the CPU) with ``dtype``: ``(True, how)`` or ``(False, why, what to do)``.
+    """Whether the Triton kernels can run on ``device`` with ``dtype``.
 
-    In Triton's interpreter bfloat16 is computed in float32 (the interpreter's own
-    bfloat16 arithmetic is wrong, by orders of magnitude in Triton 3.x); float64 is
-    never supported.
-    """
+    ``device`` is by default the current CUDA GPU, else the CPU. Returns
+    ``(True, how)`` or ``(False, why, what to do)``.
+
+    In Triton's interpreter bfloat16 is computed in float32 (the
+    interpreter's own bfloat16 arithmetic is wrong, by orders of magnitude
+    in Triton 3.x); float64 is never supported."""
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
@@ -446,19 +484,20 @@ def triton_support(
         return (False, f"the kernels take float16, bfloat16 and float32, not {dtype}")
     if triton is None:
         return False, (
-            "Triton is not installed (pip install triton; Linux x86_64 wheels only); "
-            "use the 'sdpa' backend"
+            "Triton is not installed (pip install triton; Linux x86_64 "
+            "wheels only); use the 'sdpa' backend"
         )
     if TRITON_INTERPRETED and device.type in ("cpu", "cuda"):
         how = "Triton's interpreter (TRITON_INTERPRET=1): exact but slow"
-        return True, how + (
-            "; bfloat16 computed in float32" if dtype == torch.bfloat16 else ""
-        )
+        if dtype == torch.bfloat16:
+            how += "; bfloat16 computed in float32"
+        return True, how
     if device.type == "cpu":
         return False, (
             "the tensors are on the CPU and Triton compiles for GPUs; set "
-            "TRITON_INTERPRET=1 before importing lib.flash to run the kernels in "
-            "Triton's (slow) interpreter, or use the 'sdpa' backend"
+            "TRITON_INTERPRET=1 before importing lib.flash to run the "
+            "kernels in Triton's (slow) interpreter, or use the 'sdpa' "
+            "backend"
         )
     if device.type != "cuda":
         return (False, f"Triton does not run on {device.type!r} devices; use 'sdpa'")
@@ -469,14 +508,14 @@ def triton_support(
     gpu = f"{name} (compute capability {major}.{minor})"
     if (major, minor) < (7, 5):
         return False, (
-            f"{gpu} is too old: the kernels need 7.5 (Turing, e.g. a T4) or newer; "
-            "use the 'sdpa' or 'flash_torch' backend"
+            f"{gpu} is too old: the kernels need 7.5 (Turing, e.g. a T4) "
+            "or newer; use the 'sdpa' or 'flash_torch' backend"
         )
     if dtype == torch.bfloat16 and major < 8:
         return False, (
-            f"{gpu} has no bfloat16 tensor cores, which tl.dot needs (8.0, Ampere, "
-            "or newer); use float16 there (lib.utils.get_precision picks it), or a "
-            "newer GPU for bfloat16"
+            f"{gpu} has no bfloat16 tensor cores, which tl.dot needs (8.0, "
+            "Ampere, or newer); use float16 there (lib.utils.get_precision "
+            "picks it), or a newer GPU for bfloat16"
         )
     if major < 8:
         return (True, f"{gpu}: float16 and float32 (bfloat16 needs 8.0 or newer)")
@@ -484,8 +523,10 @@ def triton_support(
 
 
 def _require_triton(q: torch.Tensor, caller: str) -> None:
-    """Raise a ``RuntimeError`` saying why, where the kernels cannot run on ``q``
-    (a dtype they never take is left to the dtype check, a ``TypeError``)."""
+    """Raise a ``RuntimeError`` saying why the kernels cannot run on ``q``.
+
+    (A dtype they never take is left to the dtype check: ``TypeError``.)"""
+
     dtype = getattr(q, "dtype", None)
     dtype = dtype if dtype in (torch.float16, torch.bfloat16, torch.float32) else None
     ok, why = triton_support(getattr(q, "device", None), dtype)
@@ -496,9 +537,10 @@ def _require_triton(q: torch.Tensor, caller: str) -> None:
 # From chapters/09-flash-attention.md, section "The forward kernel".
 @_triton_jit
 def _online_softmax_step(acc, row_sum, row_max, scores, v, DOT_PRECISION: tl.constexpr):
-    """Fold one tile of scores ``(BLOCK_M BLOCK_N)``, base-2 units, into the state."""
+    """Fold a tile of base-2 scores ``(BLOCK_M BLOCK_N)`` into the state."""
     new_max = tl.maximum(row_max, tl.max(scores, 1))
-    safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)  # rows with no key yet
+    # rows with no key yet: subtract 0, not -inf
+    safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
     rescale = tl.exp2(row_max - safe_max)  # 2^{m_old - m_new}
     weights = tl.exp2(scores - safe_max[:, None])
     row_sum = row_sum * rescale + tl.sum(weights, 1)
@@ -538,12 +580,14 @@ def _flash_forward_kernel(
     CAUSAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
-    # length_bucket is unused here: it is the autotuner's key (the lengths, rounded up).
-    start_m = tl.program_id(0) * BLOCK_M  # this program's block of queries...
+    # length_bucket is unused here: it is the autotuner's key (the lengths,
+    # rounded up).
+    start_m = tl.program_id(0) * BLOCK_M  # this program's block of queries
     batch_head = tl.program_id(1)  # ... of this (batch, head)
-    batch = (batch_head // n_heads).to(tl.int64)  # int64: offsets can pass 2^31
+    # int64: the offsets can pass 2^31
+    batch = (batch_head // n_heads).to(tl.int64)
     head = (batch_head % n_heads).to(tl.int64)
-    kv_head = head // group  # GQA: `group` query heads share one key/value head
+    kv_head = head // group  # GQA: `group` query heads share a k/v head
     rows = start_m + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     dims = tl.arange(0, HEAD_DIM)
@@ -589,7 +633,8 @@ def _flash_forward_kernel(
     seen = row_sum > 0.0  # a query that sees no key: output 0, lse -inf
     safe_sum = tl.where(seen, row_sum, 1.0)
     out = acc / safe_sum[:, None]
-    lse = (row_max + tl.log2(safe_sum)) * 0.6931471805599453  # natural units: * ln 2
+    # back to natural units: times ln 2
+    lse = (row_max + tl.log2(safe_sum)) * 0.6931471805599453
     lse = tl.where(seen, lse, float("-inf"))
     o_ptrs = OUT + batch * stride_ob + head * stride_oh + rows[:, None] * stride_om
     o_ptrs += dims[None, :]
@@ -619,16 +664,18 @@ def _dkdv_step(
     MASKED: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
-    """One tile of the dK/dV loop: recompute P, then dV += Pᵀ dO and dK += dSᵀ Q."""
+    """One tile of the dK/dV loop: P again, dV += Pᵀ dO and dK += dSᵀ Q."""
     rows = start_m + tl.arange(0, BLOCK_M)
     row_ok = rows < q_len
     q = tl.load(q_base + rows[:, None] * stride_qm, mask=row_ok[:, None], other=0.0)
     do = tl.load(do_base + rows[:, None] * stride_dom, mask=row_ok[:, None], other=0.0)
     lse = tl.load(lse_base + rows, mask=row_ok, other=float("inf"))
-    lse = tl.where(lse == float("-inf"), float("inf"), lse)  # no key seen: P = 0
+    # a query that saw no key: lse = +inf makes its weights P = 0
+    lse = tl.where(lse == float("-inf"), float("inf"), lse)
     delta = tl.load(delta_base + rows, mask=row_ok, other=0.0)
     scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale_log2
-    weights = tl.exp2(scores - lse[:, None] * 1.4426950408889634)  # P, recomputed
+    # P, recomputed: 2^(s log2(e) - lse log2(e))
+    weights = tl.exp2(scores - lse[:, None] * 1.4426950408889634)
     if MASKED:
         weights = tl.where(keys[None, :] <= rows[:, None] + offset, weights, 0.0)
     dv += tl.dot(tl.trans(weights.to(do.dtype)), do, input_precision=DOT_PRECISION)
@@ -695,14 +742,16 @@ def _flash_backward_dkdv_kernel(
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     offset = k_len - q_len
-    if CAUSAL:  # queries before `first` see none of this block, from `band_end` all
+    # queries before `first` see none of this block, from `band_end` on all
+    if CAUSAL:
         first = tl.maximum(start_n - offset, 0) // BLOCK_M * BLOCK_M
         last_partial = tl.maximum(start_n + BLOCK_N - 1 - offset, 0)
         band_end = tl.cdiv(last_partial, BLOCK_M) * BLOCK_M
     else:
         first = 0
         band_end = 0
-    for start_m in range(first, band_end, BLOCK_M):  # 1. the diagonal: masked
+    # 1. the blocks of queries on the diagonal: masked
+    for start_m in range(first, band_end, BLOCK_M):
         dk, dv = _dkdv_step(
             dk,
             dv,
@@ -723,7 +772,8 @@ def _flash_backward_dkdv_kernel(
             True,
             DOT_PRECISION,
         )
-    for start_m in range(band_end, q_len, BLOCK_M):  # 2. below it: all visible
+    # 2. below it: every query sees every key of the block
+    for start_m in range(band_end, q_len, BLOCK_M):
         dk, dv = _dkdv_step(
             dk,
             dv,
@@ -853,7 +903,8 @@ def _flash_backward_dq_kernel(
     else:
         full_end = k_len // BLOCK_N * BLOCK_N
         end = k_len
-    for start_n in range(0, full_end, BLOCK_N):  # 1. tiles every row sees whole
+    # 1. the tiles that every row sees whole
+    for start_n in range(0, full_end, BLOCK_N):
         dq = _dq_step(
             dq,
             q,
@@ -874,7 +925,8 @@ def _flash_backward_dq_kernel(
             CAUSAL,
             DOT_PRECISION,
         )
-    for start_n in range(full_end, end, BLOCK_N):  # 2. diagonal, ragged end: masked
+    # 2. the diagonal and the ragged end: masked
+    for start_n in range(full_end, end, BLOCK_N):
         dq = _dq_step(
             dq,
             q,
@@ -908,7 +960,7 @@ def _triton_configs(shapes):
     ]
 
 
-# Candidate tiles for the autotuner: (BLOCK_M, BLOCK_N, warps, pipeline stages).
+# The autotuner's candidates: (BLOCK_M, BLOCK_N, warps, pipeline stages).
 _FORWARD_TILES = [
     (128, 64, 4, 3),
     (128, 128, 8, 3),
@@ -925,8 +977,10 @@ _DKDV_TILES = [
     (16, 64, 4, 2),
 ]
 _DQ_TILES = [(128, 32, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 32, 4, 2)]
-_INTERPRETER_BLOCK = 64  # the interpreter's cost is per program: few, large tiles
-if triton is not None and not TRITON_INTERPRETED:  # a GPU: let Triton pick the tiles
+# the interpreter's cost is per program: few, large tiles
+_INTERPRETER_BLOCK = 64
+if triton is not None and not TRITON_INTERPRETED:
+    # a GPU: let Triton's autotuner pick the tiles
     _TUNING_KEY = ["length_bucket", "HEAD_DIM", "CAUSAL"]
     _autotune = lambda tiles: triton.autotune(_triton_configs(tiles), key=_TUNING_KEY)
     _forward_tuned = _autotune(_FORWARD_TILES)(_flash_forward_kernel)
@@ -939,14 +993,14 @@ def _strides(t: torch.Tensor) -> tuple[int, int, int]:
 
 
 def _launch_options(q, k, causal, block_q, block_k):
-    """Kernel keywords, and whether to autotune (not with explicit blocks, nor in the
-    interpreter). The autotuner's key rounds the lengths up to a power of two, so a
-    growing KV cache does not re-tune at every step."""
+    """Kernel keywords, and whether to autotune (not with explicit blocks,
+    nor in the interpreter). The autotuner's key rounds the lengths up to a
+    power of two, so a growing KV cache does not re-tune at every step."""
     bucket = 1 << max(q.shape[2], k.shape[2], 1).bit_length()
     options = dict(
         HEAD_DIM=q.shape[-1],
         CAUSAL=bool(causal),
-        # float32: exact products, not TF32; 16-bit inputs ignore the setting
+        # float32: exact products, not TF32 (16-bit inputs ignore this)
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
     )
     tuned = block_q is None and block_k is None and not TRITON_INTERPRETED
@@ -966,11 +1020,13 @@ def triton_attention_forward(
     block_q: int | None = None,
     block_k: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The Triton forward pass. Same contract as :func:`tiled_attention_forward`.
+    """The Triton forward pass; the contract of the tiled forward pass.
 
-    Inputs must have a contiguous last axis; ``lse`` is float32. ``block_q``/``block_k``
-    (powers of two >= 16) fix the tile; by default the autotuner picks it on a GPU.
-    """
+    See :func:`tiled_attention_forward`.
+
+    Inputs must have a contiguous last axis; ``lse`` is float32.
+    ``block_q``/``block_k`` (powers of two >= 16) fix the tile; by default
+    the autotuner picks it on a GPU."""
     options = dict(causal=causal, block_q=block_q, block_k=block_k)
     owner = "triton_attention_forward"
     scale = _check_attention(owner, q, k, v, scale, **options, triton=True)
@@ -980,19 +1036,15 @@ def triton_attention_forward(
 
 
 def _triton_forward(q, k, v, *, scale, causal, block_q, block_k):
-    if TRITON_INTERPRETED and q.dtype == torch.bfloat16:  # the interpreter's is wrong
-        out, lse = _triton_forward(
-            q.float(),
-            k.float(),
-            v.float(),
-            scale=scale,
-            causal=causal,
-            block_q=block_q,
-            block_k=block_k,
-        )
+    if TRITON_INTERPRETED and q.dtype == torch.bfloat16:
+        # the interpreter's bfloat16 arithmetic is wrong: compute in float32
+        blocks = dict(block_q=block_q, block_k=block_k)
+        as_float = (t.float() for t in (q, k, v))
+        out, lse = _triton_forward(*as_float, scale=scale, causal=causal, **blocks)
         return out.to(q.dtype), lse
     batch, heads, q_len, _ = q.shape
-    if not q.numel() or not k.shape[2]:  # nothing to launch: no query, or no key
+    if not q.numel() or not k.shape[2]:
+        # nothing to launch: no query, or no key
         lse = torch.full((batch, heads, q_len), -math.inf, device=q.device)
         return torch.zeros_like(q), lse
     out = torch.empty_like(q)
@@ -1033,10 +1085,10 @@ def triton_attention_backward(
     block_q: int | None = None,
     block_k: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The Triton backward pass: ``D`` by PyTorch, then the dK/dV and the dQ kernels.
+    """The Triton backward pass: ``D`` by PyTorch, the dK/dV and dQ kernels.
 
-    Same contract as :func:`tiled_attention_backward`; returns ``(dq, dk, dv)``.
-    """
+    Same contract as :func:`tiled_attention_backward`; returns
+    ``(dq, dk, dv)``."""
     options = dict(causal=causal, block_q=block_q, block_k=block_k)
     saved = dict(out=out, lse=lse, grad_out=grad_out)
     owner = "triton_attention_backward"
@@ -1045,16 +1097,11 @@ def triton_attention_backward(
 
 
 def _triton_backward(q, k, v, out, lse, grad_out, *, scale, causal, block_q, block_k):
-    if TRITON_INTERPRETED and q.dtype == torch.bfloat16:  # the interpreter's is wrong
-        grads = _triton_backward(
-            *(t.float() for t in (q, k, v, out)),
-            lse,
-            grad_out.float(),
-            scale=scale,
-            causal=causal,
-            block_q=block_q,
-            block_k=block_k,
-        )
+    if TRITON_INTERPRETED and q.dtype == torch.bfloat16:
+        # the interpreter's bfloat16 arithmetic is wrong: compute in float32
+        options = dict(scale=scale, causal=causal, block_q=block_q, block_k=block_k)
+        q32, k32, v32, out32, grad32 = (t.float() for t in (q, k, v, out, grad_out))
+        grads = _triton_backward(q32, k32, v32, out32, lse, grad32, **options)
         return tuple(g.to(q.dtype) for g in grads)
     if not q.numel() or not k.shape[2]:
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
@@ -1063,8 +1110,10 @@ def _triton_backward(q, k, v, out, lse, grad_out, *, scale, causal, block_q, blo
     group = heads // kv_heads
     delta = reduce(grad_out.float() * out.float(), "b h q_pos d -> b h q_pos", "sum")
     dq = torch.empty_like(q)
-    per_query_head = (batch, heads, k_len, d_head)  # summed over each group below
+    # one slice of dk and dv per query head, summed over each group below
+    per_query_head = (batch, heads, k_len, d_head)
     slice_dtype = q.dtype if group == 1 else torch.float32
+
     dk = torch.empty(per_query_head, dtype=slice_dtype, device=q.device)
     dv = torch.empty(per_query_head, dtype=slice_dtype, device=q.device)
     bucket, options, tuned = _launch_options(q, k, causal, block_q, block_k)
@@ -1097,12 +1146,12 @@ def _triton_backward(q, k, v, out, lse, grad_out, *, scale, causal, block_q, blo
 
 
 class FlashAttentionTriton(torch.autograd.Function):
-    """The Triton kernels as one autograd operation; saves only q, k, v, out and lse.
+    """The Triton kernels in one autograd op; it saves q, k, v, out and lse.
 
-    ``FlashAttentionTriton.apply(q, k, v, scale, causal, block_q, block_k)`` returns
-    ``out``; the block sizes may be None (autotuned on a GPU), ``scale`` None is
-    ``1/√d``. Inputs whose last axis is not contiguous are copied.
-    """
+    ``FlashAttentionTriton.apply(q, k, v, scale, causal, block_q, block_k)``
+    returns ``out``; the block sizes may be None (autotuned on a GPU),
+    ``scale`` None is ``1/√d``. Inputs whose last axis is not contiguous are
+    copied."""
 
     @staticmethod
     def forward(ctx, q, k, v, scale, causal, block_q, block_k):
@@ -1149,8 +1198,9 @@ def _warn_once(backend: str, reason: str) -> None:
         return
     _WARNED.add((backend, reason))
     warnings.warn(
-        f"the {backend!r} attention backend does not implement {reason}; these "
-        "calls fall back to lib.attention.sdpa_attention (this warning is shown once)",
+        f"the {backend!r} attention backend does not implement {reason}; "
+        "these calls fall back to lib.attention.sdpa_attention (this "
+        "warning is shown once)",
         RuntimeWarning,
         stacklevel=3,
     )
@@ -1169,12 +1219,12 @@ def flash_attention_torch(
     block_q: int = 64,
     block_k: int = 64,
 ) -> torch.Tensor:
-    """The ``"flash_torch"`` backend: :class:`FlashAttentionTorch` (tiled PyTorch).
+    """The ``"flash_torch"`` backend: :class:`FlashAttentionTorch`.
 
-    Arguments as :func:`lib.attention.sdpa_attention`; ``mask``, ``bias`` and dropout
-    fall back to it (warned once). Any head dim; float16, bfloat16, float32, float64.
-    The inputs are checked by :class:`FlashAttentionTorch` (errors name it).
-    """
+    Arguments as :func:`lib.attention.sdpa_attention`; ``mask``, ``bias``
+    and dropout fall back to it (warned once). Any head dim; float16,
+    bfloat16, float32, float64. The inputs are checked by
+    :class:`FlashAttentionTorch` (errors name it)."""
     reason = _fallback_reason(mask, bias, dropout_p)
     if reason is not None:
         _warn_once("flash_torch", reason)
@@ -1196,13 +1246,13 @@ def flash_attention_triton(
     block_q: int | None = None,
     block_k: int | None = None,
 ) -> torch.Tensor:
-    """The ``"flash_triton"`` backend: :class:`FlashAttentionTriton` (Triton kernels).
+    """The ``"flash_triton"`` backend: :class:`FlashAttentionTriton`.
 
-    Arguments as :func:`lib.attention.sdpa_attention`; ``mask``, ``bias`` and dropout
-    fall back to it (warned once). Head dims 16, 32, 64, 128; float16, bfloat16
-    (compute capability 8.0+) and float32. Raises ``RuntimeError`` where Triton cannot
-    run. The inputs are checked by :class:`FlashAttentionTriton` (errors name it).
-    """
+    Arguments as :func:`lib.attention.sdpa_attention`; ``mask``, ``bias``
+    and dropout fall back to it (warned once). Head dims 16, 32, 64, 128;
+    float16, bfloat16 (compute capability 8.0+) and float32. Raises
+    ``RuntimeError`` where Triton cannot run. The inputs are checked by
+    :class:`FlashAttentionTriton` (errors name it)."""
     reason = _fallback_reason(mask, bias, dropout_p)
     if reason is not None:
         _warn_once("flash_triton", reason)
@@ -1212,5 +1262,8 @@ def flash_attention_triton(
 
 
 # replace=True: re-importing this module replaces its own two backends
-register_attention_backend("flash_torch", flash_attention_torch, replace=True)
-register_attention_backend("flash_triton", flash_attention_triton, replace=True)
+for _name, _backend in (
+    ("flash_torch", flash_attention_torch),
+    ("flash_triton", flash_attention_triton),
+):
+    register_attention_backend(_name, _backend, replace=True)

@@ -157,6 +157,10 @@ def test_window_block_kind_diagnoses_mistakes(wrong, match):
 # --------------------------------------------------------------------------- exercise 3
 
 
+_PAIRS = "b h q d, b h k d -> b h q k"
+_BY_KEY = "b h q k, b h q d -> b h k d"
+
+
 def _bias_backward(
     q,
     k,
@@ -166,18 +170,38 @@ def _bias_backward(
     lse,
     grad_out,
     scale,
+    block_k,
     *,
     d_term=True,
     biased=True,
+    bias_columns="same",
+    last_block=True,
+    accumulate_dq=True,
 ):
-    scores = scale * einsum(q, k, "b h q d, b h k d -> b h q k")
-    weights = torch.exp(scores + (bias if biased else 0.0) - lse[..., None])
+    """The tiled reference (defaults), or the typical mistakes its flags name."""
+    k_len = k.shape[2]
+    stop = k_len if last_block else k_len // block_k * block_k
     delta = reduce(grad_out * out, "b h q d -> b h q 1", "sum") if d_term else 0.0
-    dv = einsum(weights, grad_out, "b h q k, b h q d -> b h k d")
-    d_scores = weights * (einsum(grad_out, v, "b h q d, b h k d -> b h q k") - delta)
-    dq = scale * einsum(d_scores, k, "b h q k, b h k d -> b h q d")
-    dk = scale * einsum(d_scores, q, "b h q k, b h q d -> b h k d")
-    return dq, dk, dv, reduce(d_scores, "b h q k -> h q k", "sum")
+    dq = torch.zeros_like(q)
+    dk, dv, dbias = torch.zeros_like(k), torch.zeros_like(v), torch.zeros_like(bias)
+    for k0 in range(0, stop, block_k):
+        keys = slice(k0, min(k0 + block_k, k_len))
+        width = keys.stop - keys.start
+        tile = bias[..., keys] if bias_columns == "same" else bias[..., :width]
+        scores = scale * einsum(q, k[:, :, keys], _PAIRS)
+        weights = torch.exp(scores + (tile if biased else 0.0) - lse[..., None])
+        dv[:, :, keys] = einsum(weights, grad_out, _BY_KEY)
+        d_scores = weights * (einsum(grad_out, v[:, :, keys], _PAIRS) - delta)
+        share = scale * einsum(d_scores, k[:, :, keys], "b h q k, b h k d -> b h q d")
+        dq = dq + share if accumulate_dq else share
+        dk[:, :, keys] = scale * einsum(d_scores, q, _BY_KEY)
+        dbias[..., keys] = reduce(d_scores, "b h q k -> h q k", "sum")
+    return dq, dk, dv, dbias
+
+
+def _untiled(q, k, v, bias, out, lse, grad_out, scale, block_k):
+    """Right values, but the scores of all the keys at once."""
+    return _bias_backward(q, k, v, bias, out, lse, grad_out, scale, k.shape[2])
 
 
 def _with(fn, index, transform):
@@ -198,9 +222,16 @@ def test_attention_backward_with_bias_accepts_the_reference():
     [
         (lambda *a: _bias_backward(*a, d_term=False), "missing the softmax's D term"),
         (lambda *a: _bias_backward(*a, biased=False), "without the bias"),
-        (_with(_bias_backward, 3, lambda g, a: a[-1] * g), "dbias is scaled"),
         (
-            _with(_bias_backward, 0, lambda g, a: g / a[-1]),
+            lambda *a: _bias_backward(*a, bias_columns="first"),
+            "from the first columns",
+        ),
+        (lambda *a: _bias_backward(*a, last_block=False), "last, shorter block"),
+        (lambda *a: _bias_backward(*a, accumulate_dq=False), "last key block's share"),
+        (_untiled, "as large as the scores of all 10 keys"),
+        (_with(_bias_backward, 3, lambda g, a: a[-2] * g), "dbias is scaled"),
+        (
+            _with(_bias_backward, 0, lambda g, a: g / a[-2]),
             "dq is 1/scale times too large",
         ),
         (
@@ -212,12 +243,22 @@ def test_attention_backward_with_bias_accepts_the_reference():
             "sums over the batch",
         ),
         (lambda *a: _bias_backward(*a)[:3], "return a tuple"),
-        (_with(_bias_backward, 2, lambda g, a: g * 1.01), "dv differs"),
+        (_with(_bias_backward, 2, lambda g, a: g * 1.01), "dv .block_k=4. differs"),
     ],
 )
 def test_attention_backward_with_bias_diagnoses_mistakes(wrong, match):
     with pytest.raises(ExerciseError, match=match):
         check_attention_backward_with_bias(wrong)
+
+
+def test_attention_backward_with_bias_checks_every_block_size():
+    # right for blocks of 4 keys, wrong for blocks of 3: caught at block_k=3
+    def right_for_four(*args):
+        grads = _bias_backward(*args)
+        return grads if args[-1] == 4 else (grads[0], grads[1], grads[2] * 2, grads[3])
+
+    with pytest.raises(ExerciseError, match=r"block_k=3"):
+        check_attention_backward_with_bias(right_for_four)
 
 
 # --------------------------------------------------------------------------- exercise 4

@@ -5,7 +5,9 @@ computed here (never with ``lib.flash``, so a notebook keeps running its own cod
 names the typical mistake when it recognises one: a plain average of partial outputs,
 log-sum-exps used as linear weights, an overflow, NaN from an empty chunk; a window tile
 classified as causal only or off by one; the backward's missing ``D`` term, weights
-recomputed without the bias, a scaled or unsummed bias gradient; a Triton kernel that
+recomputed without the bias or with the wrong tile of it, a dropped last key block, ``dq``
+overwritten by each block, a scaled or unsummed bias gradient, the scores of all keys built
+at once; a Triton kernel that
 drops the ragged last block or accumulates in float16.
 """
 
@@ -16,6 +18,7 @@ import os
 from collections.abc import Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from lib.exercises._common import (
     ExerciseError,
@@ -221,12 +224,17 @@ def check_window_block_kind(kind: Callable[..., str]) -> None:
 # --------------------------------------------------------------------------- exercise 3
 
 
+_BIAS_SIZES = dict(batch=2, heads=3, q_len=6, k_len=10, d=4)
+_BIAS_BLOCKS = (4, 3)  # neither divides the 10 keys: the last block is shorter
+
+
 def _bias_problem():
     gen = torch.Generator().manual_seed(0)
-    batch, heads, n, d = 2, 3, 6, 4
-    shape = (batch, heads, n, d)
-    q, k, v, grad_out = torch.randn(4, *shape, generator=gen, dtype=torch.float64)
-    bias = torch.randn(heads, n, n, generator=gen, dtype=torch.float64)
+    batch, heads, q_len, k_len, d = _BIAS_SIZES.values()
+    options = dict(generator=gen, dtype=torch.float64)
+    q, grad_out = torch.randn(2, batch, heads, q_len, d, **options)
+    k, v = torch.randn(2, batch, heads, k_len, d, **options)
+    bias = torch.randn(heads, q_len, k_len, **options)
     return q, k, v, bias, grad_out, 0.5
 
 
@@ -239,60 +247,111 @@ def _bias_backward(
     lse,
     grad_out,
     scale,
+    block_k,
     *,
     use_bias=True,
     use_d=True,
+    bias_from_start=False,
+    drop_last=False,
+    overwrite_dq=False,
 ):
-    """The right answer (defaults), or a typical wrong one."""
-    scores = scale * (q @ k.transpose(-1, -2)) + (bias if use_bias else 0.0)
-    weights = torch.exp(scores - lse[..., None])
-    d_weights = grad_out @ v.transpose(-1, -2)
+    """The right answer, tiled by key blocks (defaults), or a typical wrong one."""
+    k_len = k.shape[2]
+    stop = k_len - k_len % block_k if drop_last else k_len
     delta = (grad_out * out).sum(-1, keepdim=True) if use_d else 0.0
-    d_scores = weights * (d_weights - delta)
-    dq, dk = scale * d_scores @ k, scale * d_scores.transpose(-1, -2) @ q
-    return dq, dk, weights.transpose(-1, -2) @ grad_out, d_scores.sum(0)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dbias = torch.zeros_like(bias)
+    for k0 in range(0, stop, block_k):
+        cols = slice(k0, min(k0 + block_k, k_len))
+        width = cols.stop - cols.start
+        tile_bias = bias[..., :width] if bias_from_start else bias[..., cols]
+        scores = scale * (q @ k[:, :, cols].transpose(-1, -2))
+        scores = scores + (tile_bias if use_bias else 0.0)
+        weights = torch.exp(scores - lse[..., None])
+        dv[:, :, cols] = weights.transpose(-1, -2) @ grad_out
+        d_weights = grad_out @ v[:, :, cols].transpose(-1, -2)
+        d_scores = weights * (d_weights - delta)
+        share = scale * d_scores @ k[:, :, cols]
+        dq = share if overwrite_dq else dq + share
+        dk[:, :, cols] = scale * d_scores.transpose(-1, -2) @ q
+        dbias[..., cols] = d_scores.sum(0)
+    return dq, dk, dv, dbias
 
 
-@checker("Exercise 3: the backward pass with a bias")
-def check_attention_backward_with_bias(backward: Callable[..., tuple]) -> None:
-    """``backward(q, k, v, bias, out, lse, grad_out, scale) -> (dq, dk, dv, dbias)``."""
-    q, k, v, bias, grad_out, scale = _bias_problem()
-    leaves = [t.clone().requires_grad_() for t in (q, k, v, bias)]
-    scores = scale * (leaves[0] @ leaves[1].transpose(-1, -2)) + leaves[3]
-    out = torch.softmax(scores, dim=-1) @ leaves[2]
-    want = torch.autograd.grad(out, leaves, grad_out)
-    out, lse = out.detach(), torch.logsumexp(scores.detach(), dim=-1)
+class _LargestResult(TorchFunctionMode):
+    """Records the shape of the largest tensor any torch function returns."""
 
-    got = call_without_mutation(backward, q, k, v, bias, out, lse, grad_out, scale)
+    def __init__(self) -> None:
+        super().__init__()
+        self.numel, self.shape = 0, ()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        results = result if isinstance(result, (tuple, list)) else (result,)
+        for tensor in results:
+            if isinstance(tensor, torch.Tensor) and tensor.numel() > self.numel:
+                self.numel, self.shape = tensor.numel(), tuple(tensor.shape)
+        return result
+
+
+def _check_bias_shapes(got, want, problem) -> None:
+    """A tuple of four tensors shaped like ``q``, ``k``, ``v`` and the bias."""
+    q, bias = problem[0], problem[3]
     if not isinstance(got, tuple) or len(got) != 4:
         raise ExerciseError(
             f"return a tuple (dq, dk, dv, dbias), got {type(got).__name__}",
         )
-    dq, dk, dv, dbias = got
     for name, tensor, reference in zip(("dq", "dk", "dv"), got, want):
         expect_tensor(tensor, tuple(reference.shape), name)
+    dbias = got[3]
     if isinstance(dbias, torch.Tensor) and dbias.shape == (q.shape[0], *bias.shape):
         raise ExerciseError(
             f"dbias has shape {tuple(dbias.shape)}: the bias is shared by the whole "
             "batch, so its gradient sums over the batch axis; return shape (heads, "
-            "n, n)",
+            "q_pos, k_pos)",
         )
     expect_tensor(dbias, tuple(bias.shape), "dbias")
-    no_bias = _bias_backward(q, k, v, bias, out, lse, grad_out, scale, use_bias=False)
-    if is_close(dv, no_bias[2], atol=1e-8, equal_nan=True) and not is_close(
-        dv, want[2], atol=1e-8, equal_nan=True
-    ):
+
+
+def _check_bias_values(got, want, problem, block_k) -> None:
+    """Diagnose the values of ``got`` for one block size; ``want`` from autograd."""
+    k, scale = problem[1], problem[-1]
+    dq, dk, _, dbias = got
+
+    def matches(wrong_index: int, **mistake) -> bool:
+        wrong = _bias_backward(*problem, block_k, **mistake)[wrong_index]
+        right = want[wrong_index]
+        return is_close(got[wrong_index], wrong, atol=1e-8, equal_nan=True) and (
+            not is_close(got[wrong_index], right, atol=1e-8, equal_nan=True)
+        )
+
+    if matches(2, use_bias=False):
         raise ExerciseError(
             "dv matches weights recomputed without the bias: lse is the log-sum-exp "
             "of the biased scores, so recompute P = exp(scale·q·kᵀ + bias - lse)",
         )
-    no_d = _bias_backward(q, k, v, bias, out, lse, grad_out, scale, use_d=False)
-    if is_close(dq, no_d[0], atol=1e-8, equal_nan=True) and not is_close(
-        dq, want[0], atol=1e-8, equal_nan=True
-    ):
+    if matches(2, bias_from_start=True):
+        raise ExerciseError(
+            "dv matches a bias tile taken from the first columns for every key "
+            "block: the block of keys k0 .. k0 + block_k - 1 adds the bias columns "
+            "bias[..., k0 : k0 + block_k], the same columns as its scores",
+        )
+    if matches(0, use_d=False):
         raise ExerciseError(
             "dq is missing the softmax's D term: dS = P * (dP - D) with "
             "D = rowsum(grad_out * out), one number per query",
+        )
+    if matches(1, drop_last=True):
+        first = k.shape[2] - k.shape[2] % block_k
+        raise ExerciseError(
+            f"with block_k={block_k} the keys from {first} on get no gradient: the "
+            "last, shorter block of keys is missing; loop over range(0, k_pos, "
+            "block_k) and let the slices stop at k_pos",
+        )
+    if matches(0, overwrite_dq=True):
+        raise ExerciseError(
+            "dq holds only the last key block's share: every block of keys adds "
+            "its dS·k to dq (dq = dq + ...), since each query sees all the keys",
         )
     for name, tensor, reference in zip(("dq", "dk"), (dq, dk), want):
         if is_close(tensor, reference / scale, atol=1e-8, equal_nan=True):
@@ -305,7 +364,33 @@ def check_attention_backward_with_bias(backward: Callable[..., tuple]) -> None:
             "summed over the batch, without the factor scale",
         )
     for name, tensor, reference in zip(("dq", "dk", "dv", "dbias"), got, want):
-        expect_close(tensor, reference, name, atol=1e-8)
+        expect_close(tensor, reference, f"{name} (block_k={block_k})", atol=1e-8)
+
+
+@checker("Exercise 3: the backward pass with a bias, tile by tile")
+def check_attention_backward_with_bias(backward: Callable[..., tuple]) -> None:
+    """``backward(q, k, v, bias, out, lse, grad_out, scale, block_k)`` ->
+    ``(dq, dk, dv, dbias)``, one block of ``block_k`` keys at a time."""
+    q, k, v, bias, grad_out, scale = _bias_problem()
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+    scores = scale * (leaves[0] @ leaves[1].transpose(-1, -2)) + leaves[3]
+    out = torch.softmax(scores, dim=-1) @ leaves[2]
+    want = torch.autograd.grad(out, leaves, grad_out)
+    out, lse = out.detach(), torch.logsumexp(scores.detach(), dim=-1)
+    problem = (q, k, v, bias, out, lse, grad_out, scale)
+    all_scores = math.prod(_BIAS_SIZES[n] for n in ("batch", "heads", "q_len", "k_len"))
+    for block_k in _BIAS_BLOCKS:
+        with _LargestResult() as largest:
+            got = call_without_mutation(backward, *problem, block_k)
+        _check_bias_shapes(got, want, problem)
+        if largest.numel >= all_scores:
+            raise ExerciseError(
+                f"with block_k={block_k} your function built a tensor of shape "
+                f"{largest.shape}, as large as the scores of all {k.shape[2]} keys at "
+                "once: loop over blocks of block_k keys, and take the same columns of "
+                "the bias, as a kernel's tiles do",
+            )
+        _check_bias_values(got, want, problem, block_k)
 
 
 # --------------------------------------------------------------------------- exercise 4
