@@ -296,7 +296,8 @@ def generate(
     logits, cache = _first_step(model, ids, to_check)
     step = _unchecked(model)
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
-    bad = torch.zeros_like(finished)  # rows given unusable logits, read at the end
+    # rows given unusable logits, read at the end
+    bad = torch.zeros_like(finished)
     new_tokens = []
     for position in range(max_new_tokens):
         last = logits[:, -1]
@@ -367,16 +368,19 @@ def beam_search(
     step = _unchecked(model)
     vocab = logits.shape[-1]
     log_probs = rearrange(_last_log_probs(logits), "b vocab -> b 1 vocab")
-    scores = torch.zeros_like(log_probs[:, :, 0])  # live beams' summed log-probs
+    # live beams' summed log-probs
+    scores = torch.zeros_like(log_probs[:, :, 0])
     sequences = ids  # ((batch beams) seq): one row per live beam
     finished: list[list[tuple[float, torch.Tensor]]] = [[] for _ in range(batch)]
-    done = [False] * batch  # rows whose best hypothesis can no longer change
+    # rows whose best hypothesis can no longer change
+    done = [False] * batch
     batch_offsets = rearrange(torch.arange(batch, device=device), "batch -> batch 1")
     # the largest penalty a live beam can still reach, at length 1 or max_new_tokens
     best_reachable = max(length_penalty(n, alpha) for n in (1, max_new_tokens))
 
     live = scores == 0  # (b beams): the beams whose log-probs count
-    for length in range(1, max_new_tokens + 1):  # new tokens after this step
+    # new tokens after this step
+    for length in range(1, max_new_tokens + 1):
         # unusable logits (NaN in the log-probs) of a live beam: the loop reads anyway
         if bool((_bad_rows(log_probs) & live).any()):
             raise ValueError(f"{_BAD_LOGITS}: model.step gave them at step {length}")
@@ -386,7 +390,8 @@ def beam_search(
             "b beams vocab -> b (beams vocab)",
         )
         n_candidates = min(beam_size * (1 + len(stops)), candidates.shape[1])
-        top_scores, top_index = candidates.topk(n_candidates, dim=-1)  # best first
+        # best first
+        top_scores, top_index = candidates.topk(n_candidates, dim=-1)
         parent_rows = batch_offsets * n_beams + top_index // vocab
         tokens = top_index % vocab
         ends = torch.isin(tokens, stops)
@@ -536,15 +541,18 @@ def speculative_generate(
     stats = {"target_calls": 0, "draft_calls": 0, "proposed": 0, "accepted": 0}
 
     def probs(logits: torch.Tensor) -> torch.Tensor:
-        if bool(_bad_rows(logits).any()):  # the loop reads every distribution anyway
+        # the loop reads every distribution anyway
+        if bool(_bad_rows(logits).any()):
             raise ValueError(f"{_BAD_LOGITS}: target or draft gave them")
         return _probs(logits, temperature, top_k, top_p)
 
-    vocab = [_vocab_size(target)]  # the target's, once known; the draft must agree
+    # the target's, once known; the draft must agree
+    vocab = [_vocab_size(target)]
 
     def feed(model: Any, new: list[int], cache: Any) -> tuple[torch.Tensor, Any]:
         step_ids = torch.tensor([new], dtype=torch.long, device=ids.device)
-        if cache is None:  # the prompt: checked once, and the ids against the logits
+        # the prompt: checked once, and the ids against the logits
+        if cache is None:
             logits, cache = _first_step(model, step_ids, to_check)
         else:
             logits, cache = _unchecked(model)(step_ids, cache)
@@ -561,7 +569,8 @@ def speculative_generate(
     if max_new_tokens == 0:
         out = _output(ids.clone(), squeeze)
         return (out, stats) if return_stats else out
-    if len(tokens) > 1:  # every token but the last goes in now: the last is pending
+    # every token but the last goes in now: the last is pending
+    if len(tokens) > 1:
         target_cache = feed(target, tokens[:-1], None)[1]
         draft_cache = feed(draft, tokens[:-1], None)[1]
     n_target = n_draft_seen = len(tokens) - 1  # positions each cache holds

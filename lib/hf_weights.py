@@ -185,7 +185,8 @@ def convert_state_dict(
         present = [key for key in their_keys if key in their_state_dict]
         used.update(present)
         if transform is tied and present:
-            absent = []  # a tied tensor saved under only one of its names is complete
+            # a tied tensor saved under only one of its names is complete
+            absent = []
         else:
             absent = [key for key in their_keys if key not in their_state_dict]
         if absent:
@@ -236,7 +237,8 @@ def load_checked(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> nn
     """
     check.instance("model", model, nn.Module, owner="load_checked()")
     check.instance("state_dict", state_dict, Mapping, what="a state dict (a mapping)")
-    own = model.state_dict(keep_vars=True)  # tied names share one Parameter object
+    # tied names share one Parameter object
+    own = model.state_dict(keep_vars=True)
     missing = [key for key in own if key not in state_dict]
     unexpected = [key for key in state_dict if key not in own]
     misshaped = [
@@ -684,7 +686,8 @@ def from_reference(reference: nn.Module) -> nn.Module:
         raise ValueError(f"no loader for model_type {family!r}; known: {known}")
     read_config, convert, model_class = REFERENCE_FAMILIES[family]
     cfg = read_config(reference.config)
-    if model_class is T5:  # T5 decodes from its pad id, 0, unless told otherwise
+    # T5 decodes from its pad id, 0, unless told otherwise
+    if model_class is T5:
         start_id = getattr(reference.config, "decoder_start_token_id", None)
         model = T5(cfg, start_id=0 if start_id is None else start_id)
     else:

@@ -12,7 +12,10 @@
 * :class:`ModelCache`: the key/value caches of a whole model, reorderable for beam
   search; ``GPT.step`` and ``T5.bind(...).step`` decode with it (see
   :mod:`lib.generation`).
-* :func:`init_weights`, :func:`count_parameters`, :func:`parameter_breakdown`.
+* :func:`init_weights` (GPT-2's recipe), :func:`init_t5_weights` (T5's),
+  :func:`count_parameters`, :func:`parameter_breakdown`.
+* :class:`MultiHeadLatentAttention`, :class:`LatentCache`: DeepSeek-V2's
+  latent key/value compression, with the absorbed decoding form.
 
 Axis names: ``batch``, ``seq`` (``src``/``tgt`` for T5), ``d_model``, ``vocab``.
 """
@@ -24,7 +27,7 @@ from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange, reduce
+from einops import einsum, rearrange, reduce
 from torch import nn
 
 from lib import _checks as check
@@ -33,6 +36,7 @@ from lib.attention import (
     MultiHeadAttention,
     attention_backend_names,
     kv_cache_bytes,
+    scaled_dot_product_attention,
 )
 from lib.embeddings import TokenEmbedding, Unembedding
 from lib.ffn import (
@@ -74,6 +78,9 @@ __all__ = [
     "count_parameters",
     "parameter_breakdown",
     "kv_cache_bytes_per_token",
+    "init_t5_weights",
+    "LatentCache",
+    "MultiHeadLatentAttention",
 ]
 
 
@@ -133,7 +140,8 @@ class TransformerConfig:
         optional = ("n_kv_heads", "d_head", "d_ff", "t5_num_buckets", "t5_max_distance")
         sizes = ("vocab_size", "d_model", "n_heads", "n_layers", "max_len", *optional)
         for name in sizes:
-            if name not in optional or getattr(self, name) is not None:  # None: default
+            # an optional size may be None, which means its default
+            if name not in optional or getattr(self, name) is not None:
                 check.positive_int(name, getattr(self, name), owner=owner)
         for name in ("n_decoder_layers", "n_token_types"):
             check.int_at_least(name, getattr(self, name), 0, owner=owner)
@@ -144,22 +152,25 @@ class TransformerConfig:
             "norm": NORM_KINDS,
             "norm_position": NORM_POSITIONS,
             "activation": (*FFN_ACTIVATIONS, *GATED_FFN_ACTIVATIONS),
-            "attn_backend": attention_backend_names(),  # flash_* before lib.flash loads
+            # the names include flash_* before lib.flash is loaded
+            "attn_backend": attention_backend_names(),
         }
         for name, allowed in choices.items():
             check.one_of(name, getattr(self, name), allowed, owner=owner)
         check.probability("dropout", self.dropout, owner=owner)
         positive = dict(low=0.0, low_open=True, owner=owner)
-        for name in ("rope_base", "norm_eps", "attn_scale"):  # the last two: None too
+        # the last two may be None too
+        for name in ("rope_base", "norm_eps", "attn_scale"):
             if name == "rope_base" or getattr(self, name) is not None:
                 check.finite_float(name, getattr(self, name), **positive)
         problem = None
-        if self.d_head is None and self.d_model % self.n_heads:
-            problem = f"n_heads={self.n_heads} does not divide d_model={self.d_model}; "
+        heads, width, kv = self.n_heads, self.d_model, self.n_kv_heads
+        if self.d_head is None and width % heads:
+            problem = f"n_heads={heads} does not divide d_model={width}; "
             problem += "change one, or set d_head explicitly"
-        elif self.n_heads % self.kv_heads:
-            problem = f"n_kv_heads={self.n_kv_heads} does not divide n_heads="
-            problem += f"{self.n_heads}; each key/value head serves a whole group"
+        elif heads % self.kv_heads:
+            problem = f"n_kv_heads={kv} does not divide n_heads={heads}; "
+            problem += "each key/value head serves a whole group"
         elif self.positions == "rope" and self.head_size % 2:
             problem = f"RoPE needs an even d_head, got {self.head_size}"
         if problem:
@@ -350,7 +361,8 @@ class TransformerBlock(nn.Module):
         )
         x, self_cache = out if use_cache else (out, None)
         cross_cache = None
-        if self.cross_attn is not None:  # the decoder checked that context is there
+        # the decoder checked that context is there
+        if self.cross_attn is not None:
             kwargs = dict(past=past_cross, use_cache=True) if use_cache else {}
             out = self.cross_attn(x, context, mask=context_mask, **kwargs)
             x, cross_cache = out if use_cache else (out, None)
@@ -386,12 +398,16 @@ class ModelCache:
         """The cache with its batch rows gathered by ``indices`` ``(new_batch,)``
         (beams); on the CPU the indices are checked against the batch."""
         owner, batch = "ModelCache.select()", self.batch_size
-        indices = torch.as_tensor(indices, device=self.self_attn[0].keys.device)
+        device = self.self_attn[0].keys.device
+        indices = torch.as_tensor(indices, device=device)
         check.tensor("indices", indices, "new_batch", integer=True, owner=owner)
+        # read only CPU indices: a GPU tensor would make the device wait
         read = indices.device.type == "cpu" and indices.numel()
-        if read and not 0 <= int(indices.min()) <= int(indices.max()) < batch:
-            got = f"indices {indices.tolist()} out of range for a batch of {batch}"
-            raise IndexError(f"{owner}: {got} (rows 0..{batch - 1})")
+        low, high = map(int, torch.aminmax(indices)) if read else (0, 0)
+        if not 0 <= low <= high < batch:
+            got = f"indices {indices.tolist()} out of range"
+            of_batch = f"for a batch of {batch} (rows 0..{batch - 1})"
+            raise IndexError(f"{owner}: {got} {of_batch}")
 
         def rows(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.index_select(0, indices)
@@ -467,7 +483,8 @@ class _Stack(nn.Module):
     def _bias(self, q_len: int, k_len: int, offset: int) -> torch.Tensor | None:
         if self.position_bias is None:
             return None
-        return self.position_bias(q_len, k_len, offset)  # once for every block
+        # once for every block
+        return self.position_bias(q_len, k_len, offset)
 
 
 class Encoder(_Stack):
@@ -577,16 +594,20 @@ class Decoder(_Stack):
         no module calls inside a layer. In training mode (dropout) or with an attention
         backend other than ``"sdpa"`` it is ``_run`` itself.
         """
-        if self.training or self.blocks[0].self_attn.sublayer.backend != "sdpa":
+        sdpa = self.blocks[0].self_attn.sublayer.backend == "sdpa"
+        if self.training or not sdpa:
             return self._run(x, None, context, context_mask, cache, True)
         offset = 0 if cache is None else cache.seq_len
         q_len, k_len = x.shape[1], offset + x.shape[1]
         mask, is_causal = self._bias(q_len, k_len, offset), False
         if q_len > 1 and mask is None and offset == 0:
-            is_causal = True  # PyTorch's own square causal mask: no tensor to build
-        elif q_len > 1:  # bottom-right causal: query i sees the keys up to offset + i
+            # PyTorch's own square causal mask: no tensor to build
+            is_causal = True
+        elif q_len > 1:
+            # bottom-right causal: query i sees the keys up to offset + i
             shape, device = (q_len, k_len), x.device
-            causal = torch.ones(shape, dtype=torch.bool, device=device).tril(offset)
+            causal = torch.ones(shape, dtype=torch.bool, device=device)
+            causal = causal.tril(offset)
             mask = causal if mask is None else mask.masked_fill(~causal, -math.inf)
         if mask is not None and mask.is_floating_point():
             mask = mask.to(x.dtype)
@@ -647,7 +668,8 @@ def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
 def _attend(mha, q, k, v, mask, is_causal: bool) -> torch.Tensor:
     """Attention of ``q`` ``(batch heads q_pos d_head)`` over ``k``, ``v`` ``(batch
     kv_heads k_pos d_head)``, then the output projection: ``(batch q_pos d_model)``."""
-    if mha.n_heads != mha.n_kv_heads:  # each key/value head serves a group of queries
+    # each key/value head serves a group of queries
+    if mha.n_heads != mha.n_kv_heads:
         groups = mha.n_heads // mha.n_kv_heads
         k, v = (k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1))
     out = F.scaled_dot_product_attention(
@@ -693,7 +715,8 @@ def _ffn_out(ffn: nn.Module, h: torch.Tensor) -> tuple[torch.Tensor, None]:
     """A :class:`FeedForward` or :class:`GatedFeedForward` of ``h`` (no dropout), and
     no cache."""
     hidden = F.linear(h, ffn.w_in.weight, ffn.w_in.bias)
-    if isinstance(ffn, GatedFeedForward):  # gate first, then value (chapter 5)
+    # gate first, then value (chapter 5)
+    if isinstance(ffn, GatedFeedForward):
         gate, value = hidden.chunk(2, dim=-1)
         hidden = GATED_FFN_ACTIVATIONS[ffn.activation](gate) * value
     else:
@@ -763,7 +786,8 @@ def _check_positions(cfg: TransformerConfig, end: int, owner: str) -> None:
 
 def _check_right_padded(mask: torch.Tensor, owner: str = "GPT") -> None:
     """On the CPU: no row of ``mask`` has padding before a real token."""
-    left = (mask[:, 1:] & ~mask[:, :-1]).any(dim=1)  # padding, then a real token
+    # padding, then a real token
+    left = (mask[:, 1:] & ~mask[:, :-1]).any(dim=1)
     if mask.device.type == "cpu" and bool(left.any()):
         why = "positions count from the first column: pad on the right"
         raise ValueError(f"{owner}: mask row {_first(left)} is left-padded; {why}")
@@ -878,7 +902,7 @@ class T5(nn.Module):
         tie = self.embed.tokens if cfg.tie_embeddings else None
         self.head = Unembedding(cfg.d_model, cfg.vocab_size, tie_to=tie, init_std=0.02)
         self.head_scale = cfg.d_model**-0.5 if cfg.tie_embeddings else 1.0
-        init_weights(self)
+        init_t5_weights(self)
 
     def encode(
         self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None
@@ -976,7 +1000,8 @@ def init_weights(model: nn.Module, std: float = 0.02) -> nn.Module:
         for sublayer in (block.self_attn, block.cross_attn, block.ffn):
             if sublayer is None:
                 continue
-            inner = sublayer.sublayer  # MultiHeadAttention or a feed-forward network
+            # MultiHeadAttention or a feed-forward network
+            inner = sublayer.sublayer
             is_attention = isinstance(inner, MultiHeadAttention)
             out = inner.out_proj if is_attention else inner.w_out
             nn.init.normal_(out.weight, std=residual_std)
@@ -993,9 +1018,12 @@ def parameter_breakdown(model: nn.Module) -> dict[str, int]:
     """Parameters by where they live: embeddings, attention, ffn, norms, head
     (others)."""
     check.instance("model", model, nn.Module, owner="parameter_breakdown()")
-    groups = {"embeddings": 0, "attention": 0, "ffn": 0, "norms": 0, "head": 0}
-    for name, p in model.named_parameters():  # tied parameters are listed once
-        if ".self_attn.sublayer." in name or ".cross_attn.sublayer." in name:
+    groups = dict.fromkeys(("embeddings", "attention", "ffn", "norms"), 0)
+    groups["head"] = 0  # everything else
+    attention = (".self_attn.sublayer.", ".cross_attn.sublayer.")
+    # tied parameters are listed once
+    for name, p in model.named_parameters():
+        if any(part in name for part in attention):
             groups["attention"] += p.numel()
         elif ".ffn.sublayer." in name:
             groups["ffn"] += p.numel()
@@ -1024,3 +1052,175 @@ def kv_cache_bytes_per_token(
         check.instance("model_or_cfg", model_or_cfg, (GPT, T5, TransformerConfig))
         cfg, n_layers = model_or_cfg, model_or_cfg.decoder_layers
     return kv_cache_bytes(n_layers, cfg.kv_heads, cfg.head_size, 1, 1, bytes_per_value)
+
+
+# From chapters/07-families.md, section "Three models".
+def init_t5_weights(model: T5) -> T5:
+    """T5's initialisation, in place (Mesh TensorFlow's sizes, as in
+    ``transformers``).
+
+    With ``d`` = d_model and ``h`` heads of ``d_head``: token embedding (and
+    an untied head) N(0, 1); queries N(0, 1/(d·d_head)), keys and values
+    N(0, 1/d), attention output N(0, 1/(h·d_head)); FFN input N(0, 1/d),
+    FFN output N(0, 1/d_ff); relative-position tables N(0, 1/d). Everything
+    else (biases, norms, other tables) as :func:`init_weights` leaves it.
+    Returns ``model``.
+    """
+    check.instance("model", model, T5, owner="init_t5_weights()")
+    init_weights(model)  # zero biases; the matrices are all redrawn below
+    d_model = model.cfg.d_model
+    with torch.no_grad():
+        model.embed.tokens.weight.normal_(std=1.0)
+        if not model.head.is_tied:
+            model.head.weight.normal_(std=1.0)
+        for module in model.modules():
+            if isinstance(module, MultiHeadAttention):
+                parts = [module.q_dim, module.kv_dim, module.kv_dim]
+                q, k, v = module.qkv_proj.weight.split(parts)
+                q.normal_(std=(d_model * module.d_head) ** -0.5)
+                k.normal_(std=d_model**-0.5)
+                v.normal_(std=d_model**-0.5)
+                module.out_proj.weight.normal_(std=module.q_dim**-0.5)
+            elif isinstance(module, (FeedForward, GatedFeedForward)):
+                module.w_in.weight.normal_(std=d_model**-0.5)
+                module.w_out.weight.normal_(std=module.d_ff**-0.5)
+            elif isinstance(module, T5RelativePositionBias):
+                table = module.relative_attention_bias.weight
+                table.normal_(std=d_model**-0.5)
+    return model
+
+
+# From chapters/07-families.md, section "What the cache costs, and how models shrink it".
+@dataclass(frozen=True)
+class LatentCache:
+    """The cache of one :class:`MultiHeadLatentAttention` layer: the
+    latents ``latent`` ``(batch seq d_latent)`` of the positions seen so
+    far, and nothing else."""
+
+    latent: torch.Tensor
+
+    @property
+    def seq_len(self) -> int:
+        return self.latent.shape[1]
+
+    def select(self, indices: torch.Tensor) -> LatentCache:
+        """The cache with its batch rows gathered by ``indices``
+        ``(new_batch,)`` (beam search)."""
+        indices = torch.as_tensor(indices, device=self.latent.device)
+        return LatentCache(self.latent.index_select(0, indices))
+
+    def crop(self, length: int) -> LatentCache:
+        """The cache of the first ``length`` positions."""
+        length = check.int_in_range("length", length, 0, self.seq_len)
+        return LatentCache(self.latent[:, :length])
+
+
+class MultiHeadLatentAttention(nn.Module):
+    """Multi-head latent attention (DeepSeek-V2), causal, without the
+    decoupled RoPE key.
+
+    Queries ``x W_Q`` per head; keys and values up-projected per head
+    (``W_UK``, ``W_UV``) from one latent ``c = x W_DKV`` ``(batch seq
+    d_latent)`` shared by all heads, which is all the cache keeps. No
+    biases.
+
+    ``forward(x, *, past=None, use_cache=False, absorbed=False)``: ``x``
+    ``(batch new d_model)``, the new positions; ``past`` a
+    :class:`LatentCache` of the earlier ones. ``absorbed=True`` computes the
+    same function with ``W_UK`` folded into the queries and ``W_UV`` into
+    the output projection: attention over the latents themselves. Returns
+    ``(batch new d_model)``, and the extended cache too when ``use_cache``.
+    """
+
+    def __init__(
+        self, d_model: int, n_heads: int, d_latent: int, *, d_head: int | None = None
+    ) -> None:
+        super().__init__()
+        owner = "MultiHeadLatentAttention"
+        sizes = dict(d_model=d_model, n_heads=n_heads, d_latent=d_latent)
+        sizes = check.positive_ints(owner=owner, **sizes)
+        self.d_model, self.n_heads, self.d_latent = sizes
+        if d_head is None:
+            check.divisible(d_model=d_model, n_heads=n_heads, owner=owner)
+            d_head = d_model // n_heads
+        self.d_head = check.positive_int("d_head", d_head, owner=owner)
+        inner = n_heads * self.d_head
+        self.q_proj = nn.Linear(d_model, inner, bias=False)  # W_Q
+        self.kv_down = nn.Linear(d_model, d_latent, bias=False)  # W_DKV
+        self.k_up = nn.Linear(d_latent, inner, bias=False)  # W_UK
+        self.v_up = nn.Linear(d_latent, inner, bias=False)  # W_UV
+        self.out_proj = nn.Linear(inner, d_model, bias=False)  # W_O
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        *,
+        past: LatentCache | None = None,
+        use_cache: bool = False,
+        absorbed: bool = False,
+    ):
+        owner = "MultiHeadLatentAttention"
+        check.tensor("x", x, "batch new d_model", d_model=self.d_model, owner=owner)
+        check.booleans(owner=owner, use_cache=use_cache, absorbed=absorbed)
+        latent = self.kv_down(x)  # (batch new d_latent)
+        if past is not None:
+            check.instance("past", past, LatentCache, owner=owner)
+            sizes = dict(batch=x.shape[0], d_latent=self.d_latent)
+            axes, cached = "batch seq d_latent", past.latent
+            check.tensor("past.latent", cached, axes, **sizes, owner=owner)
+            latent = torch.cat([past.latent, latent], dim=1)
+        q = rearrange(
+            self.q_proj(x),
+            "batch q_pos (heads d_head) -> batch heads q_pos d_head",
+            heads=self.n_heads,
+        )
+        attend = self._absorbed if absorbed else self._expanded
+        out = attend(q, latent)
+        return (out, LatentCache(latent)) if use_cache else out
+
+    def _per_head(self, weight: torch.Tensor) -> torch.Tensor:
+        """An up-projection's weight as ``(heads d_head d_latent)``."""
+        axes = "(heads d_head) d_latent -> heads d_head d_latent"
+        return rearrange(weight, axes, heads=self.n_heads)
+
+    def _expanded(self, q: torch.Tensor, latent: torch.Tensor):
+        """Every head's keys and values re-projected from the latents."""
+        split = "batch k_pos (heads d_head) -> batch heads k_pos d_head"
+        k = rearrange(self.k_up(latent), split, heads=self.n_heads)
+        v = rearrange(self.v_up(latent), split, heads=self.n_heads)
+        out = scaled_dot_product_attention(q, k, v, causal=True)
+        merge = "batch heads q_pos d_head -> batch q_pos (heads d_head)"
+        return self.out_proj(rearrange(out, merge))
+
+    def _absorbed(self, q: torch.Tensor, latent: torch.Tensor):
+        """The same attention read straight from the latents."""
+        # q · (W_UK c) = (W_UKᵀ q) · c: each head's query, in latent space
+        q_latent = einsum(
+            q,
+            self._per_head(self.k_up.weight),
+            "batch heads q_pos d_head, heads d_head d_latent"
+            " -> batch heads q_pos d_latent",
+        )
+        # one key/value head shared by all query heads (MQA): the latent
+        one_head = "batch seq d_latent -> batch 1 seq d_latent"
+        shared = rearrange(latent, one_head)
+        # (batch heads q_pos d_latent): each head's weighted latents
+        mixed = scaled_dot_product_attention(
+            q_latent, shared, shared, causal=True, scale=self.d_head**-0.5
+        )
+        # W_O (W_UV c) = (W_O W_UV) c: W_UV folded into the output
+        w_out = rearrange(
+            self.out_proj.weight,
+            "d_model (heads d_head) -> d_model heads d_head",
+            heads=self.n_heads,
+        )
+        folded = einsum(
+            w_out,
+            self._per_head(self.v_up.weight),
+            "d_model heads d_head, heads d_head d_latent -> d_model heads d_latent",
+        )
+        return einsum(
+            mixed,
+            folded,
+            "batch heads q_pos d_latent, d_model heads d_latent -> batch q_pos d_model",
+        )

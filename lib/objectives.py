@@ -66,7 +66,8 @@ class ObjectiveBatch:
 
 
 # From chapters/07-families.md, section "How each family is trained".
-_FRACTION = dict(low=0.0, high=1.0, low_open=True, high_open=True)  # in (0, 1)
+# in (0, 1)
+_FRACTION = dict(low=0.0, high=1.0, low_open=True, high_open=True)
 
 
 _SEED_HINT = "for example torch.Generator().manual_seed(0)"
@@ -77,7 +78,8 @@ def _check_token_ids(token_ids, pad_id, *generator, vocab_size=None) -> torch.Te
     """Check ids ``(batch seq)`` (in ``0..vocab_size-1``), ``pad_id`` (and the
     generator, when one is passed); return each row's real length ``(batch,)``."""
     check.tensor("token_ids", token_ids, "batch seq", integer=True, hint=_IDS_HINT)
-    for given in generator:  # the builders that draw random numbers pass theirs
+    # the builders that draw random numbers pass theirs
+    for given in generator:
         check.instance("generator", given, torch.Generator, hint=_SEED_HINT)
     low, high = map(int, torch.aminmax(token_ids)) if token_ids.numel() else (0, 0)
     if low < 0 or (vocab_size and high >= vocab_size):
@@ -179,10 +181,12 @@ def masked_lm_batch(
     n_chosen = (n_eligible * mask_prob).round().long().clamp(min=1).minimum(n_eligible)
     # Each eligible position gets a random key in [0, 1); the rest get 2 and sort last.
     keys = torch.rand(shape, generator=generator).to(device).masked_fill(~eligible, 2.0)
-    rank = keys.argsort(dim=1).argsort(dim=1)  # rank of each position's key in its row
+    # rank of each position's key in its row
+    rank = keys.argsort(dim=1).argsort(dim=1)
     chosen = rank < rearrange(n_chosen, "batch -> batch 1")
 
-    action = torch.rand(shape, generator=generator).to(device)  # one draw per token
+    # one draw per token
+    action = torch.rand(shape, generator=generator).to(device)
     picks = torch.randint(len(replace_ids), shape, generator=generator).to(device)
     inputs = token_ids.masked_fill(chosen & (action < 0.8), mask_id)
     use_random = chosen & (action >= 0.8) & (action < 0.9)
@@ -225,7 +229,8 @@ def _random_spans(length, generator, noise_density, mean_span_length) -> list:
         return []
     n_noise = min(max(round(length * noise_density), 1), length - 1)
     n_spans = max(1, round(n_noise / mean_span_length))
-    n_spans = min(n_spans, n_noise, length - n_noise + 1)  # kept tokens separate spans
+    # kept tokens separate spans
+    n_spans = min(n_spans, n_noise, length - n_noise + 1)
     noise_lengths = _random_composition(n_noise, n_spans, generator)
     # k+1 runs of kept tokens, the first and last possibly empty: a composition of
     # (kept + 2) into positive parts, minus one at both ends.
@@ -283,8 +288,9 @@ def span_corruption_batch(
     for row, length in zip(token_ids, lengths.tolist()):
         spans = _random_spans(length, generator, noise_density, mean_span_length)
         if len(spans) + 1 > len(sentinels):
-            needs = f"{length} tokens get {len(spans)} spans and needs {len(spans) + 1}"
-            raise ValueError(f"{needs} sentinel ids, sentinel_ids has {len(sentinels)}")
+            needs = f"{length} tokens get {len(spans)} spans and needs "
+            needs += f"{len(spans) + 1} sentinel ids"
+            raise ValueError(f"{needs}, sentinel_ids has {len(sentinels)}")
         encoder_pieces, target_pieces, kept_from = [], [], 0
         for i, (start, end) in enumerate(spans):
             encoder_pieces += [row[kept_from:start], sentinels[i : i + 1]]
@@ -319,7 +325,8 @@ def prefix_lm_mask(
     """
     check.int_at_least("seq_len", seq_len, 0)
     prefix = torch.as_tensor(prefix_lengths, device=device)
-    prefix = prefix if prefix.numel() else prefix.long()  # [] would be float
+    # [] would be float
+    prefix = prefix if prefix.numel() else prefix.long()
     check.tensor("prefix_lengths", prefix, "batch", integer=True)
     hint = f"each must lie in 0..seq_len={seq_len}"
     for extreme in map(int, torch.aminmax(prefix)) if prefix.numel() else ():

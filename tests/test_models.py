@@ -21,6 +21,7 @@ from lib.models import (
     SequenceClassifier,
     TransformerConfig,
     count_parameters,
+    init_t5_weights,
     init_weights,
     kv_cache_bytes_per_token,
     parameter_breakdown,
@@ -161,6 +162,48 @@ def test_init_weights_scales_residual_projections():
     assert abs(block.ffn.sublayer.w_out.weight.std().item() - expected) < 0.001
     assert torch.count_nonzero(block.ffn.sublayer.w_in.bias) == 0
     assert init_weights(model) is model
+
+
+@pytest.mark.parametrize("activation", ["relu", "geglu"])
+def test_t5_initialisation_follows_mesh_tensorflow(activation):
+    d_model, n_heads, d_head, d_ff = 256, 4, 32, 768
+    cfg = TransformerConfig(
+        vocab_size=400, d_model=d_model, n_heads=n_heads, n_layers=1, d_head=d_head,
+        d_ff=d_ff, positions="t5", norm="rmsnorm", activation=activation, bias=False,
+        attn_scale=1.0, tie_embeddings=activation == "relu",
+    )  # fmt: skip
+    model = T5(cfg)
+    inner = n_heads * d_head
+    expected = {"embed.tokens.weight": 1.0}
+    if not cfg.tie_embeddings:
+        expected["head.weight"] = 1.0
+    for stack in ("encoder", "decoder"):
+        table = f"{stack}.position_bias.relative_attention_bias.weight"
+        expected[table] = d_model**-0.5
+        block = f"{stack}.blocks.0."
+        expected[block + "ffn.sublayer.w_in.weight"] = d_model**-0.5
+        expected[block + "ffn.sublayer.w_out.weight"] = d_ff**-0.5
+        attentions = ["self_attn"] + ["cross_attn"] * (stack == "decoder")
+        for attn in attentions:
+            expected[block + f"{attn}.sublayer.out_proj.weight"] = inner**-0.5
+    weights = dict(model.named_parameters())
+    for name, std in expected.items():
+        assert abs(weights[name].std().item() / std - 1) < 0.06, name
+    for attn in (model.encoder.blocks[0].self_attn, model.decoder.blocks[0].cross_attn):
+        q, k, v = attn.sublayer.qkv_proj.weight.split([inner] * 3)
+        stds = ((d_model * d_head) ** -0.5, d_model**-0.5, d_model**-0.5)
+        for part, std in zip((q, k, v), stds):
+            assert abs(part.std().item() / std - 1) < 0.06
+            assert abs(part.mean().item()) < 0.1 * std
+    # the point of the query's size: unscaled scores of unit-RMS inputs have std ~ 1
+    x = torch.randn(4096, d_model)
+    projection = model.encoder.blocks[0].self_attn.sublayer.qkv_proj
+    q, k, _ = projection(x).split([inner] * 3, dim=-1)
+    scores = (q * k.roll(1, 0)).unflatten(-1, (n_heads, d_head)).sum(-1)
+    assert abs(scores.std().item() - 1) < 0.1
+    assert init_t5_weights(model) is model
+    with pytest.raises(TypeError, match="T5"):
+        init_t5_weights(GPT(CONFIGS["gpt2"]))
 
 
 def test_parameter_counts_and_tying():
