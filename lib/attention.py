@@ -51,7 +51,8 @@ __all__ = [
 
 
 # From chapters/04-attention.md, section "Masks: who may look at whom".
-_MASK_HINT = "True = may attend"  # the course's convention, recalled in errors
+# the course's convention, recalled in errors
+_MASK_HINT = "True = may attend"
 
 
 def padding_mask(
@@ -69,9 +70,8 @@ def padding_mask(
             lengths = torch.as_tensor(lengths)
         except (TypeError, ValueError, RuntimeError):
             got = type(lengths).__name__
-            raise TypeError(
-                f"{owner}: lengths must be a tensor or a list of ints, got {got}"
-            ) from None
+            what = "lengths must be a tensor or a list of ints"
+            raise TypeError(f"{owner}: {what}, got {got}") from None
     check.tensor("lengths", lengths, "batch", integer=True, owner=owner)
     if lengths.numel() and int(lengths.min()) < 0:
         raise ValueError(f"{owner}: lengths must be >= 0, got {lengths.tolist()}")
@@ -105,7 +105,9 @@ def causal_mask(
     """
     owner = "causal_mask()"
     q_len = check.positive_int("q_len", q_len, owner=owner)
-    k_len = q_len if k_len is None else check.positive_int("k_len", k_len, owner=owner)
+    if k_len is None:
+        k_len = q_len
+    k_len = check.positive_int("k_len", k_len, owner=owner)
     if offset is None:
         offset = k_len - q_len
     offset = check.integer("offset", offset, owner=owner)
@@ -113,12 +115,11 @@ def causal_mask(
 
 
 def _causal_mask(q_len: int, k_len: int, offset: int, device) -> torch.Tensor:
-    """:func:`causal_mask` for sizes already checked (the attention functions' path)."""
+    """:func:`causal_mask` for checked sizes (the attention functions' path)."""
     query_positions = torch.arange(q_len, device=device) + offset
     key_positions = torch.arange(k_len, device=device)
-    return rearrange(key_positions, "k_pos -> 1 k_pos") <= rearrange(
-        query_positions, "q_pos -> q_pos 1"
-    )
+    query_positions = rearrange(query_positions, "q_pos -> q_pos 1")
+    return rearrange(key_positions, "k_pos -> 1 k_pos") <= query_positions
 
 
 # From chapters/04-attention.md, section "Masks: who may look at whom".
@@ -132,14 +133,16 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     for index, mask in enumerate(masks):
         if mask is None:
             continue
-        check.tensor(f"masks[{index}]", mask, boolean=True, owner=owner, hint=hint)
+        name = f"masks[{index}]"
+        check.tensor(name, mask, boolean=True, owner=owner, hint=hint)
         if combined is None:
-            combined, first = mask, f"masks[{index}]"
+            combined, first = mask, name
             continue
-        check.same_device(owner=owner, **{first: combined, f"masks[{index}]": mask})
+        check.same_device(owner=owner, **{first: combined, name: mask})
         try:
             combined = combined & mask
-        except RuntimeError:  # the devices agree: only the shapes can be at fault
+        except RuntimeError:
+            # the devices agree: only the shapes can be at fault
             shapes = f"{tuple(combined.shape)} and {tuple(mask.shape)}"
             message = f"{owner}: masks of shapes {shapes} do not broadcast"
             raise ValueError(message) from None
@@ -147,9 +150,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
 
 
 # From chapters/04-attention.md, section "Masks: who may look at whom".
-def additive_mask(
-    mask: torch.Tensor, dtype: torch.dtype = torch.float32
-) -> torch.Tensor:
+def additive_mask(mask: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
     """The additive form of a boolean mask: ``0.0`` where ``True`` (may attend),
     ``-inf`` elsewhere.
 
@@ -163,8 +164,10 @@ def additive_mask(
 
 
 # From chapters/04-attention.md, section "The attention function".
-_SCORES = "batch heads q_pos k_pos"  # the axes a mask or a bias broadcasts to
-_POSITIVE = dict(low=0, low_open=True)  # a score scale: a finite number > 0
+# the axes a mask or a bias broadcasts to
+_SCORES = "batch heads q_pos k_pos"
+# a score scale: a finite number > 0
+_POSITIVE = dict(low=0, low_open=True)
 
 
 def _check_args(owner, q, k, v, mask, bias, dropout_p, scale, causal):
@@ -189,9 +192,11 @@ def _check_mask_and_bias(owner, q, k_len, mask, bias) -> None:
     """``mask`` (bool, True = may attend) and ``bias`` (any float dtype: it is cast to
     ``q``'s) broadcast to ``(batch heads q_pos k_pos)`` and sit on ``q``'s device."""
     batch, heads, q_len, _ = q.shape
-    scores = dict(batch=batch, heads=heads, q_pos=q_len, k_pos=k_len, owner=owner)
+    scores = dict(batch=batch, heads=heads, q_pos=q_len, k_pos=k_len)
+    scores["owner"] = owner
     if mask is not None:
-        hint = _MASK_HINT + "; pass an additive float tensor as bias= instead"
+        instead = "pass an additive float tensor as bias= instead"
+        hint = f"{_MASK_HINT}; {instead}"
         check.broadcastable("mask", mask, _SCORES, boolean=True, hint=hint, **scores)
     if bias is not None:
         check.broadcastable("bias", bias, _SCORES, floating=True, **scores)
@@ -206,7 +211,8 @@ def _prepare(q, k, v, mask, bias, causal):
     bf16 queries on every backend.
     """
     q_len, k_len = q.shape[2], k.shape[2]
-    if causal and q_len > 1:  # one query, the last position, sees every key
+    # one query, at the last position, sees every key: no mask needed
+    if causal and q_len > 1:
         causal = _causal_mask(q_len, k_len, k_len - q_len, q.device)
         mask = causal if mask is None else mask & causal
     if bias is not None:
@@ -225,8 +231,9 @@ def repeat_kv_heads(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     Shapes: ``x`` is ``(batch kv_heads seq d_head)``, the result
     ``(batch (kv_heads n_rep) seq d_head)``.
     """
-    n_rep = check.positive_int("n_rep", n_rep, owner="repeat_kv_heads()")
-    check.tensor("x", x, "batch kv_heads seq d_head", owner="repeat_kv_heads()")
+    owner = "repeat_kv_heads()"
+    n_rep = check.positive_int("n_rep", n_rep, owner=owner)
+    check.tensor("x", x, "batch kv_heads seq d_head", owner=owner)
     return _repeat_kv(x, n_rep)
 
 
@@ -234,9 +241,8 @@ def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     """:func:`repeat_kv_heads` for arguments already checked."""
     if n_rep == 1:
         return x
-    return repeat(
-        x, "batch kv_heads seq d_head -> batch (kv_heads group) seq d_head", group=n_rep
-    )
+    each_n_rep_times = "batch kv_heads seq d_head -> batch (kv_heads group) seq d_head"
+    return repeat(x, each_n_rep_times, group=n_rep)
 
 
 # From chapters/04-attention.md, section "The attention function".
@@ -290,10 +296,10 @@ def _math_attention(
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     if mask is not None or bias is not None:
-        dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # nothing to attend to
-        weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(
-            dead, 0.0
-        )
+        # rows with nothing to attend to: zero weights, not NaN
+        dead = torch.isneginf(scores).all(dim=-1, keepdim=True)
+        weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1)
+        weights = weights.masked_fill(dead, 0.0)
     else:
         weights = torch.softmax(scores, dim=-1)
     if dropout_p > 0.0:
@@ -334,10 +340,13 @@ def _sdpa_attention(q, k, v, mask, bias, dropout_p, scale, causal):
     """:func:`sdpa_attention` for checked arguments."""
     no_mask = mask is None and bias is None
     square_causal = causal and no_mask and q.shape[2] == k.shape[2]
-    k, v, mask, bias = _prepare(q, k, v, mask, bias, causal and not square_causal)
-    if mask is None and bias is None:  # the fast path: no mask tensor at all
+    masked_causal = causal and not square_causal
+    k, v, mask, bias = _prepare(q, k, v, mask, bias, masked_causal)
+    if mask is None and bias is None:
+        # the fast path: no mask tensor at all
+        options = dict(dropout_p=dropout_p, scale=scale)
         return F.scaled_dot_product_attention(
-            q, k, v, dropout_p=dropout_p, is_causal=square_causal, scale=scale
+            q, k, v, is_causal=square_causal, **options
         )
     if bias is None:
         dead = ~mask.any(dim=-1, keepdim=True)
@@ -348,12 +357,14 @@ def _sdpa_attention(q, k, v, mask, bias, dropout_p, scale, causal):
             attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
         dead = torch.isneginf(attn_mask).all(dim=-1, keepdim=True)
         attn_mask = attn_mask.masked_fill(dead, 0.0)
-    if attn_mask.dim() < 2:  # PyTorch's kernel wants (q_pos k_pos) at least
+    # PyTorch's kernel wants (q_pos k_pos) at least
+    if attn_mask.dim() < 2:
         attn_mask = attn_mask.reshape(1, -1)
     out = F.scaled_dot_product_attention(
         q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
     )
-    return out.masked_fill(dead, 0.0)  # no data-dependent branch: no device sync
+    # no data-dependent branch: no device sync
+    return out.masked_fill(dead, 0.0)
 
 
 ATTENTION_BACKENDS: dict[str, Callable[..., torch.Tensor]] = {
@@ -362,7 +373,7 @@ ATTENTION_BACKENDS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-def _unchecked(attend: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+def _unchecked(attend: Callable[..., torch.Tensor]) -> Callable:
     """The unchecked core of a built-in backend, for a caller that checked the
     arguments; any other backend as it is."""
     if attend is scaled_dot_product_attention:
@@ -388,7 +399,8 @@ def register_attention_backend(
     check.string("name", name, nonempty=True, owner=owner)
     check.boolean("replace", replace, owner=owner)
     check.function("fn", fn, owner=owner)
-    taken = name in ATTENTION_BACKENDS and ATTENTION_BACKENDS[name] is not fn
+    existing = ATTENTION_BACKENDS.get(name)
+    taken = existing is not None and existing is not fn
     if taken and not replace:
         exists = f"attention backend {name!r} exists"
         raise ValueError(f"{exists}; pass replace=True to replace it")
@@ -424,12 +436,13 @@ def set_attention_backend(model: nn.Module, name: str) -> nn.Module:
     and when ``model`` holds no attention module at all.
     """
     owner = "set_attention_backend()"
-    check.instance("model", model, nn.Module, what="an nn.Module", owner=owner)
+    what = "an nn.Module"
+    check.instance("model", model, nn.Module, what=what, owner=owner)
     _load_backend(name, owner)
     modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     if not modules:
         kind = type(model).__name__
-        raise ValueError(f"{kind} has no MultiHeadAttention module to switch")
+        raise ValueError(f"{kind} has no MultiHeadAttention to switch")
     for module in modules:
         module.backend = name
     return model
@@ -455,8 +468,9 @@ class KVCache:
         check.tensor("keys", keys, axes, floating=True, owner=owner)
         batch, kv_heads, seq, _ = keys.shape
         hint = f"batch, kv_heads and seq as in keys {tuple(keys.shape)}"
-        sizes = dict(batch=batch, kv_heads=kv_heads, seq=seq, owner=owner, hint=hint)
-        check.tensor("values", values, "batch kv_heads seq d_v", floating=True, **sizes)
+        sizes = dict(batch=batch, kv_heads=kv_heads, seq=seq, hint=hint)
+        axes = "batch kv_heads seq d_v"
+        check.tensor("values", values, axes, floating=True, owner=owner, **sizes)
         check.same_dtype_and_device(keys=keys, values=values, owner=owner)
 
     @property
@@ -471,11 +485,15 @@ class KVCache:
         batch, kv_heads, _, d_head = cache.shape
         hint = f"cannot append to a cache of keys {tuple(cache.shape)}"
         same = dict(batch=batch, kv_heads=kv_heads, owner=owner, hint=hint)
-        check.tensor("keys", keys, "batch kv_heads new d_head", **same, d_head=d_head)
-        new, d_v, axes = (keys.shape[2], self.values.shape[3], "batch kv_heads new d_v")
+        axes = "batch kv_heads new d_head"
+        check.tensor("keys", keys, axes, **same, d_head=d_head)
+        new, d_v = keys.shape[2], self.values.shape[3]
+        axes = "batch kv_heads new d_v"
         check.tensor("values", values, axes, **same, new=new, d_v=d_v)
-        # torch.cat would silently promote a bf16 cache to fp32: refuse a dtype change
-        check.same_dtype_and_device(cache=cache, keys=keys, values=values, owner=owner)
+        # torch.cat would silently promote a bf16 cache to fp32: refuse a
+        # dtype change
+        tensors = dict(cache=cache, keys=keys, values=values)
+        check.same_dtype_and_device(**tensors, owner=owner)
         return KVCache(
             torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
         )
@@ -492,12 +510,12 @@ class KVCache:
             try:
                 indices = torch.as_tensor(indices)
             except (TypeError, ValueError, RuntimeError):
-                raise TypeError(
-                    f"{owner}: indices must be a tensor or a list of ints, "
-                    f"got {type(indices).__name__}"
-                ) from None
+                what = "indices must be a tensor or a list of ints"
+                got = type(indices).__name__
+                raise TypeError(f"{owner}: {what}, got {got}") from None
         check.tensor("indices", indices, "new_batch", integer=True, owner=owner)
-        if indices.numel() and indices.device.type == "cpu":  # no device sync
+        # read only indices on the CPU: no device sync
+        if indices.numel() and indices.device.type == "cpu":
             low, high = (int(i) for i in torch.aminmax(indices))
             if low < 0 or high >= batch:
                 rows = f"a batch of {batch} (rows 0..{batch - 1})"
@@ -584,11 +602,14 @@ class MultiHeadAttention(nn.Module):
         _load_backend(backend, owner)
         if scale is not None:
             scale = check.finite_float("scale", scale, **_POSITIVE, owner=owner)
-        self.d_model, self.n_heads, self.n_kv_heads = (d_model, n_heads, n_kv_heads)
+        self.d_model = d_model
+        self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.d_head = d_model // n_heads if d_head is None else d_head
         self.backend, self.dropout, self.scale = backend, dropout, scale
-        self.q_dim, self.kv_dim = (n_heads * self.d_head, n_kv_heads * self.d_head)
-        self.qkv_proj = nn.Linear(d_model, self.q_dim + 2 * self.kv_dim, bias=bias)
+        self.q_dim = n_heads * self.d_head
+        self.kv_dim = n_kv_heads * self.d_head
+        qkv_dim = self.q_dim + 2 * self.kv_dim
+        self.qkv_proj = nn.Linear(d_model, qkv_dim, bias=bias)
         self.out_proj = nn.Linear(self.q_dim, d_model, bias=bias)
 
     def extra_repr(self) -> str:
@@ -598,11 +619,12 @@ class MultiHeadAttention(nn.Module):
             f"d_head={self.d_head}, scale={self.scale}, backend={self.backend!r}"
         )
 
-    def _project_kv(self, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        weight = self.qkv_proj.weight[self.q_dim :]
-        bias = None if self.qkv_proj.bias is None else self.qkv_proj.bias[self.q_dim :]
-        k, v = F.linear(source, weight, bias).split([self.kv_dim, self.kv_dim], dim=-1)
-        return k, v
+    def _project_kv(self, source: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        weight, bias = self.qkv_proj.weight, self.qkv_proj.bias
+        weight = weight[self.q_dim :]
+        bias = None if bias is None else bias[self.q_dim :]
+        kv = F.linear(source, weight, bias)
+        return kv.split([self.kv_dim, self.kv_dim], dim=-1)
 
     def forward(
         self,
@@ -627,35 +649,31 @@ class MultiHeadAttention(nn.Module):
         ``(batch heads q_pos k_pos)`` after it.
         """
         owner = "MultiHeadAttention"
-        flags = dict(use_cache=use_cache, causal=causal, need_weights=need_weights)
-        check.booleans(**flags, cross_attention=cross_attention, owner=owner)
+        flags = dict(use_cache=use_cache, causal=causal)
+        flags["need_weights"] = need_weights
+        flags["cross_attention"] = cross_attention
+        check.booleans(**flags, owner=owner)
         cross = cross_attention or context is not None
         _check_mha_args(self, x, context, position_bias, rope, past, cross)
-        if not cross:  # self-attention: one fused projection for q, k and v
-            q, k, v = self.qkv_proj(x).split(
-                [self.q_dim, self.kv_dim, self.kv_dim], dim=-1
-            )
-        else:  # cross-attention: query rows on x, key/value rows on the context
+        if not cross:
+            # self-attention: one fused projection for q, k and v
+            widths = [self.q_dim, self.kv_dim, self.kv_dim]
+            q, k, v = self.qkv_proj(x).split(widths, dim=-1)
+        else:
+            # cross-attention: query rows on x, key/value rows on the context
             weight = self.qkv_proj.weight[: self.q_dim]
             bias = self.qkv_proj.bias
             bias = None if bias is None else bias[: self.q_dim]
             q = F.linear(x, weight, bias)
-            k, v = (None, None) if past is not None else self._project_kv(context)
+            k = v = None
+            if past is None:
+                k, v = self._project_kv(context)
 
-        q = rearrange(
-            q, "batch seq (heads d_head) -> batch heads seq d_head", heads=self.n_heads
-        )
+        split = "batch seq (heads d_head) -> batch heads seq d_head"
+        q = rearrange(q, split, heads=self.n_heads)
         if k is not None:
-            k = rearrange(
-                k,
-                "batch seq (heads d_head) -> batch heads seq d_head",
-                heads=self.n_kv_heads,
-            )
-            v = rearrange(
-                v,
-                "batch seq (heads d_head) -> batch heads seq d_head",
-                heads=self.n_kv_heads,
-            )
+            k = rearrange(k, split, heads=self.n_kv_heads)
+            v = rearrange(v, split, heads=self.n_kv_heads)
         offset = past.seq_len if (past is not None and not cross) else 0
         if rope is not None:
             q, k = rope(q, offset=offset), rope(k, offset=offset)
@@ -674,36 +692,40 @@ class MultiHeadAttention(nn.Module):
         _check_mask_and_bias("MultiHeadAttention", q, k_len, mask, bias)
         # every argument is checked now: call the backends' unchecked cores
         dropout_p, weights = (self.dropout if self.training else 0.0), None
+        scale = self.scale
         if need_weights:
+            return_weights = True
             out, weights = _math_attention(
-                q, k, v, mask, bias, dropout_p, self.scale, causal, return_weights=True
+                q, k, v, mask, bias, dropout_p, scale, causal, return_weights
             )
         else:
             attend = _unchecked(ATTENTION_BACKENDS[self.backend])
-            out = attend(
-                q, k, v, mask, bias, dropout_p, scale=self.scale, causal=causal
-            )
-        out = self.out_proj(
-            rearrange(out, "batch heads seq d_head -> batch seq (heads d_head)")
-        )
+            out = attend(q, k, v, mask, bias, dropout_p, scale=scale, causal=causal)
+        merge = "batch heads seq d_head -> batch seq (heads d_head)"
+        out = self.out_proj(rearrange(out, merge))
         if not use_cache and not need_weights:
             return out
-        extras = ([cache] if use_cache else []) + ([weights] if need_weights else [])
+        extras = [cache] if use_cache else []
+        extras += [weights] if need_weights else []
         return (out, *extras)
 
 
 # From chapters/04-attention.md, section "The module".
-_ROPE_NOT_CROSS = "rope rotates positions of one sequence; it does not apply to "
-_ROPE_NOT_CROSS += "cross-attention"
-_CROSS_NEEDS_KV = "cross_attention=True needs the encoder's keys and values: pass "
-_CROSS_NEEDS_KV += "context (the encoder output) or past (a KVCache made from it)"
+_ROPE_NOT_CROSS = (
+    "rope rotates positions of one sequence; it does not apply to cross-attention"
+)
+_CROSS_NEEDS_KV = (
+    "cross_attention=True needs the encoder's keys and values: pass "
+    "context (the encoder output) or past (a KVCache made from it)"
+)
 _BIAS_KINDS = "a tensor or a module called as position_bias(q_len, k_len, offset)"
 
 
 def _check_mha_args(mha, x, context, position_bias, rope, past, cross):
     """The checks of :meth:`MultiHeadAttention.forward`'s tensor and module arguments
     (never their data), after its flags (``cross``: cross-attention, said or implied)."""
-    owner, weight, d_model = ("MultiHeadAttention", mha.qkv_proj.weight, mha.d_model)
+    owner = "MultiHeadAttention"
+    weight, d_model = mha.qkv_proj.weight, mha.d_model
     axes = "batch q_pos d_model"
     check.layer_input("x", x, axes, weight, d_model=d_model, owner=owner)
     if cross and context is None and past is None:
@@ -712,20 +734,21 @@ def _check_mha_args(mha, x, context, position_bias, rope, past, cross):
         raise ValueError(f"{owner}: {_ROPE_NOT_CROSS}")
     if context is not None:
         axes, hint = "batch k_pos d_model", f"x is {tuple(x.shape)}"
-        sizes = dict(batch=x.shape[0], d_model=d_model, owner=owner, hint=hint)
-        check.layer_input("context", context, axes, weight, **sizes)
+        sizes = dict(batch=x.shape[0], d_model=d_model, hint=hint)
+        check.layer_input("context", context, axes, weight, owner=owner, **sizes)
     if rope is not None:
         check.function("rope", rope, owner=owner)
     bias = position_bias
     if not (bias is None or torch.is_tensor(bias) or callable(bias)):
-        got = type(bias).__name__
-        raise TypeError(f"{owner}: position_bias must be {_BIAS_KINDS}, got {got}")
+        got = f"got {type(bias).__name__}"
+        raise TypeError(f"{owner}: position_bias must be {_BIAS_KINDS}, {got}")
     if past is not None:
         check.instance("past", past, KVCache, owner=owner)
         hint = "a cache fits only the layer that made it"
-        sizes = dict(batch=x.shape[0], kv_heads=mha.n_kv_heads, d_head=mha.d_head)
+        sizes = dict(batch=x.shape[0], kv_heads=mha.n_kv_heads)
+        sizes |= dict(d_head=mha.d_head, owner=owner, hint=hint)
         axes = "batch kv_heads seq d_head"
-        check.tensor("past.keys", past.keys, axes, owner=owner, hint=hint, **sizes)
+        check.tensor("past.keys", past.keys, axes, **sizes)
 
 
 # From chapters/04-attention.md, section "How big is the cache?".
@@ -742,9 +765,10 @@ def kv_cache_bytes(
 
     The 2 counts keys and values; ``bytes_per_value`` is 2 for fp16/bf16, 4 for fp32.
     """
-    sizes = (n_layers, n_kv_heads, d_head, seq_len, batch_size, bytes_per_value)
-    names = "n_layers n_kv_heads d_head seq_len batch_size bytes_per_value".split()
-    sizes = check.positive_ints(owner="kv_cache_bytes()", **dict(zip(names, sizes)))
+    named = dict(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head)
+    named |= dict(seq_len=seq_len, batch_size=batch_size)
+    named["bytes_per_value"] = bytes_per_value
+    sizes = check.positive_ints(owner="kv_cache_bytes()", **named)
     return 2 * math.prod(sizes)  # 2: keys and values
 
 
@@ -760,7 +784,8 @@ def attention_layer_flops(
     """
     owner = "attention_layer_flops()"
     n, d = check.positive_ints(seq_len=seq_len, d_model=d_model, owner=owner)
-    d_ff = 4 * d if d_ff is None else check.positive_int("d_ff", d_ff, owner=owner)
+    d_ff = 4 * d if d_ff is None else d_ff
+    d_ff = check.positive_int("d_ff", d_ff, owner=owner)
     return {
         "scores": 4 * n * n * d,
         "projections": 8 * n * d * d,
