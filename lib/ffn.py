@@ -92,7 +92,8 @@ class FeedForward(nn.Module):
         d_ff = check.positive_int("d_ff", d_ff, owner=owner)
         gated = activation in ("glu", "reglu", "geglu", "swiglu")
         hint = "gated variants are GatedFeedForward's" if gated else None
-        check.one_of("activation", activation, FFN_ACTIVATIONS, owner=owner, hint=hint)
+        names = FFN_ACTIVATIONS
+        check.one_of("activation", activation, names, owner=owner, hint=hint)
         check.boolean("bias", bias, owner=owner)
         dropout = check.probability("dropout", dropout, owner=owner)
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
@@ -108,9 +109,11 @@ class FeedForward(nn.Module):
         Shapes: ``x`` is ``(... d_model)``, typically ``(batch seq d_model)``, in the
         weights' dtype (any dtype under autocast); the result is ``(... d_model)``.
         """
-        owner, weight, d_model = ("FeedForward", self.w_in.weight, self.d_model)
-        check.layer_input("x", x, "... d_model", weight, d_model=d_model, owner=owner)
-        hidden = FFN_ACTIVATIONS[self.activation](self.w_in(x))  # (... d_ff)
+        owner, weight = "FeedForward", self.w_in.weight
+        sizes = dict(d_model=self.d_model, owner=owner)
+        check.layer_input("x", x, "... d_model", weight, **sizes)
+        activation = FFN_ACTIVATIONS[self.activation]
+        hidden = activation(self.w_in(x))  # (... d_ff)
         return self.w_out(self.dropout(hidden))  # (... d_model)
 
     def extra_repr(self) -> str:
@@ -129,7 +132,8 @@ def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
 
 
 # From chapters/05-ffn.md, section "Swish, and gated FFNs".
-#: The function each gated FFN applies to its gate branch (the value branch is linear).
+#: The function each gated FFN applies to its gate branch (the value branch
+#: is linear).
 GATED_FFN_ACTIVATIONS = {
     "glu": torch.sigmoid,
     "reglu": F.relu,
@@ -181,14 +185,15 @@ class GatedFeedForward(nn.Module):
         if d_ff is None:
             d_ff = gated_ffn_hidden_size(d_model, multiple_of)
         d_ff = check.positive_int("d_ff", d_ff, owner=owner)
-        hint = "a plain FFN is FeedForward's" if activation in FFN_ACTIVATIONS else None
-        check.one_of(
-            "activation", activation, GATED_FFN_ACTIVATIONS, owner=owner, hint=hint
-        )
+        plain = activation in FFN_ACTIVATIONS
+        hint = "a plain FFN is FeedForward's" if plain else None
+        names = GATED_FFN_ACTIVATIONS
+        check.one_of("activation", activation, names, owner=owner, hint=hint)
         check.boolean("bias", bias, owner=owner)
         dropout = check.probability("dropout", dropout, owner=owner)
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
-        self.w_in = nn.Linear(d_model, 2 * d_ff, bias=bias)  # gate and value, fused
+        # gate and value, fused
+        self.w_in = nn.Linear(d_model, 2 * d_ff, bias=bias)
         self.w_out = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
@@ -198,12 +203,13 @@ class GatedFeedForward(nn.Module):
         Shapes: ``x`` is ``(... d_model)``, typically ``(batch seq d_model)``, in the
         weights' dtype (any dtype under autocast); the result is ``(... d_model)``.
         """
-        owner, weight, d_model = ("GatedFeedForward", self.w_in.weight, self.d_model)
-        check.layer_input("x", x, "... d_model", weight, d_model=d_model, owner=owner)
-        gate, value = rearrange(
-            self.w_in(x), "... (branch d_ff) -> branch ... d_ff", branch=2
-        )
-        hidden = GATED_FFN_ACTIVATIONS[self.activation](gate) * value  # (... d_ff)
+        owner, weight = "GatedFeedForward", self.w_in.weight
+        sizes = dict(d_model=self.d_model, owner=owner)
+        check.layer_input("x", x, "... d_model", weight, **sizes)
+        split = "... (branch d_ff) -> branch ... d_ff"
+        gate, value = rearrange(self.w_in(x), split, branch=2)
+        activation = GATED_FFN_ACTIVATIONS[self.activation]
+        hidden = activation(gate) * value  # (... d_ff)
         return self.w_out(self.dropout(hidden))  # (... d_model)
 
     def extra_repr(self) -> str:
@@ -223,7 +229,8 @@ def ffn_param_count(
     owner = "ffn_param_count()"
     check.positive_ints(d_model=d_model, d_ff=d_ff, owner=owner)
     check.booleans(gated=gated, bias=bias, owner=owner)
-    n_in = 2 * d_ff if gated else d_ff  # a gated FFN projects to gate and value
+    # a gated FFN projects to gate and value
+    n_in = 2 * d_ff if gated else d_ff
     weights = d_model * n_in + d_ff * d_model
     biases = n_in + d_model if bias else 0
     return weights + biases
@@ -256,8 +263,10 @@ class TransformerParamConfig:
     bias: bool = True  # biases on the linear layers
     norm_bias: bool = True  # LayerNorm's shift; RMSNorm has none
     n_extra_norms: int = 0
-    tied_output: bool = True  # the output projection reuses the token embedding
-    pooler: bool = False  # BERT's d_model x d_model pooler on the [CLS] token
+    # the output projection reuses the token embedding
+    tied_output: bool = True
+    # BERT's d_model x d_model pooler on the [CLS] token
+    pooler: bool = False
     published: float | None = None
 
     def __post_init__(self) -> None:
@@ -265,15 +274,12 @@ class TransformerParamConfig:
         check.string("name", self.name, owner=owner)
         for field in ("d_model", "vocab_size"):
             check.positive_int(field, getattr(self, field), owner=owner)
-        for field in (
-            "n_encoder_layers",
-            "n_decoder_layers",
-            "n_positions",
-            "n_token_types",
-        ):
+        counts = ("n_encoder_layers", "n_decoder_layers", "n_positions")
+        counts += ("n_token_types", "n_extra_norms")
+        for field in counts:
             check.int_at_least(field, getattr(self, field), 0, owner=owner)
-        check.int_at_least("n_extra_norms", self.n_extra_norms, 0, owner=owner)
-        for field in ("gated_ffn", "bias", "norm_bias", "tied_output", "pooler"):
+        flags = "gated_ffn bias norm_bias tied_output pooler"
+        for field in flags.split():
             check.boolean(field, getattr(self, field), owner=owner)
         if self.d_ff is not None:
             check.positive_int("d_ff", self.d_ff, owner=owner)
@@ -285,7 +291,7 @@ class TransformerParamConfig:
 
 
 # From chapters/05-ffn.md, section "Where the parameters live".
-def transformer_param_breakdown(config: TransformerParamConfig) -> dict[str, int]:
+def transformer_param_breakdown(config: TransformerParamConfig) -> dict:
     """Parameters of a transformer by component, from its shape alone.
 
     Returns ``{"embeddings", "attention", "ffn", "norms", "head"}`` (``head``: an untied
@@ -297,14 +303,18 @@ def transformer_param_breakdown(config: TransformerParamConfig) -> dict[str, int
     n_blocks = c.n_encoder_layers + c.n_decoder_layers
     cross = c.n_encoder_layers > 0 and c.n_decoder_layers > 0
     decoder_attentions = 2 if cross else 1
-    n_attention = c.n_encoder_layers + decoder_attentions * c.n_decoder_layers
-    n_norms = 2 * c.n_encoder_layers + (decoder_attentions + 1) * c.n_decoder_layers
+    n_encoder, n_decoder = c.n_encoder_layers, c.n_decoder_layers
+    n_attention = n_encoder + decoder_attentions * n_decoder
+    # a norm per sublayer, and the norms outside the blocks
+    n_norms = 2 * n_encoder + (decoder_attentions + 1) * n_decoder
     n_norms += c.n_extra_norms
-    head = (0 if c.tied_output else c.vocab_size * d) + (d * d + d if c.pooler else 0)
+    untied = 0 if c.tied_output else c.vocab_size * d
+    pooler = d * d + d if c.pooler else 0
+    ffn = ffn_param_count(d, d_ff, gated=c.gated_ffn, bias=c.bias)
     return {
         "embeddings": (c.vocab_size + c.n_positions + c.n_token_types) * d,
         "attention": n_attention * (4 * d * d + (4 * d if c.bias else 0)),
-        "ffn": n_blocks * ffn_param_count(d, d_ff, gated=c.gated_ffn, bias=c.bias),
+        "ffn": n_blocks * ffn,
         "norms": n_norms * (2 * d if c.norm_bias else d),
-        "head": head,
+        "head": untied + pooler,
     }
