@@ -132,7 +132,8 @@ def roofline_seconds(
     hint = "flops and bytes must be >= 0, peak_flops and bandwidth > 0"
     for name, value in dict(flops=flops, bytes_moved=bytes_moved).items():
         check.finite_float(name, value, low=0.0, hint=hint)
-    for name, value in dict(peak_flops=peak_flops, bandwidth=bandwidth).items():
+    rates = dict(peak_flops=peak_flops, bandwidth=bandwidth)
+    for name, value in rates.items():
         check.finite_float(name, value, low=0.0, low_open=True, hint=hint)
     return max(flops / peak_flops, bytes_moved / bandwidth)
 
@@ -526,7 +527,6 @@ def _require_triton(q: torch.Tensor, caller: str) -> None:
     """Raise a ``RuntimeError`` saying why the kernels cannot run on ``q``.
 
     (A dtype they never take is left to the dtype check: ``TypeError``.)"""
-
     dtype = getattr(q, "dtype", None)
     dtype = dtype if dtype in (torch.float16, torch.bfloat16, torch.float32) else None
     ok, why = triton_support(getattr(q, "device", None), dtype)
@@ -1068,7 +1068,8 @@ def _triton_forward(q, k, v, *, scale, causal, block_q, block_k):
         bucket,
     )
     grid = lambda meta: (triton.cdiv(q_len, meta["BLOCK_M"]), batch * heads)
-    (_forward_tuned if tuned else _flash_forward_kernel)[grid](*args, **options)
+    kernel = _forward_tuned if tuned else _flash_forward_kernel
+    kernel[grid](*args, **options)
     return out, lse
 
 
@@ -1113,31 +1114,18 @@ def _triton_backward(q, k, v, out, lse, grad_out, *, scale, causal, block_q, blo
     # one slice of dk and dv per query head, summed over each group below
     per_query_head = (batch, heads, k_len, d_head)
     slice_dtype = q.dtype if group == 1 else torch.float32
-
     dk = torch.empty(per_query_head, dtype=slice_dtype, device=q.device)
     dv = torch.empty(per_query_head, dtype=slice_dtype, device=q.device)
     bucket, options, tuned = _launch_options(q, k, causal, block_q, block_k)
     sizes = (heads, group, q_len, k_len, scale, scale * _LOG2E, bucket)
     strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(grad_out))
     dkdv_grid = lambda meta: (triton.cdiv(k_len, meta["BLOCK_N"]), batch * heads)
-    (_dkdv_tuned if tuned else _flash_backward_dkdv_kernel)[dkdv_grid](
-        q,
-        k,
-        v,
-        grad_out,
-        lse,
-        delta,
-        dk,
-        dv,
-        *strides,
-        *_strides(dk),
-        *sizes,
-        **options,
-    )
+    inputs = (q, k, v, grad_out, lse, delta)
+    dkdv_kernel = _dkdv_tuned if tuned else _flash_backward_dkdv_kernel
+    dkdv_kernel[dkdv_grid](*inputs, dk, dv, *strides, *_strides(dk), *sizes, **options)
     dq_grid = lambda meta: (triton.cdiv(q_len, meta["BLOCK_M"]), batch * heads)
-    (_dq_tuned if tuned else _flash_backward_dq_kernel)[dq_grid](
-        q, k, v, grad_out, lse, delta, dq, *strides, *_strides(dq), *sizes, **options
-    )
+    dq_kernel = _dq_tuned if tuned else _flash_backward_dq_kernel
+    dq_kernel[dq_grid](*inputs, dq, *strides, *_strides(dq), *sizes, **options)
     if group > 1:
         sum_group = "b (kv_heads group) k_pos d -> b kv_heads k_pos d"
         dk = reduce(dk, sum_group, "sum", group=group)
