@@ -163,7 +163,7 @@ def package_char_gpt(args: argparse.Namespace, shipped_dir: Path | None) -> dict
     cfg = TransformerConfig(**record["config"]["model"])
     model = GPT(cfg)
     newest = sorted(Path(args.checkpoint_dir).glob("step-*.pt"))[-1]
-    step = load_checkpoint(newest, model=model)
+    step = load_checkpoint(newest, model=model, restore_rng=False)["step"]
     if step != sizes["n_steps"]:
         raise SystemExit(f"{newest} is step {step}, the run had {sizes['n_steps']}")
     tokenizer = CharTokenizer(load_tiny_shakespeare())
@@ -204,12 +204,15 @@ def main(argv: list[str] | None = None) -> dict:
         each.add_argument(
             "--dry-run",
             action="store_true",
-            help="a few steps, record and checkpoint in a temporary folder",
+            help="a few steps; the record and checkpoint go to --scratch",
+        )
+        each.add_argument(
+            "--scratch", type=Path, help="the dry run's folder (default: a new one)"
         )
     args = parser.parse_args(argv)
     set_threads()
     if args.dry_run:
-        scratch = Path(tempfile.mkdtemp(prefix="shipped-"))
+        scratch = args.scratch or Path(tempfile.mkdtemp(prefix="shipped-"))
         if args.model == "vit-mnist":
             args.steps = 4
             return train_vit(args, scratch / VIT_RECORD.name, scratch / "checkpoints")

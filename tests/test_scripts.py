@@ -229,3 +229,61 @@ def test_gpu_records_dry_run_keeps_out_of_book_results():
         assert saved["metrics"]["eager"]["exit_code"] == 0
     finally:
         shutil.rmtree(path.parent.parent)
+
+
+def test_train_shipped_dry_run_trains_records_and_packages(tmp_path: Path):
+    from lib.pretrained import load_shipped
+    from lib.utils import read_record
+
+    done = _script(
+        "train_shipped.py",
+        "vit-mnist",
+        "--dry-run",
+        "--quiet",
+        "--scratch",
+        str(tmp_path),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = read_record(tmp_path / "10-vit-mnist-cpu")
+    assert record["metrics"]["steps"] == 4 and record["device"] == "cpu"
+    shipped = load_shipped("vit-mnist", directory=tmp_path / "checkpoints")
+    assert shipped.entry["record"].endswith("10-vit-mnist-cpu/metrics.json")
+    assert shipped.model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    assert not (ROOT / "book" / "results" / "10-vit-mnist-cpu" / "train.csv").samefile(
+        tmp_path / "10-vit-mnist-cpu" / "train.csv"
+    )
+
+
+def test_train_shipped_packages_the_last_checkpoint_of_a_gpt_run(tmp_path: Path):
+    from lib.pretrained import load_shipped
+
+    sizes = ["--set", "d_model=16", "--set", "n_layers=1", "--set", "seq_len=16"]
+    sizes += ["--set", "batch_size=2", "--set", "eval_every=2", "--set", "eval_iters=1"]
+    sizes += [
+        "--out",
+        str(tmp_path / "record"),
+        "--checkpoint-dir",
+        str(tmp_path / "run"),
+    ]
+    command = [sys.executable, "-m", "lib.runs", "--run", "gpt", "--profile", "smoke"]
+    run = subprocess.run(
+        [*command, "--steps", "2", *sizes, "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    args = ["char-gpt", "--checkpoint-dir", str(tmp_path / "run")]
+    args += [
+        "--record",
+        str(tmp_path / "record"),
+        "--dry-run",
+        "--scratch",
+        str(tmp_path),
+    ]
+    done = _script("train_shipped.py", *args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    shipped = load_shipped("char-gpt-shakespeare", directory=tmp_path / "checkpoints")
+    assert shipped.entry["metrics"]["steps"] == 2
+    assert shipped.tokenizer.decode(shipped.tokenizer.encode("ROMEO:")) == "ROMEO:"
