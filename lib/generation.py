@@ -256,7 +256,8 @@ def _sample(logits, temperature, top_k, top_p, generator) -> torch.Tensor:
     if generator is not None and generator.device != probs.device:
         probs = probs.to(generator.device)
     try:
-        token = torch.multinomial(probs, 1, generator=generator).to(logits.device)
+        token = torch.multinomial(probs, 1, generator=generator)
+        token = token.to(logits.device)
     except RuntimeError as error:  # NaN or inf in probs: name the cause
         raise ValueError(f"{_BAD_LOGITS} ({error})") from None
     return rearrange(token, "batch 1 -> batch")

@@ -876,7 +876,8 @@ class SequenceClassifier(nn.Module):
             pooled = reduce(hidden, "batch seq d_model -> batch d_model", "mean")
         else:
             weights = rearrange(mask.to(hidden.dtype), "batch seq -> batch seq 1")
-            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+            n_real = weights.sum(1).clamp(min=1.0)  # (batch 1)
+            pooled = (hidden * weights).sum(1) / n_real
         return self.head(self.dropout(pooled))
 
 
@@ -912,7 +913,8 @@ class T5(nn.Module):
         _check_ids(src_ids, self.cfg.vocab_size, "src_ids")
         if src_mask is not None:
             _check_mask(src_mask, *src_ids.shape, "src_mask")
-            if src_mask.device.type == "cpu" and not bool(src_mask.any(dim=1).all()):
+            on_cpu = src_mask.device.type == "cpu"
+            if on_cpu and not bool(src_mask.any(dim=1).all()):
                 raise ValueError("src_mask has a row with no real token to read")
         return self.encoder._run(self.embed(src_ids), src_mask)
 

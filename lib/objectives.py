@@ -176,7 +176,8 @@ def masked_lm_batch(
     replace_ids = torch.tensor(replace, dtype=torch.long, device=device)
 
     shape = token_ids.shape
-    eligible = _real_positions(lengths, shape[1]) & ~torch.isin(token_ids, special_t)
+    is_special = torch.isin(token_ids, special_t)
+    eligible = _real_positions(lengths, shape[1]) & ~is_special
     n_eligible = eligible.sum(dim=1)
     n_chosen = (n_eligible * mask_prob).round().long().clamp(min=1).minimum(n_eligible)
     # Each eligible position gets a random key in [0, 1); the rest get 2 and sort last.
@@ -187,7 +188,8 @@ def masked_lm_batch(
 
     # one draw per token
     action = torch.rand(shape, generator=generator).to(device)
-    picks = torch.randint(len(replace_ids), shape, generator=generator).to(device)
+    picks = torch.randint(len(replace_ids), shape, generator=generator)
+    picks = picks.to(device)
     inputs = token_ids.masked_fill(chosen & (action < 0.8), mask_id)
     use_random = chosen & (action >= 0.8) & (action < 0.9)
     inputs = torch.where(use_random, replace_ids[picks], inputs)
@@ -356,7 +358,8 @@ def prefix_lm_batch(
         hint = "prefix LM needs >= 2 real tokens per row"
         shortest = int(lengths.min())
         check.int_at_least("the shortest row's length", shortest, 2, hint=hint)
-    draws = torch.rand(token_ids.shape[0], generator=generator).to(lengths.device)
+    draws = torch.rand(token_ids.shape[0], generator=generator)
+    draws = draws.to(lengths.device)
     prefix = 1 + (draws * (lengths - 1)).long()  # uniform in 1..n-1
     seq = token_ids.shape[1] - 1
     positions = rearrange(torch.arange(seq, device=lengths.device), "seq -> 1 seq")
