@@ -10,7 +10,9 @@ Each module is generated from the chapter that explains it (``tools/tangle.py``)
 * :mod:`lib.norms` (chapter 6): LayerNorm, RMSNorm, pre-LN and post-LN residual blocks.
 * :mod:`lib.models`, :mod:`lib.hf_weights`, :mod:`lib.objectives`, :mod:`lib.generation`
   (chapter 7): the model families, loading reference weights, the training objectives,
-  decoding.
+  decoding; :mod:`lib.pretrained` (chapter 7): published weights from the Hugging Face
+  hub in our classes (random weights of the same configuration offline), and the
+  checkpoints the course ships.
 * :mod:`lib.training` (chapter 8): loss, optimiser, schedules, checkpoints, the training
   loop, data parallelism; :mod:`lib.batches` (chapter 8): batches of token windows;
   :mod:`lib.efficiency` (chapter 8): activation checkpointing, FLOPs, GPU time;
@@ -46,6 +48,7 @@ _SUBMODULES = (
     "hf_weights",
     "objectives",
     "generation",
+    "pretrained",
     "training",
     "batches",
     "efficiency",

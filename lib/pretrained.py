@@ -1,0 +1,603 @@
+# This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
+# edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
+# From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
+"""Pretrained weights in the course's own classes, and the checkpoints the course
+ships (chapter 7).
+
+* :func:`load_pretrained` takes a hub name from :data:`PRETRAINED` (GPT-2 small,
+  DistilGPT2, BERT-base, T5-small, ViT-B/16), loads the published model and its
+  tokenizer with ``transformers`` and returns ours (:class:`Pretrained`), converted
+  by :func:`lib.hf_weights.from_reference` or :func:`lib.vit.load_hf_vit_state_dict`.
+  Offline (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` set, or no answer from the
+  hub within a few seconds: :func:`offline_reason`) it reads the local cache, and
+  failing that builds the same configuration with random weights
+  (:func:`random_model`) and a :class:`ByteTokenizer`, and says so in one line.
+* :func:`save_shipped`, :func:`load_shipped`, :func:`shipped_names`: small trained
+  models that ship in ``lib/data/checkpoints/``, each checked against the sha256
+  digest that ``manifest.json`` records with its size and metrics.
+
+``transformers`` is imported only by the functions that need it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from lib import _checks as check
+from lib.datasets import DATA_DIR, ChecksumError, sha256_file
+from lib.hf_weights import REFERENCE_FAMILIES, from_reference, load_checked
+from lib.models import GPT, T5, TransformerConfig, count_parameters
+from lib.tokenizer import CharTokenizer
+from lib.vit import ViT, ViTConfig, config_from_vit, load_hf_vit_state_dict
+
+# The public names: every top-level name the export cells define (tools/tangle.py).
+__all__ = [
+    "HubModel",
+    "PRETRAINED",
+    "hub_model",
+    "reference_config",
+    "ByteTokenizer",
+    "OFFLINE_VARIABLES",
+    "offline_reason",
+    "Pretrained",
+    "random_model",
+    "load_pretrained",
+    "CHECKPOINTS",
+    "MANIFEST",
+    "FP32_LIMIT",
+    "Shipped",
+    "shipped_names",
+    "save_shipped",
+    "load_shipped",
+]
+
+
+# From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
+@dataclass(frozen=True)
+class HubModel:
+    """One model of the Hugging Face hub, as the course loads it.
+
+    ``name``: its hub name (its last part, ``gpt2``, works too); ``reference``:
+    the ``transformers`` class that loads it; ``config_class`` and ``config``: the
+    published hyperparameters, so its shapes are known with no download;
+    ``licence`` and ``source``: what its model card says; ``byte_tokens``: the
+    arguments of the :class:`ByteTokenizer` that stands in for its tokenizer
+    offline (None: it takes no text).
+    """
+
+    name: str
+    reference: str
+    config_class: str
+    config: Mapping[str, Any]
+    licence: str
+    source: str
+    byte_tokens: Mapping[str, Any] | None = None
+
+    @property
+    def short(self) -> str:
+        """The name without its organisation: ``gpt2``, ``t5-small``."""
+        return self.name.rsplit("/", 1)[-1]
+
+
+_GPT2_SIZES = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_head=12)
+_GPT2_BYTES = dict(
+    vocab_size=50257, specials={"<|endoftext|>": 50256}, eos="<|endoftext|>"
+)
+_BERT_SPECIALS = {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102}
+
+#: The hub models the chapters load, by name.
+PRETRAINED = {
+    model.name: model
+    for model in (
+        HubModel(
+            "openai-community/gpt2",
+            "GPT2LMHeadModel",
+            "GPT2Config",
+            dict(_GPT2_SIZES, n_layer=12),
+            "MIT",
+            "OpenAI's GPT-2 small (124M parameters), trained on WebText",
+            _GPT2_BYTES,
+        ),
+        HubModel(
+            "distilbert/distilgpt2",
+            "GPT2LMHeadModel",
+            "GPT2Config",
+            dict(_GPT2_SIZES, n_layer=6),
+            "Apache-2.0",
+            "Hugging Face's DistilGPT2 (82M parameters), distilled from "
+            "GPT-2 small on OpenWebText",
+            _GPT2_BYTES,
+        ),
+        HubModel(
+            "google-bert/bert-base-uncased",
+            "BertForMaskedLM",
+            "BertConfig",
+            dict(
+                vocab_size=30522,
+                hidden_size=768,
+                num_hidden_layers=12,
+                num_attention_heads=12,
+                intermediate_size=3072,
+                max_position_embeddings=512,
+                type_vocab_size=2,
+            ),
+            "Apache-2.0",
+            "Google's BERT-base, uncased (110M parameters), trained on "
+            "BookCorpus and English Wikipedia",
+            dict(
+                vocab_size=30522,
+                offset=1000,
+                specials=_BERT_SPECIALS | {"[MASK]": 103},
+                prefix=("[CLS]",),
+                suffix=("[SEP]",),
+                pad="[PAD]",
+                mask="[MASK]",
+            ),
+        ),
+        HubModel(
+            "google-t5/t5-small",
+            "T5ForConditionalGeneration",
+            "T5Config",
+            dict(
+                vocab_size=32128,
+                d_model=512,
+                d_kv=64,
+                d_ff=2048,
+                num_layers=6,
+                num_decoder_layers=6,
+                num_heads=8,
+                relative_attention_num_buckets=32,
+                relative_attention_max_distance=128,
+                feed_forward_proj="relu",
+                decoder_start_token_id=0,
+                pad_token_id=0,
+                eos_token_id=1,
+            ),
+            "Apache-2.0",
+            "Google's T5-small (60M parameters), trained on C4 mixed with "
+            "supervised tasks, translation among them",
+            dict(
+                vocab_size=32128,
+                offset=3,
+                specials={"<pad>": 0, "</s>": 1, "<unk>": 2},
+                suffix=("</s>",),
+                pad="<pad>",
+                eos="</s>",
+            ),
+        ),
+        HubModel(
+            "google/vit-base-patch16-224",
+            "ViTForImageClassification",
+            "ViTConfig",
+            dict(
+                image_size=224,
+                patch_size=16,
+                num_channels=3,
+                hidden_size=768,
+                num_hidden_layers=12,
+                num_attention_heads=12,
+                intermediate_size=3072,
+                num_labels=1000,
+            ),
+            "Apache-2.0",
+            "Google's ViT-B/16 (86M parameters), pre-trained on "
+            "ImageNet-21k, fine-tuned on ImageNet-1k at 224×224",
+        ),
+    )
+}
+
+
+def hub_model(name: str) -> HubModel:
+    """The entry of :data:`PRETRAINED` for a hub name, or for its last part."""
+    check.string("name", name)
+    by_short = {model.short: model for model in PRETRAINED.values()}
+    found = PRETRAINED.get(name) or by_short.get(name)
+    if found is None:
+        known = ", ".join(PRETRAINED)
+        raise ValueError(f"no pretrained model {name!r} here; known: {known}")
+    return found
+
+
+def reference_config(name: str, **overrides: Any) -> Any:
+    """The ``transformers`` configuration of ``name``: its published sizes (and
+    ``overrides``), built with no download."""
+    import transformers
+
+    model = hub_model(name)
+    config_class = getattr(transformers, model.config_class)
+    return config_class(**{**model.config, **overrides})
+
+
+# From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
+class ByteTokenizer:
+    """The offline stand-in for a hub tokenizer: UTF-8 bytes as tokens.
+
+    Byte ``b`` is id ``offset + b``; ``specials`` maps special tokens (``"[MASK]"``,
+    ``"</s>"``) to their ids, and ``encode`` finds them in the text and adds
+    ``prefix`` and ``suffix`` (BERT's ``[CLS]`` and ``[SEP]``, T5's ``</s>``).
+    Like a ``transformers`` tokenizer: ``encode(text, add_special_tokens=True)``,
+    ``decode(ids, skip_special_tokens=False)``, ``vocab_size``, ``pad_token_id``,
+    ``eos_token_id``, ``mask_token`` and ``mask_token_id`` (None when absent). An
+    id that is neither a byte nor special decodes as U+FFFD.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        *,
+        offset: int = 0,
+        specials: Mapping[str, int] | None = None,
+        prefix: Sequence[str] = (),
+        suffix: Sequence[str] = (),
+        pad: str | None = None,
+        eos: str | None = None,
+        mask: str | None = None,
+    ) -> None:
+        self.vocab_size, self.offset = vocab_size, offset
+        self.specials = dict(specials or {})
+        check.int_in_range("offset", offset, 0, vocab_size - 256)
+        for token, token_id in self.specials.items():
+            check.int_in_range(f"specials[{token!r}]", token_id, 0, vocab_size - 1)
+        self.prefix = [self.specials[token] for token in prefix]
+        self.suffix = [self.specials[token] for token in suffix]
+        self.pad_token_id, self.eos_token_id, self.mask_token_id = (
+            None if token is None else self.specials[token]
+            for token in (pad, eos, mask)
+        )
+        self.mask_token = mask
+        self._token_of = {token_id: t for t, token_id in self.specials.items()}
+        # the longest first, so that no special token is cut by a shorter one
+        names = sorted(self.specials, key=len, reverse=True)
+        self._split = re.compile("(" + "|".join(map(re.escape, names)) + ")")
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """The ids of ``text``: its bytes, and the special tokens it names."""
+        check.string("text", text, utf8=True, owner="ByteTokenizer.encode()")
+        pieces = self._split.split(text) if self.specials else [text]
+        ids = []
+        for index, piece in enumerate(pieces):
+            if index % 2:  # the split's odd pieces are the special tokens
+                ids.append(self.specials[piece])
+            else:
+                ids += [self.offset + byte for byte in piece.encode("utf-8")]
+        if add_special_tokens:
+            ids = self.prefix + ids + self.suffix
+        return ids
+
+    def decode(self, ids: Any, skip_special_tokens: bool = False) -> str:
+        """The text of ``ids`` (a list or a tensor ``(seq,)``)."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.tolist()
+        pieces, run = [], bytearray()  # run: the bytes not yet decoded
+        for token_id in ids:
+            if 0 <= token_id - self.offset < 256:
+                run.append(token_id - self.offset)
+                continue
+            pieces.append(run.decode("utf-8", errors="replace"))
+            run = bytearray()
+            if token_id not in self._token_of:
+                pieces.append("\ufffd")
+            elif not skip_special_tokens:
+                pieces.append(self._token_of[token_id])
+        pieces.append(run.decode("utf-8", errors="replace"))
+        return "".join(pieces)
+
+    def __repr__(self) -> str:
+        specials = ", ".join(self.specials)
+        size = self.vocab_size
+        return f"ByteTokenizer(vocab_size={size}, specials: {specials})"
+
+
+# From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
+#: The variables that switch the hub off (``transformers`` obeys them too).
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def _probe(url: str, timeout: float) -> str | None:
+    """None when ``url`` answers a HEAD request within ``timeout`` s, else why not."""
+    outcome: list[str | None] = []
+
+    def ask() -> None:
+        request = urllib.request.Request(url, method="HEAD")
+        try:
+            urllib.request.urlopen(request, timeout=timeout).close()
+            outcome.append(None)
+        # an HTTP error is an answer too: the hub is reachable
+        except urllib.error.HTTPError:
+            outcome.append(None)
+        # no name, no route, refused, timed out
+        except (OSError, ValueError):
+            outcome.append("no network")
+
+    # aside, so that a name lookup that hangs costs `timeout` seconds too
+    thread = threading.Thread(target=ask, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return outcome[0] if outcome else f"no answer in {timeout:g} s"
+
+
+def offline_reason(timeout: float = 3.0) -> str | None:
+    """Why the hub cannot be used now (``"HF_HUB_OFFLINE=1"``, ``"no network"``,
+    ...), or None when it can.
+
+    A set offline variable (:data:`OFFLINE_VARIABLES`) decides with no request;
+    otherwise one HEAD request to ``HF_ENDPOINT`` (default https://huggingface.co,
+    through the environment's proxies) must be answered within ``timeout`` s.
+    """
+    check.finite_float("timeout", timeout, low=0.0, low_open=True)
+    for variable in OFFLINE_VARIABLES:
+        value = os.environ.get(variable, "")
+        if value.strip().lower() in ("1", "true", "yes", "on"):
+            return f"{variable}={value}"
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    return _probe(endpoint, timeout)
+
+
+# From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
+@dataclass
+class Pretrained:
+    """A hub model in our classes: ``model`` (eval mode), its ``tokenizer``
+    (``transformers``' own, or a :class:`ByteTokenizer` offline; None for
+    images), the hub ``name``, ``real`` (True: the published weights; False:
+    random weights of the same configuration), the weights' ``source`` and
+    ``licence``, ``labels`` (a classifier's class names; None offline) and
+    ``notice``, the line :func:`load_pretrained` printed.
+    """
+
+    model: nn.Module
+    tokenizer: Any
+    name: str
+    real: bool
+    source: str
+    licence: str
+    labels: dict[int, str] | None = None
+    notice: str = ""
+
+
+def random_model(name: str) -> nn.Module:
+    """Our model of ``name``: its published configuration, random weights
+    (:func:`~lib.models.init_weights`), in eval mode. Nothing is downloaded."""
+    config = reference_config(name)
+    if hub_model(name).config_class == "ViTConfig":
+        return ViT(config_from_vit(config)).eval()
+    read_config, _, model_class = REFERENCE_FAMILIES[config.model_type]
+    cfg = read_config(config)
+    if model_class is T5:
+        return T5(cfg, start_id=config.decoder_start_token_id).eval()
+    return model_class(cfg).eval()
+
+
+def _download(model: HubModel, local_only: bool) -> tuple[nn.Module, Any]:
+    """The reference model and its tokenizer, from the hub or (``local_only``)
+    from the local cache; raises when they cannot be had."""
+    import transformers
+
+    verbosity = transformers.logging.get_verbosity()
+    # not the warning that BERT's unused pre-training head was left out
+    transformers.logging.set_verbosity_error()
+    try:
+        tokenizer = None
+        if model.byte_tokens is not None:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(
+                model.name, local_files_only=local_only
+            )
+        reference = getattr(transformers, model.reference).from_pretrained(
+            model.name, local_files_only=local_only
+        )
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    return reference.float().eval(), tokenizer
+
+
+def load_pretrained(
+    name: str,
+    *,
+    device: torch.device | str | None = None,
+    timeout: float = 3.0,
+    verbose: bool = True,
+) -> Pretrained:
+    """``name``'s published weights in our classes; offline, random weights.
+
+    ``name``: a key of :data:`PRETRAINED` or its last part (``"gpt2"``). With the
+    hub reachable (:func:`offline_reason`, which waits at most ``timeout`` s),
+    ``transformers`` downloads the model and tokenizer; offline it reads only its
+    local cache. The model is converted by :func:`~lib.hf_weights.from_reference`
+    (a ViT by :func:`~lib.vit.load_hf_vit_state_dict`). When nothing could be
+    loaded, the model is :func:`random_model`'s and the tokenizer a
+    :class:`ByteTokenizer`. ``verbose`` prints one line saying which happened. The
+    model goes to ``device`` (default: it stays on the CPU).
+    """
+    model = hub_model(name)
+    reason = offline_reason(timeout)
+    try:
+        reference, tokenizer = _download(model, local_only=reason is not None)
+    # offline with nothing in the cache, or a download that failed
+    except Exception as error:
+        reference, tokenizer = None, None
+        reason = reason or f"download failed: {type(error).__name__}"
+    labels = None
+    if reference is None:
+        ours = random_model(model.name)
+        if model.byte_tokens is not None:
+            tokenizer = ByteTokenizer(**model.byte_tokens)
+        tokens = "" if tokenizer is None else ", byte tokens"
+        notice = f"offline ({reason}): random {model.short}{tokens}"
+        notice += "; output is noise"
+        source = f"random weights in the configuration of {model.name}"
+    else:
+        if model.config_class == "ViTConfig":
+            ours = ViT(config_from_vit(reference.config))
+            load_hf_vit_state_dict(ours, reference.state_dict()).eval()
+            labels = dict(reference.config.id2label)
+        else:
+            ours = from_reference(reference)
+        cached = " (local cache)" if reason else ""
+        notice = f"{model.name}: published weights{cached}, {model.licence}"
+        source = f"huggingface.co/{model.name}: {model.source}"
+    if verbose:
+        print(notice)
+    if device is not None:
+        ours = ours.to(device)
+    real = reference is not None
+    return Pretrained(
+        ours, tokenizer, model.name, real, source, model.licence, labels, notice
+    )
+
+
+# From chapters/07-families.md, section "Checkpoints that ship with the course".
+#: The folder of the checkpoints that ship with the course.
+CHECKPOINTS = DATA_DIR / "checkpoints"
+#: The manifest in it: each checkpoint's file, sha256, size, metrics, command.
+MANIFEST = "manifest.json"
+#: Above this many bytes of float32 weights a checkpoint is stored in float16.
+FP32_LIMIT = 10_000_000
+
+
+@dataclass
+class Shipped:
+    """A shipped checkpoint, loaded: ``model`` (eval mode), its ``tokenizer`` (a
+    :class:`~lib.tokenizer.CharTokenizer`, or None), ``name``, and ``entry``, its
+    record in the manifest (``file``, ``sha256``, ``bytes``, ``kind``, ``dtype``,
+    ``parameters``, ``metrics``, ``record``, ``command``)."""
+
+    model: nn.Module
+    tokenizer: CharTokenizer | None
+    name: str
+    entry: dict[str, Any]
+
+
+def _manifest(directory: Path) -> dict[str, Any]:
+    path = directory / MANIFEST
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def shipped_names(directory: str | os.PathLike = CHECKPOINTS) -> list[str]:
+    """The names of the checkpoints listed by the manifest in ``directory``."""
+    return sorted(_manifest(Path(directory)))
+
+
+def _stored_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], str]:
+    """The state dict on the CPU, float16 if float32 is over :data:`FP32_LIMIT`
+    bytes, each tied tensor once (its names share one stored tensor)."""
+    state = model.state_dict()
+
+    def key(t: torch.Tensor) -> tuple:
+        return t.data_ptr(), tuple(t.shape), t.stride()
+
+    unique = {key(t): t for t in state.values()}
+    fp32_bytes = sum(4 * t.numel() for t in unique.values())
+    dtype = torch.float32 if fp32_bytes <= FP32_LIMIT else torch.float16
+    stored = {
+        k: t.detach().to("cpu", dtype if t.is_floating_point() else t.dtype)
+        for k, t in unique.items()
+    }
+    dtype_name = str(dtype).removeprefix("torch.")
+    return {name: stored[key(t)] for name, t in state.items()}, dtype_name
+
+
+def save_shipped(
+    model: nn.Module,
+    name: str,
+    *,
+    tokenizer: CharTokenizer | None = None,
+    metrics: Mapping[str, Any] | None = None,
+    record: str | None = None,
+    command: str | None = None,
+    directory: str | os.PathLike = CHECKPOINTS,
+) -> Path:
+    """Write ``model`` (a :class:`~lib.models.GPT` or :class:`~lib.vit.ViT`) to
+    ``directory/<name>.pt`` and record it in the manifest; returns the path.
+
+    The file holds the kind (``"gpt"``, ``"vit"``), the configuration, the state
+    dict (float32, or float16 above :data:`FP32_LIMIT` bytes) and the characters
+    of ``tokenizer``. The manifest records the file's sha256 and size, the
+    parameter count, ``metrics`` (JSON values), ``record`` (the run's record) and
+    ``command`` (what trained it).
+    """
+    kinds = {"gpt": GPT, "vit": ViT}
+    kind = next((k for k, c in kinds.items() if isinstance(model, c)), None)
+    if kind is None:
+        got = type(model).__name__
+        raise TypeError(f"save_shipped takes a GPT or a ViT, got {got}")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", check.string("name", name)):
+        raise ValueError(f"name: lower-case letters, digits, - and ., got {name!r}")
+    check.instance("tokenizer", tokenizer, (CharTokenizer, type(None)))
+    entry = dict(kind=kind, parameters=count_parameters(model))
+    entry |= dict(metrics=dict(metrics or {}), record=record, command=command)
+    # a value that JSON cannot hold fails here, before anything is written
+    json.dumps(entry)
+    state, entry["dtype"] = _stored_state(model)
+    chars = None if tokenizer is None else list(tokenizer.chars)
+    payload = dict(kind=kind, config=dataclasses.asdict(model.cfg))
+    payload |= dict(state_dict=state, chars=chars)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path, partial = directory / f"{name}.pt", directory / f".{name}.pt.part"
+    torch.save(payload, partial)
+    # never a half-written checkpoint under the checkpoint's name
+    os.replace(partial, path)
+    entry |= dict(file=path.name, sha256=sha256_file(path))
+    entry["bytes"] = path.stat().st_size
+    manifest = _manifest(directory) | {name: entry}
+    text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False)
+    (directory / MANIFEST).write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+def load_shipped(
+    name: str,
+    device: torch.device | str | None = None,
+    *,
+    directory: str | os.PathLike = CHECKPOINTS,
+) -> Shipped:
+    """A shipped checkpoint, its sha256 checked against the manifest: our GPT
+    or ViT in eval mode on ``device`` (default: the CPU), and its tokenizer.
+
+    A name the manifest does not list, or a listed file that is missing, is a
+    ``FileNotFoundError``; a file whose digest is not the manifest's (corrupt,
+    truncated, altered) a :class:`~lib.datasets.ChecksumError`; both name it.
+    """
+    directory = Path(directory)
+    manifest = _manifest(directory)
+    if name not in manifest:
+        listed = ", ".join(sorted(manifest)) or "none"
+        where = directory / MANIFEST
+        raise FileNotFoundError(f"{where} lists no {name!r} (it lists: {listed})")
+    entry = manifest[name]
+    path = directory / entry["file"]
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing (the manifest lists it): restore it from the "
+            "repository, or reinstall the package"
+        )
+    digest = sha256_file(path)
+    if digest != (recorded := entry["sha256"]):
+        raise ChecksumError(
+            f"{path} has sha256 {digest}, the manifest records {recorded}: "
+            "the file is corrupt or was altered; restore it from the repository"
+        )
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if payload["kind"] == "gpt":
+        model = GPT(TransformerConfig(**payload["config"]))
+    else:
+        model = ViT(ViTConfig(**payload["config"]))
+    load_checked(model, payload["state_dict"])
+    chars = payload["chars"]
+    tokenizer = None if chars is None else CharTokenizer("".join(chars))
+    model = model.to("cpu" if device is None else device).eval()
+    return Shipped(model, tokenizer, name, entry)

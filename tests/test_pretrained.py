@@ -1,0 +1,476 @@
+"""Unit tests of lib.pretrained, all offline (no test touches the network).
+
+* The loading path at the published shapes. ``transformers``' configuration classes give
+  each model's published sizes with no download (GPT-2 small, DistilGPT2, BERT-base,
+  T5-small, ViT-B/16). The whole conversion table is checked at full depth on a state
+  dict of zeros of the reference's shapes (the reference is built on the meta device, and
+  the zeros are one broadcast element each: no memory, no initialisation). Outputs are
+  compared on random weights through ``load_pretrained``'s own online branch (only the
+  download is replaced), with the published widths, vocabularies, heads and positions but
+  two blocks per stack instead of 6 to 12, which keeps the test to seconds on a CPU.
+* The offline decision: an offline variable, a probe that fails, a probe that hangs, a
+  download that fails; the one line printed; random weights of the same configuration.
+* Shipped checkpoints in a temporary folder: round trips, float16, and the errors for a
+  missing, unknown or altered file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import torch
+import transformers
+
+from lib import pretrained
+from lib.datasets import ChecksumError, sha256_file
+from lib.hf_weights import REFERENCE_FAMILIES
+from lib.models import GPT, T5, TransformerConfig, count_parameters
+from lib.pretrained import (
+    PRETRAINED,
+    ByteTokenizer,
+    hub_model,
+    load_pretrained,
+    load_shipped,
+    offline_reason,
+    random_model,
+    reference_config,
+    save_shipped,
+    shipped_names,
+)
+from lib.tokenizer import CharTokenizer
+from lib.vit import ViT, ViTConfig, config_from_vit, vit_state_dict
+
+transformers.logging.set_verbosity_error()
+
+#: Two blocks per stack; every other size as published.
+TWO_BLOCKS = {
+    "openai-community/gpt2": dict(n_layer=2),
+    "distilbert/distilgpt2": dict(n_layer=2),
+    "google-bert/bert-base-uncased": dict(num_hidden_layers=2),
+    "google-t5/t5-small": dict(num_layers=2, num_decoder_layers=2),
+    "google/vit-base-patch16-224": dict(num_hidden_layers=2),
+}
+
+
+@pytest.fixture
+def online(monkeypatch):
+    """The hub 'answers' (the probe says so); no offline variable is set."""
+    for variable in pretrained.OFFLINE_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(pretrained, "_probe", lambda url, timeout: None)
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """The probe fails and the local cache is empty: every download raises."""
+    for variable in pretrained.OFFLINE_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(pretrained, "_probe", lambda url, timeout: "no network")
+    asked = []
+
+    def download(model, local_only):
+        asked.append(local_only)
+        raise OSError(f"{model.name} is not in the local cache")
+
+    monkeypatch.setattr(pretrained, "_download", download)
+    return asked
+
+
+def _ours_on_meta(name: str, config) -> torch.nn.Module:
+    with torch.device("meta"):
+        if hub_model(name).config_class == "ViTConfig":
+            return ViT(config_from_vit(config))
+        read_config, _, model_class = REFERENCE_FAMILIES[config.model_type]
+        return model_class(read_config(config))
+
+
+# ---------------------------------------------------------------------------- the table
+
+
+def test_hub_names_and_their_short_forms():
+    assert hub_model("gpt2") is PRETRAINED["openai-community/gpt2"]
+    assert hub_model("google-t5/t5-small").short == "t5-small"
+    with pytest.raises(
+        ValueError, match="no pretrained model 'gpt5'.*openai-community"
+    ):
+        hub_model("gpt5")
+
+
+def test_reference_config_has_the_published_sizes():
+    gpt2 = reference_config("gpt2")
+    assert (gpt2.n_layer, gpt2.n_embd, gpt2.n_head, gpt2.vocab_size) == (
+        12,
+        768,
+        12,
+        50257,
+    )
+    assert reference_config("distilgpt2").n_layer == 6
+    t5 = reference_config("t5-small")
+    assert (t5.d_model, t5.d_ff, t5.num_layers, t5.num_heads, t5.vocab_size) == (
+        512,
+        2048,
+        6,
+        8,
+        32128,
+    )
+    assert t5.relative_attention_num_buckets == 32 and not t5.is_gated_act
+    vit = reference_config("vit-base-patch16-224")
+    assert (vit.hidden_size, vit.patch_size, vit.image_size, vit.num_labels) == (
+        768,
+        16,
+        224,
+        1000,
+    )
+    assert reference_config("gpt2", n_layer=2).n_layer == 2  # overrides
+
+
+@pytest.mark.parametrize("name", list(PRETRAINED))
+def test_the_published_shapes_convert_at_full_depth(name):
+    """Every key of the full-size reference fills ours, with its shape; and the size the
+    table states ("124M parameters") is our model's, to within a million."""
+    model = PRETRAINED[name]
+    config = reference_config(name)
+    with torch.device("meta"):
+        reference = getattr(transformers, model.reference)(config)
+    zero = torch.zeros(())
+    zeros = {k: zero.expand(t.shape) for k, t in reference.state_dict().items()}
+    ours = _ours_on_meta(name, config)
+    if model.config_class == "ViTConfig":
+        converted = vit_state_dict(zeros, ours.cfg)
+    else:
+        converted = REFERENCE_FAMILIES[config.model_type][1](zeros, ours.cfg)
+    expected = {k: t.shape for k, t in ours.state_dict().items()}
+    assert {k: t.shape for k, t in converted.items()} == expected
+    stated = int(re.search(r"(\d+)M parameters", model.source).group(1))
+    assert abs(count_parameters(ours) / 1e6 - stated) < 1, (
+        name,
+        count_parameters(ours),
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PRETRAINED))
+def test_online_branch_gives_the_references_outputs(name, online, monkeypatch, capsys):
+    model = PRETRAINED[name]
+    torch.manual_seed(0)
+    reference = getattr(transformers, model.reference)(
+        reference_config(name, **TWO_BLOCKS[name])
+    )
+    with torch.no_grad():  # no norm weight 1 and no bias 0 left: all are checked
+        for parameter in reference.parameters():
+            parameter.add_(0.02 * torch.randn_like(parameter))
+    reference.eval()
+    # _download gives no tokenizer for a model that takes no text
+    tokenizer = None if model.byte_tokens is None else object()
+    monkeypatch.setattr(
+        pretrained, "_download", lambda m, local_only: (reference, tokenizer)
+    )
+    loaded = load_pretrained(name)
+    assert loaded.real and loaded.name == name and loaded.licence == model.licence
+    notice = f"{name}: published weights, {model.licence}"
+    assert capsys.readouterr().out == notice + "\n" and loaded.notice == notice
+    assert loaded.source == f"huggingface.co/{name}: {model.source}"
+    assert not loaded.model.training
+    vocab = getattr(reference.config, "vocab_size", 1)  # a ViT reads no ids
+    ids = torch.randint(0, vocab, (2, 7))
+    with torch.no_grad():
+        if model.config_class == "ViTConfig":
+            images = torch.randn(2, 3, 224, 224)
+            ours, theirs = loaded.model(images), reference(pixel_values=images).logits
+            assert loaded.labels == dict(reference.config.id2label)
+        elif model.config_class == "T5Config":
+            targets = torch.cat([torch.zeros(2, 1, dtype=torch.long), ids[:, :4]], 1)
+            ours = loaded.model(ids, targets)
+            theirs = reference(input_ids=ids, decoder_input_ids=targets).logits
+        else:
+            ours, theirs = loaded.model(ids), reference(ids).logits
+    assert loaded.tokenizer is tokenizer
+    if model.config_class != "ViTConfig":
+        assert loaded.labels is None
+    assert (ours - theirs).abs().max() < 1e-4
+
+
+# --------------------------------------------------------------------- the offline path
+
+
+def test_an_offline_variable_decides_without_a_request(monkeypatch):
+    def no_request(url, timeout):
+        raise AssertionError("the hub was asked although an offline variable is set")
+
+    monkeypatch.setattr(pretrained, "_probe", no_request)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert offline_reason() == "HF_HUB_OFFLINE=1"
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "true")
+    assert offline_reason() == "TRANSFORMERS_OFFLINE=true"
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")  # not set to a true value
+    with pytest.raises(AssertionError, match="the hub was asked"):
+        offline_reason()
+
+
+def test_the_probe_asks_the_endpoint_and_obeys_the_timeout(monkeypatch):
+    for variable in pretrained.OFFLINE_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    asked = []
+    monkeypatch.setattr(pretrained, "_probe", lambda url, t: asked.append((url, t)))
+    monkeypatch.setenv("HF_ENDPOINT", "https://mirror.example")
+    assert offline_reason(0.5) is None and asked == [("https://mirror.example", 0.5)]
+    with pytest.raises(ValueError, match="timeout"):
+        offline_reason(0)
+
+
+def test_a_hanging_probe_gives_up_after_its_timeout(monkeypatch):
+    release = threading.Event()
+
+    def hang(request, timeout):  # a name lookup that never returns
+        release.wait(60)
+        raise OSError("released")
+
+    monkeypatch.setattr(urllib.request, "urlopen", hang)
+    start = time.perf_counter()
+    try:
+        assert pretrained._probe("https://huggingface.co", 0.2) == "no answer in 0.2 s"
+        assert (
+            time.perf_counter() - start < 10
+        )  # the timeout, not the minute of hanging
+    finally:
+        release.set()
+
+
+def test_a_refused_connection_is_no_network_and_an_http_error_an_answer(monkeypatch):
+    # port 9 (discard) of this machine: nothing listens there, the connection is refused
+    assert pretrained._probe("http://127.0.0.1:9", 2.0) == "no network"
+
+    def forbidden(request, timeout):
+        raise urllib.error.HTTPError(request.full_url, 403, "Forbidden", {}, None)
+
+    monkeypatch.setattr(urllib.request, "urlopen", forbidden)
+    assert pretrained._probe("https://huggingface.co", 2.0) is None
+
+
+def test_offline_gives_random_weights_of_the_configuration_and_one_line(
+    no_network, capsys
+):
+    loaded = load_pretrained("distilgpt2")
+    assert no_network == [True]  # offline, only the local cache was asked
+    printed = capsys.readouterr().out
+    assert printed == (
+        "offline (no network): random distilgpt2, byte tokens; output is noise\n"
+    )
+    assert not loaded.real and loaded.notice == printed.strip()
+    assert loaded.labels is None and "random weights" in loaded.source
+    assert loaded.licence == "Apache-2.0"
+    cfg = loaded.model.cfg
+    assert isinstance(loaded.model, GPT) and not loaded.model.training
+    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.vocab_size, cfg.max_len) == (
+        6,
+        768,
+        12,
+        50257,
+        1024,
+    )
+    tokenizer = loaded.tokenizer
+    assert isinstance(tokenizer, ByteTokenizer) and tokenizer.eos_token_id == 50256
+    ids = torch.tensor(tokenizer.encode("To be, or not"))
+    with torch.no_grad():
+        logits = loaded.model(ids[None])
+    assert logits.shape == (1, len(ids), 50257) and logits.isfinite().all()
+
+
+def test_a_failed_download_online_falls_back_and_says_why(online, monkeypatch, capsys):
+    def refused(model, local_only):
+        assert not local_only  # online: a real download was tried
+        raise ConnectionError("reset by peer")
+
+    monkeypatch.setattr(pretrained, "_download", refused)
+    tiny = ViT(ViTConfig(image_size=16, patch_size=8, n_classes=3, d_model=8))
+    monkeypatch.setattr(pretrained, "random_model", lambda name: tiny)
+    loaded = load_pretrained("google/vit-base-patch16-224", verbose=True)
+    assert not loaded.real and loaded.model is tiny and loaded.tokenizer is None
+    assert capsys.readouterr().out == (
+        "offline (download failed: ConnectionError): random vit-base-patch16-224; "
+        "output is noise\n"
+    )
+
+
+def test_hf_hub_offline_reads_only_the_cache(monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    asked = []
+
+    def cached(model, local_only):
+        asked.append(local_only)
+        raise OSError("not cached")
+
+    monkeypatch.setattr(pretrained, "_download", cached)
+    monkeypatch.setattr(pretrained, "random_model", lambda name: torch.nn.Identity())
+    loaded = load_pretrained("bert-base-uncased", verbose=False)
+    assert asked == [True] and not loaded.real and capsys.readouterr().out == ""
+    assert loaded.notice == (
+        "offline (HF_HUB_OFFLINE=1): random bert-base-uncased, byte tokens; "
+        "output is noise"
+    )
+    assert loaded.tokenizer.mask_token_id == 103
+
+
+def test_random_model_builds_the_published_configuration_untrained():
+    """T5-small is the smallest of the text models: its start id, sizes and buckets."""
+    model = random_model("t5-small")
+    assert isinstance(model, T5) and model.start_id == 0 and not model.training
+    cfg = model.cfg
+    assert (cfg.d_model, cfg.d_ff, cfg.n_layers, cfg.decoder_layers, cfg.n_heads) == (
+        512,
+        2048,
+        6,
+        6,
+        8,
+    )
+    assert (cfg.t5_num_buckets, cfg.activation, cfg.vocab_size) == (32, "relu", 32128)
+
+
+# ------------------------------------------------------------------- the byte tokenizer
+
+
+def test_byte_tokenizer_round_trip_and_special_tokens():
+    bert = ByteTokenizer(**hub_model("bert-base-uncased").byte_tokens)
+    text = "Le café est [MASK]."
+    ids = bert.encode(text)
+    assert ids[0] == 101 and ids[-1] == 102 and ids.count(103) == 1
+    assert len(ids) == 2 + len("Le café est ".encode()) + 1 + 1
+    assert all(0 <= i < 30522 for i in ids)
+    assert bert.decode(ids) == f"[CLS]{text}[SEP]"
+    assert bert.decode(ids, skip_special_tokens=True) == "Le café est ."
+    assert bert.encode(text, add_special_tokens=False) == ids[1:-1]
+    assert bert.decode(torch.tensor([1000 + 104, 29999])) == "h\ufffd"  # not a byte
+    assert (bert.mask_token, bert.pad_token_id, bert.eos_token_id) == (
+        "[MASK]",
+        0,
+        None,
+    )
+    t5 = ByteTokenizer(**hub_model("t5-small").byte_tokens)
+    assert t5.encode("hi")[-1] == 1 and t5.decode(t5.encode("hi"), True) == "hi"
+    with pytest.raises(ValueError, match="offset"):
+        ByteTokenizer(100, offset=0)  # 256 bytes do not fit in 100 ids
+
+
+# ----------------------------------------------------------------- shipped checkpoints
+
+
+def _tiny_gpt() -> tuple[GPT, CharTokenizer]:
+    torch.manual_seed(0)
+    tokenizer = CharTokenizer("to be or not to be, that is the question")
+    cfg = TransformerConfig(
+        vocab_size=tokenizer.vocab_size, d_model=16, n_heads=2, n_layers=2, max_len=32
+    )
+    return GPT(cfg), tokenizer
+
+
+def test_a_gpt_and_its_tokenizer_ship_and_come_back(tmp_path):
+    model, tokenizer = _tiny_gpt()
+    path = save_shipped(
+        model,
+        "tiny-gpt",
+        tokenizer=tokenizer,
+        metrics={"val_loss": 1.25},
+        record="book/results/tiny.json",
+        command="python -m lib.runs tiny",
+        directory=tmp_path,
+    )
+    assert path == tmp_path / "tiny-gpt.pt" and shipped_names(tmp_path) == ["tiny-gpt"]
+    entry = json.loads((tmp_path / "manifest.json").read_text())["tiny-gpt"]
+    assert (
+        entry["sha256"] == sha256_file(path) and entry["bytes"] == path.stat().st_size
+    )
+    assert entry["kind"] == "gpt" and entry["dtype"] == "float32"
+    assert entry["parameters"] == count_parameters(model)
+    assert entry["metrics"] == {"val_loss": 1.25} and entry["file"] == "tiny-gpt.pt"
+    assert entry["command"] == "python -m lib.runs tiny"
+    assert entry["record"] == "book/results/tiny.json"
+
+    shipped = load_shipped("tiny-gpt", directory=tmp_path)
+    assert isinstance(shipped.model, GPT) and not shipped.model.training
+    assert shipped.model.cfg == model.cfg and shipped.entry == entry
+    assert shipped.tokenizer.chars == tokenizer.chars
+    ids = torch.tensor([tokenizer.encode("to be")])
+    with torch.no_grad():
+        assert torch.equal(shipped.model(ids), model.eval()(ids))
+    assert not list(tmp_path.glob("*.part"))  # the partial file was moved into place
+
+
+def test_a_vit_ships_without_a_tokenizer(tmp_path):
+    torch.manual_seed(0)
+    vit = ViT(ViTConfig(image_size=28, patch_size=7, n_classes=10, d_model=16))
+    save_shipped(vit, "tiny-vit", directory=tmp_path)
+    save_shipped(_tiny_gpt()[0], "tiny-gpt", directory=tmp_path)  # one manifest, two
+    assert shipped_names(tmp_path) == ["tiny-gpt", "tiny-vit"]
+    shipped = load_shipped("tiny-vit", directory=tmp_path)
+    assert shipped.tokenizer is None and shipped.model.cfg == vit.cfg
+    images = torch.rand(3, 1, 28, 28)
+    with torch.no_grad():
+        assert torch.equal(shipped.model(images), vit.eval()(images))
+
+
+def test_large_weights_ship_in_float16_with_tied_matrices_once(tmp_path, monkeypatch):
+    model, tokenizer = _tiny_gpt()
+    monkeypatch.setattr(pretrained, "FP32_LIMIT", 1000)
+    path = save_shipped(model, "half", tokenizer=tokenizer, directory=tmp_path)
+    assert json.loads((tmp_path / "manifest.json").read_text())["half"]["dtype"] == (
+        "float16"
+    )
+    stored = torch.load(path, weights_only=True)["state_dict"]
+    assert stored["head.weight"].dtype == torch.float16
+    assert stored["head.weight"].data_ptr() == stored["embed.tokens.weight"].data_ptr()
+    shipped = load_shipped("half", directory=tmp_path)
+    assert next(shipped.model.parameters()).dtype == torch.float32
+    ids = torch.tensor([tokenizer.encode("that is")])
+    with torch.no_grad():
+        gap = (shipped.model(ids) - model.eval()(ids)).abs().max()
+    assert 0 < gap < 1e-2  # rounded to float16, nothing more
+
+
+def test_a_missing_unknown_or_altered_checkpoint_is_a_clear_error(tmp_path):
+    model, tokenizer = _tiny_gpt()
+    path = save_shipped(model, "tiny-gpt", tokenizer=tokenizer, directory=tmp_path)
+    with pytest.raises(
+        FileNotFoundError, match=r"lists no 'other' \(it lists: tiny-gpt"
+    ):
+        load_shipped("other", directory=tmp_path)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte
+    path.write_bytes(bytes(data))
+    with pytest.raises(
+        ChecksumError, match=re.escape(str(path)) + ".*corrupt or was altered"
+    ):
+        load_shipped("tiny-gpt", directory=tmp_path)
+    path.unlink()
+    with pytest.raises(FileNotFoundError, match=re.escape(str(path)) + " is missing"):
+        load_shipped("tiny-gpt", directory=tmp_path)
+    assert shipped_names(tmp_path / "nowhere") == []
+
+
+def test_save_shipped_refuses_what_it_cannot_ship(tmp_path):
+    model = _tiny_gpt()[0]
+    with pytest.raises(TypeError, match="takes a GPT or a ViT, got Linear"):
+        save_shipped(torch.nn.Linear(2, 2), "linear", directory=tmp_path)
+    with pytest.raises(ValueError, match="lower-case"):
+        save_shipped(model, "../escape", directory=tmp_path)
+    with pytest.raises(TypeError, match="tokenizer"):
+        save_shipped(model, "gpt", tokenizer="abc", directory=tmp_path)
+    with pytest.raises(TypeError, match="JSON serializable"):
+        save_shipped(
+            model, "gpt", metrics={"loss": torch.tensor(1.0)}, directory=tmp_path
+        )
+    assert list(tmp_path.iterdir()) == []  # nothing was written
+
+
+@pytest.mark.parametrize("name", shipped_names())
+def test_every_checkpoint_the_course_ships_loads(name):
+    shipped = load_shipped(name)  # its sha256 checked against the manifest
+    assert not shipped.model.training
+    assert count_parameters(shipped.model) == shipped.entry["parameters"]
