@@ -3,16 +3,18 @@
 # From chapters/06-norms.md, section "The module".
 """Normalisation layers and the residual wrapper (chapter 6 of the course).
 
-* :class:`LayerNorm` and :class:`RMSNorm`, written with einops reductions over the
-  feature axis and checked against ``torch.nn.LayerNorm`` and ``torch.nn.RMSNorm``;
+* :class:`LayerNorm` and :class:`RMSNorm`, written with einops reductions
+  over the feature axis and checked against ``torch.nn.LayerNorm`` and
+  ``torch.nn.RMSNorm``;
 * :func:`make_norm`, which builds either by name;
-* :class:`ResidualSublayer`, which wraps a sublayer (attention, feed-forward) in a
-  residual connection with dropout on the branch and the normalisation before it
-  (``"pre"``) or after the sum (``"post"``);
-* :func:`make_final_norm`, the normalisation a pre-LN stack needs after its last block.
+* :class:`ResidualSublayer`, which wraps a sublayer (attention,
+  feed-forward) in a residual connection with dropout on the branch and the
+  normalisation before it (``"pre"``) or after the sum (``"post"``);
+* :func:`make_final_norm`, the normalisation a pre-LN stack needs after its
+  last block.
 
-Every tensor is ``(... d_model)``: any leading axes (batch, sequence) and the features
-last.
+Every tensor is ``(... d_model)``: any leading axes (batch, sequence) and
+the features last.
 """
 
 from __future__ import annotations
@@ -39,18 +41,21 @@ __all__ = [
 # From chapters/06-norms.md, section "The module".
 NORM_POSITIONS = ("pre", "post")
 NORM_KINDS = ("layernorm", "rmsnorm")
-_EPS = dict(low=0, low_open=True, hint="it keeps the division away from zero")
+# eps must be > 0
+_EPS_HINT = "it keeps the division away from zero"
+_EPS = dict(low=0, low_open=True, hint=_EPS_HINT)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """fp32 for fp32 and half-precision inputs, fp64 for fp64: never less than fp32."""
+    """fp32 for fp32 and half-precision inputs, fp64 for fp64."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def _check_features(module: nn.Module, x: torch.Tensor) -> None:
-    """``x`` is a float ``(... d_model)`` tensor on the device of ``module.weight``."""
-    owner, d_model = type(module).__name__, module.d_model
-    check.tensor("x", x, "... d_model", d_model=d_model, floating=True, owner=owner)
+    """``x`` is a float ``(... d_model)`` tensor on the device of
+    ``module.weight``."""
+    owner, sizes = type(module).__name__, dict(d_model=module.d_model)
+    check.tensor("x", x, "... d_model", floating=True, owner=owner, **sizes)
     if getattr(module, "weight", None) is not None:
         check.same_device(x=x, weight=module.weight, owner=owner)
 
@@ -60,20 +65,19 @@ class LayerNorm(nn.Module):
     """Layer normalisation (Ba et al., 2016) over the last axis, as in
     ``torch.nn.LayerNorm``.
 
-    ``y = (x - mean) / sqrt(var + eps) * weight + bias``, where ``mean`` and ``var`` are
-    the mean and the *biased* variance (divided by ``d_model``) of each token's
-    features, and ``eps`` sits *inside* the square root. Shapes: ``x`` is ``(...
-    d_model)``, and so is the result. fp16 and bf16 inputs are normalised in fp32 and
-    cast back.
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias``, where ``mean`` and
+    ``var`` are the mean and the *biased* variance (divided by ``d_model``)
+    of each token's features, and ``eps`` sits *inside* the square root.
+    Shapes: ``x`` is ``(... d_model)``, and so is the result. fp16 and bf16
+    inputs are normalised in fp32 and cast back.
 
-    Args:
-        d_model: the size of the normalised (last) axis.
-        eps: added to the variance before the square root; must be > 0.
-        elementwise_affine: learn a per-feature gain ``weight`` (initialised to 1).
-        bias: with ``elementwise_affine``, also learn a per-feature ``bias``
-            (initialised to 0).
-        fused: compute with ``F.layer_norm`` (one kernel; the default) instead of the
-            einops teaching form; both give the same result (tested).
+    Args: d_model: the size of the normalised (last) axis. eps: added to the
+        variance before the square root; must be > 0. elementwise_affine:
+        learn a per-feature gain ``weight`` (initialised to 1). bias: with
+        ``elementwise_affine``, also learn a per-feature ``bias``
+        (initialised to 0). fused: compute with ``F.layer_norm`` (one
+        kernel; the default) instead of the einops teaching form; both give
+        the same result (tested).
     """
 
     def __init__(
@@ -92,15 +96,17 @@ class LayerNorm(nn.Module):
         flags = dict(elementwise_affine=elementwise_affine, bias=bias)
         check.booleans(owner=owner, **flags, fused=fused)
         self.elementwise_affine, self.fused = elementwise_affine, fused
-        self.weight = nn.Parameter(torch.ones(d_model)) if elementwise_affine else None
-        with_bias = elementwise_affine and bias
-        self.bias = nn.Parameter(torch.zeros(d_model)) if with_bias else None
+        self.weight = self.bias = None
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.ones(d_model))
+        if elementwise_affine and bias:
+            self.bias = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise each token: mean 0 and variance ~1 over its features.
 
-        Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is ``(...
-        d_model)``, in ``x``'s dtype.
+        Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is
+        ``(... d_model)``, in ``x``'s dtype.
         """
         _check_features(self, x)
         dtype = _compute_dtype(x)
@@ -108,13 +114,14 @@ class LayerNorm(nn.Module):
         weight = None if self.weight is None else self.weight.to(dtype)
         bias = None if self.bias is None else self.bias.to(dtype)
         if self.fused:
-            return F.layer_norm(xc, (self.d_model,), weight, bias, self.eps).to(x.dtype)
+            y = F.layer_norm(xc, (self.d_model,), weight, bias, self.eps)
+            return y.to(x.dtype)
         mean = reduce(xc, "... d_model -> ... 1", "mean")
         centred = xc - mean
-        var = reduce(
-            centred.pow(2), "... d_model -> ... 1", "mean"
-        )  # biased: divides by d
-        y = centred * torch.rsqrt(var + self.eps)  # eps inside the square root
+        # the biased variance: divides by d
+        var = reduce(centred.pow(2), "... d_model -> ... 1", "mean")
+        # eps inside the square root
+        y = centred * torch.rsqrt(var + self.eps)
         if weight is not None:
             y = y * weight
         if bias is not None:
@@ -134,16 +141,16 @@ class RMSNorm(nn.Module):
     """Root-mean-square normalisation (Zhang and Sennrich, 2019), as in
     ``torch.nn.RMSNorm``.
 
-    ``y = x / sqrt(mean(x**2) + eps) * weight``: LayerNorm without the centring (no mean
-    is subtracted) and without a bias. Shapes: ``x`` is ``(... d_model)``, and so is the
-    result. fp16 and bf16 inputs are normalised in fp32 and cast back.
+    ``y = x / sqrt(mean(x**2) + eps) * weight``: LayerNorm without the
+    centring (no mean is subtracted) and without a bias. Shapes: ``x`` is
+    ``(... d_model)``, and so is the result. fp16 and bf16 inputs are
+    normalised in fp32 and cast back.
 
-    Args:
-        d_model: the size of the normalised (last) axis.
-        eps: added to the mean square before the square root; must be > 0.
-        elementwise_affine: learn a per-feature gain ``weight`` (initialised to 1).
-        fused: compute with ``F.rms_norm`` (the default) instead of the einops teaching
-            form.
+    Args: d_model: the size of the normalised (last) axis. eps: added to the
+        mean square before the square root; must be > 0. elementwise_affine:
+        learn a per-feature gain ``weight`` (initialised to 1). fused:
+        compute with ``F.rms_norm`` (the default) instead of the einops
+        teaching form.
     """
 
     def __init__(
@@ -158,22 +165,26 @@ class RMSNorm(nn.Module):
         owner = "RMSNorm"
         self.d_model = check.positive_int("d_model", d_model, owner=owner)
         self.eps = check.finite_float("eps", eps, owner=owner, **_EPS)
-        check.booleans(owner=owner, elementwise_affine=elementwise_affine, fused=fused)
+        flags = dict(elementwise_affine=elementwise_affine, fused=fused)
+        check.booleans(owner=owner, **flags)
         self.elementwise_affine, self.fused = elementwise_affine, fused
-        self.weight = nn.Parameter(torch.ones(d_model)) if elementwise_affine else None
+        self.weight = None
+        if elementwise_affine:
+            self.weight = nn.Parameter(torch.ones(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise each token: root mean square ~1 over its features.
 
-        Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is ``(...
-        d_model)``, in ``x``'s dtype.
+        Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is
+        ``(... d_model)``, in ``x``'s dtype.
         """
         _check_features(self, x)
         dtype = _compute_dtype(x)
         xc = x.to(dtype)
         weight = None if self.weight is None else self.weight.to(dtype)
         if self.fused:
-            return F.rms_norm(xc, (self.d_model,), weight, self.eps).to(x.dtype)
+            y = F.rms_norm(xc, (self.d_model,), weight, self.eps)
+            return y.to(x.dtype)
         mean_square = reduce(xc.pow(2), "... d_model -> ... 1", "mean")
         y = xc * torch.rsqrt(mean_square + self.eps)
         if weight is not None:
@@ -187,11 +198,11 @@ class RMSNorm(nn.Module):
 
 # From chapters/06-norms.md, section "RMSNorm".
 def make_norm(kind: str, d_model: int, eps: float | None = None) -> nn.Module:
-    """A normalisation layer by name: ``"layernorm"`` or ``"rmsnorm"`` (each with its
-    default eps).
+    """A normalisation layer by name: ``"layernorm"`` or ``"rmsnorm"`` (each
+    with its default eps).
 
-    ``make_norm("rmsnorm", 512)`` is ``RMSNorm(512)``; pass ``eps`` to override the
-    default.
+    ``make_norm("rmsnorm", 512)`` is ``RMSNorm(512)``; pass ``eps`` to
+    override the default.
     """
     check.one_of("kind", kind, NORM_KINDS, owner="make_norm()")
     cls = LayerNorm if kind == "layernorm" else RMSNorm
@@ -200,29 +211,30 @@ def make_norm(kind: str, d_model: int, eps: float | None = None) -> nn.Module:
 
 # From chapters/06-norms.md, section "Where the normalisation goes: post-LN and pre-LN".
 class ResidualSublayer(nn.Module):
-    """A sublayer ``f`` wrapped in a residual connection, a normalisation and dropout.
+    """A sublayer ``f`` wrapped in a residual connection, a normalisation
+    and dropout.
 
     * ``position="pre"`` (GPT-2 and nearly every model since): ``x +
       Dropout(f(Norm(x)))``.
-    * ``position="post"`` (the original Transformer): ``Norm(x + Dropout(f(x)))``.
+    * ``position="post"`` (the original Transformer):
+      ``Norm(x + Dropout(f(x)))``.
 
-    Dropout acts on the branch ``f`` only, never on the skip path. A stack of pre-LN
-    blocks needs one more normalisation after its last block: see
+    Dropout acts on the branch ``f`` only, never on the skip path. A stack
+    of pre-LN blocks needs one more normalisation after its last block: see
     :func:`make_final_norm`.
 
-    Shapes: ``x`` is ``(... d_model)``; ``f`` must map it to the same shape. Extra
-    arguments of ``forward`` go to ``f`` (for instance an attention mask, or the
-    encoder's output). If ``f`` returns a tuple ``(out, *extras)`` (attention with a KV
-    cache or its weights), the wrapper returns ``(x + out, *extras)`` (post-LN: the norm
-    of that sum), so the extras cross the residual connection.
+    Shapes: ``x`` is ``(... d_model)``; ``f`` must map it to the same shape.
+    Extra arguments of ``forward`` go to ``f`` (for instance an attention
+    mask, or the encoder's output). If ``f`` returns a tuple
+    ``(out, *extras)`` (attention with a KV cache or its weights), the
+    wrapper returns ``(x + out, *extras)`` (post-LN: the norm of that sum),
+    so the extras cross the residual connection.
 
-    Args:
-        sublayer: the module ``f`` (attention, feed-forward, ...).
-        d_model: the size of the feature axis.
-        position: ``"pre"`` or ``"post"``.
-        norm: ``"layernorm"`` or ``"rmsnorm"``.
-        dropout: the probability of zeroing an entry of ``f``'s output in training.
-        eps: the normalisation's epsilon (``None``: its default).
+    Args: sublayer: the module ``f`` (attention, feed-forward, ...).
+        d_model: the size of the feature axis. position: ``"pre"`` or
+        ``"post"``. norm: ``"layernorm"`` or ``"rmsnorm"``. dropout: the
+        probability of zeroing an entry of ``f``'s output in training. eps:
+        the normalisation's epsilon (``None``: its default).
     """
 
     def __init__(
@@ -237,21 +249,24 @@ class ResidualSublayer(nn.Module):
         super().__init__()
         owner = "ResidualSublayer"
         if not isinstance(sublayer, nn.Module):
-            got = f"(so its parameters are registered), got {type(sublayer).__name__}"
-            raise TypeError(f"{owner}: sublayer must be an nn.Module {got}")
+            why = "(so its parameters are registered)"
+            got = f"got {type(sublayer).__name__}"
+            raise TypeError(f"{owner}: sublayer must be an nn.Module {why}, {got}")
         self.position = check.one_of("position", position, NORM_POSITIONS, owner=owner)
         check.one_of("norm", norm, NORM_KINDS, owner=owner)
         dropout = check.probability("dropout", dropout, owner=owner)
         self.sublayer = sublayer
-        self.norm = make_norm(norm, d_model, eps)  # the norm checks d_model and eps
+        # the norm checks d_model and eps
+        self.norm = make_norm(norm, d_model, eps)
         self.d_model = self.norm.d_model
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, *args, **kwargs):
-        """The residual step around the sublayer; extra arguments go to the sublayer.
+        """The residual step around the sublayer; extra arguments go to the
+        sublayer.
 
-        Shapes: ``x`` is ``(... d_model)``; the result is ``(... d_model)``, or
-        ``(that, *extras)`` when the sublayer returns ``(out, *extras)``.
+        Shapes: ``x`` is ``(... d_model)``; the result is ``(... d_model)``,
+        or ``(that, *extras)`` when the sublayer returns ``(out, *extras)``.
         """
         _check_features(self, x)
         if self.position == "pre":
@@ -263,18 +278,21 @@ class ResidualSublayer(nn.Module):
         return y if extras is None else (y, *extras)
 
     def _branch(self, h: torch.Tensor, x: torch.Tensor, *args, **kwargs):
-        """The sublayer's output and its extras (``None`` when it returned a plain
-        tensor)."""
+        """The sublayer's output and its extras (``None`` when it returned a
+        plain tensor).
+        """
         out = self.sublayer(h, *args, **kwargs)
         extras = None
         if isinstance(out, tuple) and len(out) > 0:
             out, extras = out[0], out[1:]
         if not isinstance(out, torch.Tensor) or out.shape != x.shape:
-            got = tuple(out.shape) if torch.is_tensor(out) else type(out).__name__
+            is_tensor = torch.is_tensor(out)
+            got = tuple(out.shape) if is_tensor else type(out).__name__
             name, shape = type(self.sublayer).__name__, tuple(x.shape)
             raise ValueError(
-                f"the sublayer {name} must return a tensor of the input's shape {shape} "
-                f"(or a tuple starting with one) for the residual sum, but returned {got}"
+                f"the sublayer {name} must return a tensor of the input's "
+                f"shape {shape} (or a tuple starting with one) for the "
+                f"residual sum, but returned {got}"
             )
         return out, extras
 
@@ -284,17 +302,19 @@ class ResidualSublayer(nn.Module):
 
 # From chapters/06-norms.md, section "The final normalisation of a pre-LN stack".
 def make_final_norm(
-    position: str, d_model: int, norm: str = "layernorm", eps: float | None = None
+    position: str, d_model: int, norm="layernorm", eps: float | None = None
 ) -> nn.Module:
     """The normalisation that follows the last block of a stack of
     :class:`ResidualSublayer`.
 
-    Pre-LN blocks never normalise the residual stream itself, only copies of it on the
-    way into each sublayer, so the stack's output needs one normalisation: a fresh
-    ``norm``. A post-LN stack already ends in one, so this returns ``nn.Identity()`` for
-    ``"post"``.
+    Pre-LN blocks never normalise the residual stream itself, only copies of
+    it on the way into each sublayer, so the stack's output needs one
+    normalisation: a fresh ``norm``. A post-LN stack already ends in one, so
+    this returns ``nn.Identity()`` for ``"post"``.
     """
-    check.one_of("position", position, NORM_POSITIONS, owner="make_final_norm()")
-    check.one_of("norm", norm, NORM_KINDS, owner="make_final_norm()")
-    final = make_norm(norm, d_model, eps)  # checks d_model and eps for "post" too
+    owner = "make_final_norm()"
+    check.one_of("position", position, NORM_POSITIONS, owner=owner)
+    check.one_of("norm", norm, NORM_KINDS, owner=owner)
+    # make_norm checks d_model and eps, for "post" too
+    final = make_norm(norm, d_model, eps)
     return final if position == "pre" else nn.Identity()
