@@ -1,14 +1,18 @@
 # This file is generated from chapters/01-tokenizer.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 # From chapters/01-tokenizer.md, section "Characters: the simplest tokenizer".
-"""Tokenizers (chapter 1): characters, bytes, and byte-level BPE trained from scratch.
+"""Tokenizers (chapter 1): characters, bytes, and byte-level BPE trained
+from scratch.
 
-* :class:`CharTokenizer` numbers the characters of a text (what the first GPT uses).
-* :func:`gpt2_pretokenize` cuts text into words with GPT-2's regular expression.
-* :func:`count_adjacent_pairs`, :func:`merge_adjacent_pair` and :func:`train_bpe_merges`
-  are the pieces of byte pair encoding; :class:`BPETokenizer` puts them together with
-  special tokens, a cached encoder, exact decoding, streaming encoding of a file too
-  large for memory (``encode_iterable``) and JSON save/load.
+* :class:`CharTokenizer` numbers the characters of a text (what the first
+  GPT uses).
+* :func:`gpt2_pretokenize` cuts text into words with GPT-2's regular
+  expression.
+* :func:`count_adjacent_pairs`, :func:`merge_adjacent_pair` and
+  :func:`train_bpe_merges` are the pieces of byte pair encoding;
+  :class:`BPETokenizer` puts them together with special tokens, a cached
+  encoder, exact decoding, streaming encoding of a file too large for memory
+  (``encode_iterable``) and JSON save/load.
 * :func:`chars_per_token` measures compression.
 """
 
@@ -42,7 +46,8 @@ __all__ = [
 
 # From chapters/01-tokenizer.md, section "Characters: the simplest tokenizer".
 class CharTokenizer:
-    """One token per distinct character of a text; ids follow code-point order.
+    """One token per distinct character of a text; ids follow code-point
+    order.
 
     >>> tok = CharTokenizer("hello")
     >>> tok.chars, tok.encode("hole"), tok.decode([1, 2, 3])
@@ -73,13 +78,14 @@ class CharTokenizer:
             ) from None
 
     def encode_iterable(self, lines: Iterable[str]) -> Iterator[int]:
-        """The ids of ``"".join(lines)``, produced lazily, one line at a time."""
+        """The ids of ``"".join(lines)``, lazily, one line at a time."""
         owner, hint = ("CharTokenizer.encode_iterable()", "encode() takes one str")
         lines = check.text_lines("lines", lines, owner=owner, hint=hint)
         return chain.from_iterable(map(self.encode, lines))
 
     def decode(self, ids: Sequence[int]) -> str:
-        """The text of ``ids`` (a list, array or tensor of shape ``(seq,)``)."""
+        """The text of ``ids`` (a list, array or tensor of shape
+        ``(seq,)``)."""
         owner = "CharTokenizer.decode()"
         ids = check.token_ids("ids", ids, self.vocab_size, owner=owner)
         return "".join([self.chars[i] for i in ids])
@@ -90,9 +96,11 @@ class CharTokenizer:
 
 # From chapters/01-tokenizer.md, section "Byte pair encoding".
 def count_adjacent_pairs(ids: Sequence[int]) -> Counter[tuple[int, int]]:
-    """How often each adjacent pair ``(ids[i], ids[i + 1])`` occurs in ``ids``.
+    """How often each adjacent pair ``(ids[i], ids[i + 1])`` occurs in
+    ``ids``.
 
-    Overlapping pairs all count: ``(7, 7, 7)`` contains the pair ``(7, 7)`` twice.
+    Overlapping pairs all count: ``(7, 7, 7)`` contains the pair ``(7, 7)``
+    twice.
     """
     ids = check.token_ids("ids", ids, owner="count_adjacent_pairs()")
     return Counter(pairwise(ids))
@@ -100,7 +108,10 @@ def count_adjacent_pairs(ids: Sequence[int]) -> Counter[tuple[int, int]]:
 
 # From chapters/01-tokenizer.md, section "Byte pair encoding".
 def _merge_ids(ids: Sequence[int], left: int, right: int, new_id: int) -> list[int]:
-    """``ids`` with each ``(left, right)`` made ``new_id``, left to right, unchecked."""
+    """``ids`` with each ``(left, right)`` made ``new_id``, left to right.
+
+    Unchecked: the callers have checked the arguments.
+    """
     merged = []
     i, n = 0, len(ids)
     while i < n:
@@ -116,10 +127,12 @@ def _merge_ids(ids: Sequence[int], left: int, right: int, new_id: int) -> list[i
 def merge_adjacent_pair(
     ids: Sequence[int], pair: tuple[int, int], new_id: int
 ) -> list[int]:
-    """A new list: ``ids`` with every occurrence of ``pair`` replaced by ``new_id``.
+    """A new list: ``ids`` with every occurrence of ``pair`` replaced by
+    ``new_id``.
 
-    Occurrences are taken left to right without overlap, so merging ``(7, 7)`` into 300
-    turns ``[7, 7, 7]`` into ``[300, 7]``. The input is not modified.
+    Occurrences are taken left to right without overlap, so merging
+    ``(7, 7)`` into 300 turns ``[7, 7, 7]`` into ``[300, 7]``. The input is
+    not modified.
     """
     ids = check.token_ids("ids", ids, owner="merge_adjacent_pair()")
     if not (isinstance(pair, tuple) and len(pair) == 2):
@@ -137,7 +150,10 @@ _GPT2_SPLIT = regex.compile(GPT2_SPLIT_PATTERN)
 
 
 def gpt2_pretokenize(text: str) -> list[str]:
-    """Cut ``text`` into GPT-2's pre-tokens; ``"".join(gpt2_pretokenize(t)) == t``."""
+    """Cut ``text`` into GPT-2's pre-tokens.
+
+    ``"".join(gpt2_pretokenize(t)) == t`` for every string ``t``.
+    """
     check.string("text", text, owner="gpt2_pretokenize()")
     return _GPT2_SPLIT.findall(text)
 
@@ -146,12 +162,14 @@ def gpt2_pretokenize(text: str) -> list[str]:
 def train_bpe_merges(
     word_counts: Mapping[tuple[int, ...], int], n_merges: int, first_id: int = 256
 ) -> list[tuple[tuple[int, int], int]]:
-    """Learn up to ``n_merges`` BPE merges from words (tuples of ids) and their counts.
+    """Learn up to ``n_merges`` BPE merges from words (tuples of ids) and
+    their counts.
 
-    Returns ``[((a, b), count), ...]`` in merge order; the k-th merge creates id
-    ``first_id + k``, so the words' ids must lie in ``0 .. first_id - 1``. Each step
-    merges the pair with the largest count, ties broken by the smallest ``(a, b)``.
-    Training stops early when no pair is left (every word is one token).
+    Returns ``[((a, b), count), ...]`` in merge order; the k-th merge
+    creates id ``first_id + k``, so the words' ids must lie in
+    ``0 .. first_id - 1``. Each step merges the pair with the largest count,
+    ties broken by the smallest ``(a, b)``. Training stops early when no
+    pair is left (every word is one token).
     """
     n_merges, first_id = check.nonnegative_ints(n_merges=n_merges, first_id=first_id)
     if not isinstance(word_counts, Mapping):
@@ -184,7 +202,8 @@ def train_bpe_merges(
     while len(merges) < n_merges and heap:
         neg_count, pair = heapq.heappop(heap)
         if pair_counts.get(pair, 0) != -neg_count:
-            continue  # stale entry: this pair's count has changed since it was pushed
+            # stale entry: this pair's count has changed since it was pushed
+            continue
         new_id = first_id + len(merges)
         merges.append((pair, -neg_count))
         left, right = pair
@@ -193,7 +212,8 @@ def train_bpe_merges(
             word = words[index]
             merged = _merge_ids(word, left, right, new_id)
             if len(merged) == len(word):
-                continue  # stale index entry: the word no longer contains the pair
+                # stale index entry: the word no longer contains the pair
+                continue
             freq = freqs[index]
             for old in pairwise(word):
                 delta[old] -= freq
@@ -214,12 +234,14 @@ def train_bpe_merges(
 
 
 # From chapters/01-tokenizer.md, section "The tokenizer: special tokens, encoding, decoding, saving".
-# Where encode_iterable may cut a stream without changing any pre-token: (1) after a
-# lone whitespace character other than a space, between two non-space characters; (2)
-# inside a run of whitespace, before its last character, when a non-space character that
-# cannot start a special token ({starts}) follows.
+# Where encode_iterable may cut a stream without changing any pre-token: (1)
+# after a lone whitespace character other than a space, between two
+# non-space characters; (2) inside a run of whitespace, before its last
+# character, when a non-space character that cannot start a special token
+# ({starts}) follows.
 _SAFE_CUT = r"(?<=\S[^\S ])(?=\S)|(?<=\s)(?=\s[^\s{starts}])"
-# Special tokens: distinct non-empty str that UTF-8 can encode (their bytes are tokens).
+# Special tokens: distinct non-empty str that UTF-8 can encode (their bytes
+# are tokens).
 _SPECIALS = dict(nonempty=True, distinct=True, utf8=True)
 
 
@@ -227,11 +249,11 @@ _SPECIALS = dict(nonempty=True, distinct=True, utf8=True)
 class BPETokenizer:
     """Byte-level BPE with GPT-2's pre-tokenization, trained from scratch.
 
-    Ids ``0..255`` are the bytes, then come the special tokens (``256, 257, ...`` in the
-    order given), then one id per merge. An untrained tokenizer encodes text as its
-    UTF-8 bytes.
+    Ids ``0..255`` are the bytes, then come the special tokens
+    (``256, 257, ...`` in the order given), then one id per merge. An
+    untrained tokenizer encodes text as its UTF-8 bytes.
 
-    >>> tok = BPETokenizer().train("low lower lowest", 260, special_tokens=["<eos>"])
+    >>> tok = BPETokenizer().train("low lower lowest", 260, ["<eos>"])
     >>> tok.decode(tok.encode("lowest<eos>"))
     'lowest<eos>'
     """
@@ -248,7 +270,7 @@ class BPETokenizer:
 
     # -- state -------------------------------------------------------------
     def _rebuild(self) -> None:
-        """Derive the vocabulary, merge ranks, special-token regex and cache."""
+        """Derive the vocabulary, merge ranks, special-token regex, cache."""
         vocab = [bytes([b]) for b in range(256)]
         vocab += [token.encode("utf-8") for token in self.special_tokens]
         self._merge_ids: dict[tuple[int, int], int] = {}
@@ -263,8 +285,8 @@ class BPETokenizer:
             if longest_first
             else None
         )
-        # Where encode_iterable may cut a stream (see _SAFE_CUT): never just before a
-        # character that may start a special token.
+        # Where encode_iterable may cut a stream (see _SAFE_CUT): never just
+        # before a character that may start a special token.
         first_chars = {regex.escape(t[0], special_only=True) for t in longest_first}
         starts = "".join(sorted(first_chars))
         self._safe_cut = regex.compile(_SAFE_CUT.format(starts=starts))
@@ -277,7 +299,8 @@ class BPETokenizer:
     def from_merges(
         cls, merges: Iterable[tuple[int, int]], special_tokens: Iterable[str] = ()
     ) -> BPETokenizer:
-        """A tokenizer from its merges (pairs of ids, in order) and special tokens."""
+        """A tokenizer from its merges (pairs of ids, in order) and special
+        tokens."""
         specials = check.strings("special_tokens", special_tokens, **_SPECIALS)
         tokenizer = cls()
         next_id = 256 + len(specials)
@@ -298,7 +321,8 @@ class BPETokenizer:
                 )
             if left in special_ids or right in special_ids:
                 raise ValueError(f"{merge} uses a special token's id")
-            # A repeated pair: its second id could never be produced by encode.
+            # A repeated pair: its second id could never be produced by
+            # encode.
             if (left, right) in checked:
                 first = checked[left, right]
                 raise ValueError(
@@ -315,10 +339,12 @@ class BPETokenizer:
     def train(
         self, text: str, vocab_size: int, special_tokens: Iterable[str] = ()
     ) -> BPETokenizer:
-        """Learn ``vocab_size - 256 - len(special_tokens)`` merges; return self.
+        """Learn ``vocab_size - 256 - len(special_tokens)`` merges; return
+        self.
 
-        Ties between equally frequent pairs go to the smallest pair of ids. If the text
-        runs out of pairs first, the vocabulary is smaller than ``vocab_size``.
+        Ties between equally frequent pairs go to the smallest pair of ids.
+        If the text runs out of pairs first, the vocabulary is smaller than
+        ``vocab_size``.
         """
         owner = "BPETokenizer.train()"
         check.string("text", text, utf8=True, owner=owner)
@@ -351,7 +377,8 @@ class BPETokenizer:
         ids = list(word.encode("utf-8"))
         merge_ids = self._merge_ids
         while len(ids) > 1:
-            # the pair whose merge was learned first (smallest new id), if any
+            # the pair whose merge was learned first (smallest new id), if
+            # any
             ranked = ((merge_ids.get(pair, 1 << 62), pair) for pair in pairwise(ids))
             best_id, best_pair = min(ranked)
             if best_id == 1 << 62:
@@ -360,12 +387,14 @@ class BPETokenizer:
         return ids
 
     def encode(self, text: str) -> list[int]:
-        """The ids of ``text``: special tokens first, then each pre-token's merges."""
+        """The ids of ``text``: special tokens first, then each pre-token's
+        merges."""
         check.string("text", text, owner="BPETokenizer.encode()")
         return self._encode(text)
 
     def _encode(self, text: str) -> list[int]:
-        """:meth:`encode` of a checked ``text`` (the stream's chunks are already str)."""
+        """:meth:`encode` of a checked ``text`` (the stream's chunks are
+        already str)."""
         chunks = self._special_split.split(text) if self._special_split else [text]
         cache = self._cache
         ids: list[int] = []
@@ -388,11 +417,13 @@ class BPETokenizer:
         return ids
 
     def encode_iterable(self, lines: Iterable[str]) -> Iterator[int]:
-        """The ids of ``"".join(lines)``, equal to ``encode`` of it, produced lazily.
+        """The ids of ``"".join(lines)``, equal to ``encode`` of it,
+        produced lazily.
 
-        ``lines`` is any iterable of str, such as a file opened in text mode. Text is
-        held only back to the last place where cutting it cannot change the ids (see
-        :data:`_SAFE_CUT`): in ordinary text, the last line or two.
+        ``lines`` is any iterable of str, such as a file opened in text
+        mode. Text is held only back to the last place where cutting it
+        cannot change the ids (see :data:`_SAFE_CUT`): in ordinary text, the
+        last line or two.
         """
         owner, hint = ("BPETokenizer.encode_iterable()", "encode() takes one str")
         lines = check.text_lines("lines", lines, owner=owner, hint=hint)
@@ -414,8 +445,8 @@ class BPETokenizer:
             pending.append(line)
             end += len(line)
             tail = window[-3:]
-            # New cut positions begin one character before the line (a cut needs the
-            # character after it); keep the last one.
+            # New cut positions begin one character before the line (a cut
+            # needs the character after it); keep the last one.
             cut, search_from = None, max(len(window) - len(line) - 1, 0)
             for match in self._safe_cut.finditer(window, search_from):
                 cut = window_start + match.start()
@@ -427,10 +458,11 @@ class BPETokenizer:
             yield from self._encode("".join(pending))
 
     def decode(self, ids: Sequence[int]) -> str:
-        """The text of ``ids`` (a list, array or tensor of shape ``(seq,)``).
+        """The text of ``ids`` (a list, array or tensor of shape
+        ``(seq,)``).
 
-        The tokens' bytes are joined, then decoded once; bytes that are not valid UTF-8
-        (a character cut between tokens, say) become U+FFFD.
+        The tokens' bytes are joined, then decoded once; bytes that are not
+        valid UTF-8 (a character cut between tokens, say) become U+FFFD.
         """
         owner = "BPETokenizer.decode()"
         ids = check.token_ids("ids", ids, self.vocab_size, owner=owner)
@@ -440,7 +472,8 @@ class BPETokenizer:
 
     # -- saving and loading ------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """What :meth:`save` writes: pattern, special tokens and merges (JSON-ready)."""
+        """What :meth:`save` writes: pattern, special tokens and merges
+        (JSON-ready)."""
         return {
             "format": self._FORMAT,
             "version": self._VERSION,
@@ -457,7 +490,8 @@ class BPETokenizer:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> BPETokenizer:
-        """Read a tokenizer written by :meth:`save` (a clear error if it is not one)."""
+        """Read a tokenizer written by :meth:`save` (a clear error if it is
+        not one)."""
         raw = Path(path).read_text(encoding="utf-8")
         try:
             data = json.loads(raw)
@@ -466,7 +500,8 @@ class BPETokenizer:
                 f"{path} is not a tokenizer file: invalid JSON ({err})"
             ) from None
         data = data if isinstance(data, dict) else {}
-        # each field the file must hold: what it must be, and what it says if it is not
+        # each field the file must hold: what it must be, and what it says
+        # if it is not
         version = data.get("version")
         fields = {
             "format": (
@@ -505,7 +540,8 @@ class BPETokenizer:
 
 # From chapters/01-tokenizer.md, section "The tokenizer: special tokens, encoding, decoding, saving".
 def chars_per_token(text: str, ids: Sequence[int]) -> float:
-    """Compression: ``len(text) / len(ids)``, characters (not bytes) per token."""
+    """Compression: ``len(text) / len(ids)``, characters (not bytes) per
+    token."""
     check.string("text", text, owner="chars_per_token()")
     if isinstance(ids, (str, bytes)) or not hasattr(ids, "__len__"):
         got = type(ids).__name__
