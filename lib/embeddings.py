@@ -3,13 +3,15 @@
 # From chapters/02-embeddings.md, section "The module".
 """Token embeddings and the un-embedding (chapter 2 of the course).
 
-* :class:`TokenEmbedding` maps token ids ``(...)`` to vectors ``(... d_model)``,
-  optionally multiplied by ``sqrt(d_model)`` as in the original transformer.
-* :class:`Unembedding` maps vectors ``(... d_model)`` to logits ``(... vocab)``, with
-  its own matrix or tied to a :class:`TokenEmbedding`'s.
+* :class:`TokenEmbedding` maps token ids ``(...)`` to vectors
+  ``(... d_model)``, optionally multiplied by ``sqrt(d_model)`` as in the
+  original transformer.
+* :class:`Unembedding` maps vectors ``(... d_model)`` to logits
+  ``(... vocab)``, with its own matrix or tied to a
+  :class:`TokenEmbedding`'s.
 * :func:`init_embedding_` draws an embedding matrix from ``N(0, std^2)``.
-* :func:`embedding_param_count` counts the parameters of the embeddings and output
-  layer.
+* :func:`embedding_param_count` counts the parameters of the embeddings and
+  output layer.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def init_embedding_(
     padding_idx: int | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Fill ``weight`` from ``N(0, std^2)`` in place, zero the padding row; return it.
+    """Fill ``weight`` from ``N(0, std^2)`` in place, zero the padding row;
+    return it.
 
     Shapes: ``weight`` is ``(vocab d_model)``.
     """
@@ -58,18 +61,18 @@ _IN_VOCAB = dict(owner="TokenEmbedding", hint=_RANGE_HINT)
 
 
 class TokenEmbedding(nn.Module):
-    """A learned vector per token id: ``(...)`` int ids to ``(... d_model)`` vectors.
+    """A learned vector per token id: ``(...)`` int ids to ``(... d_model)``
+    vectors.
 
-    Args:
-        vocab_size: number of rows of the table, ``|V|``.
-        d_model: the width of each vector.
-        scale: multiply the vectors by ``sqrt(d_model)`` (the original transformer does;
-            GPT-style models do not).
-        padding_idx: a token whose row starts at zero and never receives a gradient.
-        init_std: standard deviation of the ``N(0, std^2)`` initialisation; the default
-            ``1/sqrt(d_model)`` gives rows of norm about 1.
-        check_ids: check every call's ids are in ``0..vocab_size-1`` when they are on
-            the CPU (ids on a GPU are not read: that would wait for the GPU).
+    Args: vocab_size: number of rows of the table, ``|V|``. d_model: the
+        width of each vector. scale: multiply the vectors by
+        ``sqrt(d_model)`` (the original transformer does; GPT-style models
+        do not). padding_idx: a token whose row starts at zero and never
+        receives a gradient. init_std: standard deviation of the
+        ``N(0, std^2)`` initialisation; the default ``1/sqrt(d_model)``
+        gives rows of norm about 1. check_ids: check every call's ids are in
+        ``0..vocab_size-1`` when they are on the CPU (ids on a GPU are not
+        read: that would wait for the GPU).
 
     The table is ``self.weight``, shape ``(vocab d_model)``.
     """
@@ -104,9 +107,9 @@ class TokenEmbedding(nn.Module):
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Look up the vectors of ``token_ids``.
 
-        Shapes: ``token_ids`` is ``(...)``, typically ``(batch seq)``, of any integer
-        dtype, on the table's device; the result is ``(... d_model)`` in the table's
-        dtype.
+        Shapes: ``token_ids`` is ``(...)``, typically ``(batch seq)``, of
+        any integer dtype, on the table's device; the result is
+        ``(... d_model)`` in the table's dtype.
         """
         owner = "TokenEmbedding"
         check.tensor("token_ids", token_ids, integer=True, owner=owner, hint=_IDS_HINT)
@@ -131,21 +134,20 @@ class TokenEmbedding(nn.Module):
 
 # From chapters/02-embeddings.md, section "The un-embedding: from vectors back to tokens".
 class Unembedding(nn.Module):
-    """Scores every token: ``(... d_model)`` vectors to ``(... vocab)`` logits.
+    """Scores every token: ``(... d_model)`` vectors to ``(... vocab)``
+    logits.
 
     ``logits = hidden @ weight.T (+ bias)``, with ``weight`` of shape
     ``(vocab d_model)``.
 
-    Args:
-        d_model: the width of the incoming vectors.
-        vocab_size: the number of tokens to score.
-        tie_to: an embedding (anything with a ``weight`` parameter of shape
-            ``(vocab_size, d_model)``, such as :class:`TokenEmbedding`) whose table is
-            reused as the output matrix; ``None`` gives the layer a matrix of its own.
-        bias: add a learned bias per token.
-        init_std: standard deviation of an untied matrix's ``N(0, std^2)``
-            initialisation; default ``1/sqrt(d_model)``; ignored when tied (the table
-            keeps the embedding's).
+    Args: d_model: the width of the incoming vectors. vocab_size: the number
+        of tokens to score. tie_to: an embedding (anything with a ``weight``
+        parameter of shape ``(vocab_size, d_model)``, such as
+        :class:`TokenEmbedding`) whose table is reused as the output matrix;
+        ``None`` gives the layer a matrix of its own. bias: add a learned
+        bias per token. init_std: standard deviation of an untied matrix's
+        ``N(0, std^2)`` initialisation; default ``1/sqrt(d_model)``; ignored
+        when tied (the table keeps the embedding's).
 
     Returns logits; apply ``softmax`` (or let ``F.cross_entropy`` do it) for
     probabilities.
@@ -188,9 +190,9 @@ class Unembedding(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Score every token of the vocabulary.
 
-        Shapes: ``hidden`` is ``(... d_model)``, typically ``(batch seq d_model)``, in
-        the weight's dtype (any dtype under autocast) and on its device; the result is
-        ``(... vocab)``.
+        Shapes: ``hidden`` is ``(... d_model)``, typically
+        ``(batch seq d_model)``, in the weight's dtype (any dtype under
+        autocast) and on its device; the result is ``(... vocab)``.
         """
         sizes = dict(d_model=self.d_model, owner="Unembedding")
         check.layer_input("hidden", hidden, "... d_model", self.weight, **sizes)
@@ -218,10 +220,11 @@ def embedding_param_count(
 ) -> int:
     """Parameters in a model's embeddings and output layer.
 
-    Token table ``vocab_size * d_model``; a second matrix of that size if the output
-    layer is not tied; ``n_positions`` learned position vectors and ``n_segment_types``
-    segment vectors of width ``d_model`` (0 for sinusoidal positions or no segments); a
-    bias per token if ``output_bias``.
+    Token table ``vocab_size * d_model``; a second matrix of that size if
+    the output layer is not tied; ``n_positions`` learned position vectors
+    and ``n_segment_types`` segment vectors of width ``d_model`` (0 for
+    sinusoidal positions or no segments); a bias per token if
+    ``output_bias``.
     """
     owner = "embedding_param_count()"
     check.positive_ints(vocab_size=vocab_size, d_model=d_model, owner=owner)
