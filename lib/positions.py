@@ -3,19 +3,22 @@
 # From chapters/03-positions.md, section "Sinusoidal positions".
 """Positions for attention (chapter 3 of the course).
 
-Attention by itself cannot tell one order of its inputs from another. This module holds
-the ways the literature gives it back, each behind a small, validated interface:
+Attention by itself cannot tell one order of its inputs from another. This
+module holds the ways the literature gives it back, each behind a small,
+validated interface:
 
 * added to the input: :func:`sinusoidal_positions`,
-  :class:`SinusoidalPositionalEncoding`, :class:`LearnedPositionalEmbedding`, called as
-  ``module(x, offset)`` on ``(batch seq d_model)``;
+  :class:`SinusoidalPositionalEncoding`,
+  :class:`LearnedPositionalEmbedding`, called as ``module(x, offset)`` on
+  ``(batch seq d_model)``;
 * rotating queries and keys: :class:`RotaryEmbedding` (RoPE), called as
   ``rope(q, offset)`` on ``(batch heads seq d_head)``;
-* a bias on the attention scores: :class:`ALiBi` and :class:`T5RelativePositionBias`,
-  called as ``module(q_len, k_len, offset)`` and returning ``(heads q_len k_len)``.
+* a bias on the attention scores: :class:`ALiBi` and
+  :class:`T5RelativePositionBias`, called as
+  ``module(q_len, k_len, offset)`` and returning ``(heads q_len k_len)``.
 
-Positions follow the course's KV-cache convention: queries sit at absolute positions
-``offset .. offset + q_len - 1`` and keys at ``0 .. k_len - 1``.
+Positions follow the course's KV-cache convention: queries sit at absolute
+positions ``offset .. offset + q_len - 1`` and keys at ``0 .. k_len - 1``.
 """
 
 import math
@@ -50,15 +53,18 @@ _BASE = dict(low=1, low_open=True, hint="the papers use 10000")
 
 
 def _finer_than_tables(dtype: torch.dtype) -> bool:
-    """Whether ``dtype`` is more precise than the float32 of the stored tables (even
-    after ``module.double()``), so that rows for it must be computed afresh."""
+    """Whether ``dtype`` is more precise than the float32 of the stored
+    tables (even after ``module.double()``), so that rows for it must be
+    computed afresh.
+    """
     return torch.finfo(dtype).bits > 32
 
 
 def _check_input(owner: str, x, offset, axis: str, size: int, **table) -> int:
-    """A module's input ``x`` ``(... seq axis)`` with ``axis`` of ``size``, floating
-    point, on the device of the module's table (one keyword: ``pe=self.pe``); returns
-    ``offset``, which must be an int ``>= 0``."""
+    """A module's input ``x`` ``(... seq axis)`` with ``axis`` of ``size``,
+    floating point, on the device of the module's table (one keyword:
+    ``pe=self.pe``); returns ``offset``, which must be an int ``>= 0``.
+    """
     shape, sizes = f"... seq {axis}", {axis: size}
     check.tensor("x", x, shape, floating=True, owner=owner, **sizes)
     check.same_device(x=x, owner=owner, **table)
@@ -78,9 +84,9 @@ def sinusoidal_positions(
     ``PE[pos, 2i] = sin(pos / base^(2i/d_model))`` and
     ``PE[pos, 2i+1] = cos(pos / base^(2i/d_model))``.
 
-    Shapes: the result is ``(n_positions d_model)`` in ``dtype`` (computed in float64 so
-    that large positions keep their accuracy, then rounded). ``d_model`` must be even:
-    dimensions come in (sin, cos) pairs.
+    Shapes: the result is ``(n_positions d_model)`` in ``dtype`` (computed
+    in float64 so that large positions keep their accuracy, then rounded).
+    ``d_model`` must be even: dimensions come in (sin, cos) pairs.
     """
     n_positions = check.int_at_least("n_positions", n_positions, 0)
     d_model = check.even("d_model", d_model, positive=True, hint="sin/cos pairs")
@@ -92,8 +98,9 @@ def sinusoidal_positions(
 def _sinusoidal_table(
     n_positions: int, d_model: int, base: float, dtype: torch.dtype
 ) -> torch.Tensor:
-    """:func:`sinusoidal_positions` for checked arguments (a module's rows past its
-    table, computed at every call that needs them)."""
+    """:func:`sinusoidal_positions` for checked arguments (a module's rows
+    past its table, computed at every call that needs them).
+    """
     position = torch.arange(n_positions, dtype=torch.float64)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
     # (pair): one angular frequency per pair
@@ -109,12 +116,13 @@ def _sinusoidal_table(
 def sinusoidal_offset_matrix(
     k: int, d_model: int, base: float = 10000.0
 ) -> torch.Tensor:
-    """The matrix ``M_k`` with ``PE[pos + k] = M_k @ PE[pos]`` for every ``pos``.
+    """The matrix ``M_k`` with ``PE[pos + k] = M_k @ PE[pos]`` for every
+    ``pos``.
 
     It is block-diagonal, one 2x2 rotation
-    ``[[cos(k w), sin(k w)], [-sin(k w), cos(k w)]]`` per (sin, cos) pair with frequency
-    ``w``, and it depends on the offset ``k`` only. ``k`` may be negative. Shapes: the
-    result is ``(d_model d_model)``, float32.
+    ``[[cos(k w), sin(k w)], [-sin(k w), cos(k w)]]`` per (sin, cos) pair
+    with frequency ``w``, and it depends on the offset ``k`` only. ``k`` may
+    be negative. Shapes: the result is ``(d_model d_model)``, float32.
     """
     k = check.integer("k", k)  # any sign: a negative offset moves back
     d_model = check.even("d_model", d_model, positive=True, hint="sin/cos pairs")
@@ -129,11 +137,12 @@ def sinusoidal_offset_matrix(
 
 # From chapters/03-positions.md, section "The module".
 class SinusoidalPositionalEncoding(nn.Module):
-    """Adds the sinusoidal table to token embeddings (no parameters), then dropout.
+    """Adds the sinusoidal table to token embeddings (no parameters), then
+    dropout.
 
-    The table is precomputed (float32) up to ``max_len`` positions; rows beyond, or for
-    an input more precise than float32, are computed on the fly, since the formula has
-    no limit.
+    The table is precomputed (float32) up to ``max_len`` positions; rows
+    beyond, or for an input more precise than float32, are computed on the
+    fly, since the formula has no limit.
     """
 
     def __init__(
@@ -155,8 +164,9 @@ class SinusoidalPositionalEncoding(nn.Module):
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Add ``PE[offset + t]`` to row ``t`` of ``x``.
 
-        Shapes: ``x`` is ``(batch seq d_model)`` (any leading axes work), floating
-        point, on the module's device; the result has the shape and dtype of ``x``.
+        Shapes: ``x`` is ``(batch seq d_model)`` (any leading axes work),
+        floating point, on the module's device; the result has the shape and
+        dtype of ``x``.
         """
         owner, d_model = "SinusoidalPositionalEncoding", self.d_model
         offset = _check_input(owner, x, offset, "d_model", d_model, pe=self.pe)
@@ -175,12 +185,13 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 # From chapters/03-positions.md, section "Learned absolute positions".
 class LearnedPositionalEmbedding(nn.Module):
-    """A learned vector per absolute position (BERT, GPT-2), added to token embeddings.
+    """A learned vector per absolute position (BERT, GPT-2), added to token
+    embeddings.
 
-    ``forward(x, offset)``: ``x`` is ``(batch seq d_model)``; row ``t`` receives
-    ``weight[offset + t]``. There is no row for positions ``>= max_len``: asking for one
-    is a ``ValueError``, not a silent wrap-around or an index error deep inside
-    ``nn.Embedding``.
+    ``forward(x, offset)``: ``x`` is ``(batch seq d_model)``; row ``t``
+    receives ``weight[offset + t]``. There is no row for positions
+    ``>= max_len``: asking for one is a ``ValueError``, not a silent
+    wrap-around or an index error deep inside ``nn.Embedding``.
     """
 
     def __init__(self, max_len: int, d_model: int, init_std=0.02) -> None:
@@ -194,8 +205,9 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Add ``weight[offset + t]`` to row ``t`` of ``x``.
 
-        Shapes: ``x`` is ``(batch seq d_model)`` (any leading axes work), floating
-        point, on the module's device; the result has the shape and dtype of ``x``.
+        Shapes: ``x`` is ``(batch seq d_model)`` (any leading axes work),
+        floating point, on the module's device; the result has the shape and
+        dtype of ``x``.
         """
         owner, d_model = "LearnedPositionalEmbedding", self.d_model
         weight = self.embedding.weight
@@ -214,7 +226,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
 # From chapters/03-positions.md, section "Rotary position embeddings (RoPE)".
 def rope_frequencies(d_head: int, base: float = 10000.0) -> torch.Tensor:
-    """RoPE's frequencies ``theta_i = base^(-2i/d_head)``, ``i = 0 .. d_head/2 - 1``.
+    """RoPE's frequencies ``theta_i = base^(-2i/d_head)``,
+    ``i = 0 .. d_head/2 - 1``.
 
     Shapes: the result is ``(pair)`` with ``pair = d_head / 2``, float64.
     """
@@ -229,12 +242,14 @@ def rope_frequencies(d_head: int, base: float = 10000.0) -> torch.Tensor:
 def rotary_interleaved(
     x: torch.Tensor, offset: int = 0, base: float = 10000.0
 ) -> torch.Tensor:
-    """Reference RoPE with the paper's interleaved pairing, with complex numbers.
+    """Reference RoPE with the paper's interleaved pairing, with complex
+    numbers.
 
-    Dimensions ``(2i, 2i+1)`` form the complex number ``x[2i] + j x[2i+1]``, which is
-    multiplied by ``exp(j * pos * theta_i)`` (as RoFormer and Meta's LLaMA code do).
-    Clear rather than fast: it is the yardstick for :class:`RotaryEmbedding`. Shapes:
-    ``x`` is ``(... seq d_head)``, the result the same.
+    Dimensions ``(2i, 2i+1)`` form the complex number ``x[2i] + j x[2i+1]``,
+    which is multiplied by ``exp(j * pos * theta_i)`` (as RoFormer and
+    Meta's LLaMA code do). Clear rather than fast: it is the yardstick for
+    :class:`RotaryEmbedding`. Shapes: ``x`` is ``(... seq d_head)``, the
+    result the same.
     """
     owner = "rotary_interleaved()"
     check.tensor("x", x, "... seq d_head", floating=True, owner=owner)
@@ -256,7 +271,7 @@ def rotary_interleaved(
 def _rope_cos_sin(
     positions: torch.Tensor, d_head: int, base: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin tables ``(pos d_head)`` in the half-split layout, float64."""
+    """cos and sin tables ``(pos d_head)``, half-split layout, float64."""
     frequency = rope_frequencies(d_head, base)
     angle = einsum(positions.double(), frequency, "pos, pair -> pos pair")
     # both halves of a pair share its angle
@@ -265,16 +280,19 @@ def _rope_cos_sin(
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """:func:`rope_rotate_half` without its checks, for callers that made them."""
+    """:func:`rope_rotate_half` without its checks (the callers made
+    them)."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
 
 def rope_rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """``[x1, x2] -> [-x2, x1]`` on the halves of the last axis: ``(... d) -> (... d)``.
+    """``[x1, x2] -> [-x2, x1]`` on the halves of the last axis:
+    ``(... d) -> (... d)``.
 
-    With the half-split pairing (dimension ``i`` pairs with ``i + d/2``), this is the
-    quarter turn that ``x * cos + rope_rotate_half(x) * sin`` needs.
+    With the half-split pairing (dimension ``i`` pairs with ``i + d/2``),
+    this is the quarter turn that ``x * cos + rope_rotate_half(x) * sin``
+    needs.
     """
     owner = "rope_rotate_half()"
     check.tensor("x", x, "... d", owner=owner)
@@ -283,33 +301,36 @@ def rope_rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each half-split pair of ``x``: ``x * cos + rope_rotate_half(x) * sin``.
+    """Rotate each half-split pair of ``x``:
+    ``x * cos + rope_rotate_half(x) * sin``.
 
-    Shapes: ``x`` is ``(... seq d_head)``; ``cos`` and ``sin`` are ``(seq d_head)`` (or
-    broadcastable to ``x``), of the dtype of ``x`` and on its device; the result has the
-    shape and dtype of ``x``.
+    Shapes: ``x`` is ``(... seq d_head)``; ``cos`` and ``sin`` are
+    ``(seq d_head)`` (or broadcastable to ``x``), of the dtype of ``x`` and
+    on its device; the result has the shape and dtype of ``x``.
     """
     owner = "apply_rotary()"
     check.tensor("x", x, "... seq d_head", floating=True, owner=owner)
     check.even("d_head", x.shape[-1], owner=owner)
     check.same_dtype_and_device(x=x, cos=cos, sin=sin, owner=owner)
     if cos.shape != sin.shape or cos.shape[-2:] != x.shape[-2:]:
-        got = f"cos {tuple(cos.shape)}, sin {tuple(sin.shape)}, x {tuple(x.shape)}"
+        got = f"cos {tuple(cos.shape)}, sin {tuple(sin.shape)}"
+        got += f", x {tuple(x.shape)}"
         raise ValueError(f"{owner}: cos, sin must both end in x's (seq d_head): {got}")
     return x * cos + _rotate_half(x) * sin
 
 
 # From chapters/03-positions.md, section "An efficient RoPE for a whole batch".
 class RotaryEmbedding(nn.Module):
-    """Rotary position embedding (RoPE), applied to queries and keys inside attention.
+    """Rotary position embedding (RoPE), applied to queries and keys inside
+    attention.
 
-    Pairing convention: **half-split** (dimension ``i`` pairs with ``i + d_head/2``), as
-    in GPT-NeoX and the Hugging Face LLaMA code; it equals the paper's interleaved
-    pairing up to a fixed permutation of the dimensions. ``cos``/``sin`` tables
-    ``(max_len d_head)`` are precomputed buffers (angles computed in float64, stored in
-    float32); rows past ``max_len``, or for an input more precise than the tables
-    (float64), are computed on the fly, so a float64 input is rotated to float64
-    accuracy.
+    Pairing convention: **half-split** (dimension ``i`` pairs with
+    ``i + d_head/2``), as in GPT-NeoX and the Hugging Face LLaMA code; it
+    equals the paper's interleaved pairing up to a fixed permutation of the
+    dimensions. ``cos``/``sin`` tables ``(max_len d_head)`` are precomputed
+    buffers (angles computed in float64, stored in float32); rows past
+    ``max_len``, or for an input more precise than the tables (float64), are
+    computed on the fly, so a float64 input is rotated to float64 accuracy.
     """
 
     def __init__(self, d_head: int, max_len: int = 4096, base: float = 10000.0) -> None:
@@ -326,7 +347,8 @@ class RotaryEmbedding(nn.Module):
         self, offset: int, seq: int, dtype: torch.dtype | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``(seq d_head)`` cos and sin rows of the positions
-        ``offset .. offset + seq - 1``, in ``dtype`` (default: the tables' dtype)."""
+        ``offset .. offset + seq - 1``, in ``dtype`` (default: the tables'
+        dtype)."""
         owner = "RotaryEmbedding.cos_sin()"
         offset, seq = check.nonnegative_ints(offset=offset, seq=seq, owner=owner)
         return self._cos_sin(offset, seq, dtype)
@@ -334,7 +356,7 @@ class RotaryEmbedding(nn.Module):
     def _cos_sin(
         self, offset: int, seq: int, dtype: torch.dtype | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`cos_sin` without its checks, for callers that made them."""
+        """:meth:`cos_sin` without its checks (the callers made them)."""
         end, table = offset + seq, self.cos_cached
         dtype = table.dtype if dtype is None else dtype
         if end <= self.max_len and not _finer_than_tables(dtype):
@@ -347,15 +369,17 @@ class RotaryEmbedding(nn.Module):
         return cos.to(table.device, dtype), sin.to(table.device, dtype)
 
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """Rotate row ``t`` of ``x`` (a query or a key) to position ``offset + t``.
+        """Rotate row ``t`` of ``x`` (a query or a key) to position
+        ``offset + t``.
 
-        Shapes: ``x`` is ``(... seq d_head)``, typically ``(batch heads seq d_head)``,
-        floating point, on the module's device; the result has the shape and dtype of
-        ``x``.
+        Shapes: ``x`` is ``(... seq d_head)``, typically
+        ``(batch heads seq d_head)``, floating point, on the module's
+        device; the result has the shape and dtype of ``x``.
         """
         owner, table = "RotaryEmbedding", self.cos_cached
         offset = _check_input(owner, x, offset, "d_head", self.d_head, cos_cached=table)
-        # checked: rotate with the unchecked helpers (apply_rotary's formula)
+        # checked: rotate with the unchecked helpers (apply_rotary's
+        # formula)
         cos, sin = self._cos_sin(offset, x.shape[-2], x.dtype)
         return x * cos + _rotate_half(x) * sin
 
@@ -365,11 +389,13 @@ class RotaryEmbedding(nn.Module):
 
 # From chapters/03-positions.md, section "ALiBi: a linear bias on the scores".
 def alibi_slopes(n_heads: int) -> torch.Tensor:
-    """ALiBi's head slopes: for a power of two ``n``, ``2^(-8h/n)`` for ``h = 1 .. n``.
+    """ALiBi's head slopes: for a power of two ``n``, ``2^(-8h/n)`` for
+    ``h = 1 .. n``.
 
-    Otherwise (the rule of the authors' code): the slopes of the largest power of two
-    ``m`` below ``n``, then every other slope of ``2m`` heads, ``2^(-4h/m)`` for odd
-    ``h``, until there are ``n_heads``. Shapes: the result is ``(heads)``, float32.
+    Otherwise (the rule of the authors' code): the slopes of the largest
+    power of two ``m`` below ``n``, then every other slope of ``2m`` heads,
+    ``2^(-4h/m)`` for odd ``h``, until there are ``n_heads``. Shapes: the
+    result is ``(heads)``, float32.
     """
     n_heads = check.positive_int("n_heads", n_heads)
 
@@ -386,7 +412,8 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 def _query_key_distance(
     q_len: int, k_len: int, offset: int, device: torch.device
 ) -> torch.Tensor:
-    """``i - j`` for query ``i = offset + row`` and key ``j``: ``(q_pos k_pos)``."""
+    """``i - j`` for query ``i = offset + row`` and key ``j``:
+    ``(q_pos k_pos)``."""
     q_len, k_len = check.positive_ints(q_len=q_len, k_len=k_len)
     offset = check.int_at_least("offset", offset, 0)
     query = torch.arange(offset, offset + q_len, device=device)
@@ -397,14 +424,15 @@ def _query_key_distance(
 
 # From chapters/03-positions.md, section "ALiBi: a linear bias on the scores".
 class ALiBi(nn.Module):
-    """Attention with Linear Biases: ``bias[h, i, j] = -slope_h * |i - j|``, no weights.
+    """Attention with Linear Biases: ``bias[h, i, j] = -slope_h * |i - j|``,
+    no weights.
 
     ``forward(q_len, k_len, offset)`` returns the additive score bias
-    ``(heads q_len k_len)`` for queries at ``offset .. offset + q_len - 1`` and keys at
-    ``0 .. k_len - 1``. With ``causal=True`` the bias also masks the future: entries
-    with ``j > i`` are ``-inf``, so the result can be added to the scores with or
-    without a causal mask. With ``causal=False`` it is the symmetric
-    ``-slope * |i - j|``.
+    ``(heads q_len k_len)`` for queries at ``offset .. offset + q_len - 1``
+    and keys at ``0 .. k_len - 1``. With ``causal=True`` the bias also masks
+    the future: entries with ``j > i`` are ``-inf``, so the result can be
+    added to the scores with or without a causal mask. With ``causal=False``
+    it is the symmetric ``-slope * |i - j|``.
     """
 
     def __init__(self, n_heads: int, causal: bool = True) -> None:
@@ -415,7 +443,8 @@ class ALiBi(nn.Module):
         self.register_buffer("slopes", slopes, persistent=False)
 
     def forward(self, q_len: int, k_len: int, offset: int = 0) -> torch.Tensor:
-        """The bias of the queries at ``offset .. offset + q_len - 1`` and the keys.
+        """The bias of the queries at ``offset .. offset + q_len - 1`` and
+        the keys.
 
         The keys sit at ``0 .. k_len - 1``. Shapes: the result is
         ``(heads q_pos k_pos)``, float32, on the module's device.
@@ -436,7 +465,8 @@ class ALiBi(nn.Module):
 
 # From chapters/03-positions.md, section "T5's bucketed relative bias".
 def _check_buckets(bidirectional, num_buckets, max_distance) -> tuple:
-    """T5's bucket settings, checked (``max_distance`` past the exact range)."""
+    """T5's bucket settings, checked: ``max_distance`` must exceed the
+    exact range."""
     bidirectional = check.boolean("bidirectional", bidirectional)
     least = 4 if bidirectional else 2  # two buckets a direction, at least
     num_buckets = check.int_at_least("num_buckets", num_buckets, least)
@@ -457,16 +487,18 @@ def t5_relative_position_bucket(
     num_buckets: int = 32,
     max_distance: int = 128,
 ) -> torch.Tensor:
-    """T5's bucket of each relative position ``key_pos - query_pos`` (< 0: the past).
+    """T5's bucket of each relative position ``key_pos - query_pos`` (< 0:
+    the past).
 
-    Within a direction, ``num_buckets`` buckets are split in two: distances below
-    ``max_exact = num_buckets // 2`` get a bucket each; larger ones share buckets whose
-    width grows logarithmically, up to ``max_distance``; every distance from
-    ``max_distance`` on lands in the last bucket. ``bidirectional=True`` gives half of
-    the buckets to each direction (future keys in the upper half);
-    ``bidirectional=False`` (causal) sends every future key to bucket 0, as it will be
-    masked anyway. Shapes: ``relative_position`` is any integer tensor; the result has
-    its shape (int64).
+    Within a direction, ``num_buckets`` buckets are split in two: distances
+    below ``max_exact = num_buckets // 2`` get a bucket each; larger ones
+    share buckets whose width grows logarithmically, up to ``max_distance``;
+    every distance from ``max_distance`` on lands in the last bucket.
+    ``bidirectional=True`` gives half of the buckets to each direction
+    (future keys in the upper half); ``bidirectional=False`` (causal) sends
+    every future key to bucket 0, as it will be masked anyway. Shapes:
+    ``relative_position`` is any integer tensor; the result has its shape
+    (int64).
     """
     if not isinstance(relative_position, torch.Tensor):
         relative_position = torch.as_tensor(relative_position)
@@ -481,7 +513,8 @@ def _bucket(
     num_buckets: int,
     max_distance: int,
 ) -> torch.Tensor:
-    """:func:`t5_relative_position_bucket` for checked arguments (the formula)."""
+    """:func:`t5_relative_position_bucket` for checked arguments (the
+    formula)."""
     # how far back the key is: > 0 for past keys
     distance = -relative_position.long()
     bucket = torch.zeros_like(distance)
@@ -508,9 +541,9 @@ class T5RelativePositionBias(nn.Module):
     """T5's learned relative position bias: one scalar per (bucket, head).
 
     ``forward(q_len, k_len, offset)`` returns the additive score bias
-    ``(heads q_len k_len)`` for queries at ``offset .. offset + q_len - 1`` and keys at
-    ``0 .. k_len - 1``. The table ``relative_attention_bias`` is an
-    ``nn.Embedding(num_buckets, n_heads)`` (T5's name).
+    ``(heads q_len k_len)`` for queries at ``offset .. offset + q_len - 1``
+    and keys at ``0 .. k_len - 1``. The table ``relative_attention_bias`` is
+    an ``nn.Embedding(num_buckets, n_heads)`` (T5's name).
     """
 
     def __init__(
@@ -531,7 +564,8 @@ class T5RelativePositionBias(nn.Module):
         self.relative_attention_bias = table
 
     def forward(self, q_len: int, k_len: int, offset: int = 0) -> torch.Tensor:
-        """The bias of the queries at ``offset .. offset + q_len - 1`` and the keys.
+        """The bias of the queries at ``offset .. offset + q_len - 1`` and
+        the keys.
 
         The keys sit at ``0 .. k_len - 1``. Shapes: the result is
         ``(heads q_pos k_pos)``, in the table's dtype and on its device.
