@@ -1,18 +1,19 @@
 # This file is generated from chapters/04-attention.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 # From chapters/04-attention.md, section "Masks: who may look at whom".
-"""Attention (chapter 4 of the course): masks, scaled dot-product attention, multi-head
-attention.
+"""Attention (chapter 4 of the course): masks, scaled dot-product attention,
+multi-head attention.
 
-Axis convention: ``q``, ``k``, ``v`` are ``(batch, heads, seq, d_head)``. Masks are
-boolean and broadcast to ``(batch, heads, q_len, k_len)``; ``True`` means "may attend".
-Additive score biases (ALiBi, T5 buckets) are float tensors that broadcast to the same
-shape.
+Axis convention: ``q``, ``k``, ``v`` are ``(batch, heads, seq, d_head)``.
+Masks are boolean and broadcast to ``(batch, heads, q_len, k_len)``;
+``True`` means "may attend". Additive score biases (ALiBi, T5 buckets) are
+float tensors that broadcast to the same shape.
 
-Two backends share one interface: ``"math"`` (:func:`scaled_dot_product_attention`,
-written with einops on named axes, able to return the attention weights) and ``"sdpa"``
-(:func:`sdpa_attention`, PyTorch's fused kernel). Both return zeros for a query whose
-keys are all masked.
+Two backends share one interface: ``"math"``
+(:func:`scaled_dot_product_attention`, written with einops on named axes,
+able to return the attention weights) and ``"sdpa"``
+(:func:`sdpa_attention`, PyTorch's fused kernel). Both return zeros for a
+query whose keys are all masked.
 """
 
 from __future__ import annotations
@@ -58,11 +59,12 @@ _MASK_HINT = "True = may attend"
 def padding_mask(
     lengths: torch.Tensor | Sequence[int], max_len: int | None = None
 ) -> torch.Tensor:
-    """Boolean key mask from sequence lengths: ``True`` where the key is a real token.
+    """Boolean key mask from sequence lengths: ``True`` where the key is a
+    real token.
 
-    Shapes: ``lengths`` is ``(batch,)`` (integers); the result is ``(batch 1 1 k_pos)``
-    with ``k_pos = max_len`` (default: the largest length), ready to broadcast over
-    heads and queries.
+    Shapes: ``lengths`` is ``(batch,)`` (integers); the result is
+    ``(batch 1 1 k_pos)`` with ``k_pos = max_len`` (default: the largest
+    length), ready to broadcast over heads and queries.
     """
     owner = "padding_mask()"
     if not isinstance(lengths, torch.Tensor):
@@ -95,13 +97,13 @@ def causal_mask(
     *,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """Boolean causal mask ``(q_pos k_pos)``: query ``i`` may see key ``j`` iff ``j <=
-    offset + i``.
+    """Boolean causal mask ``(q_pos k_pos)``: query ``i`` may see key ``j``
+    iff ``j <= offset + i``.
 
-    The queries sit at absolute positions ``offset .. offset + q_len - 1`` and the keys
-    at ``0 .. k_len - 1``. Defaults: ``k_len = q_len`` and ``offset = k_len - q_len``
-    (the queries are the last ``q_len`` positions, as when decoding with a key/value
-    cache).
+    The queries sit at absolute positions ``offset .. offset + q_len - 1``
+    and the keys at ``0 .. k_len - 1``. Defaults: ``k_len = q_len`` and
+    ``offset = k_len - q_len`` (the queries are the last ``q_len``
+    positions, as when decoding with a key/value cache).
     """
     owner = "causal_mask()"
     q_len = check.positive_int("q_len", q_len, owner=owner)
@@ -115,7 +117,8 @@ def causal_mask(
 
 
 def _causal_mask(q_len: int, k_len: int, offset: int, device) -> torch.Tensor:
-    """:func:`causal_mask` for checked sizes (the attention functions' path)."""
+    """:func:`causal_mask` for checked sizes (the attention functions'
+    path)."""
     query_positions = torch.arange(q_len, device=device) + offset
     key_positions = torch.arange(k_len, device=device)
     query_positions = rearrange(query_positions, "q_pos -> q_pos 1")
@@ -124,7 +127,8 @@ def _causal_mask(q_len: int, k_len: int, offset: int, device) -> torch.Tensor:
 
 # From chapters/04-attention.md, section "Masks: who may look at whom".
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
-    """Logical *and* of boolean masks (``None`` entries are skipped), with broadcasting.
+    """Logical *and* of boolean masks (``None`` entries are skipped), with
+    broadcasting.
 
     Returns ``None`` when every mask is ``None`` (nothing is masked).
     """
@@ -151,8 +155,8 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
 
 # From chapters/04-attention.md, section "Masks: who may look at whom".
 def additive_mask(mask: torch.Tensor, dtype=torch.float32) -> torch.Tensor:
-    """The additive form of a boolean mask: ``0.0`` where ``True`` (may attend),
-    ``-inf`` elsewhere.
+    """The additive form of a boolean mask: ``0.0`` where ``True`` (may
+    attend), ``-inf`` elsewhere.
 
     Shapes: the result has the shape of ``mask``.
     """
@@ -171,13 +175,14 @@ _POSITIVE = dict(low=0, low_open=True)
 
 
 def _check_args(owner, q, k, v, mask, bias, dropout_p, scale, causal):
-    """The checks every backend's arguments pass; returns ``dropout_p`` and ``scale`` as
-    floats.
+    """The checks every backend's arguments pass; returns ``dropout_p`` and
+    ``scale`` as floats.
 
-    Shapes: ``q`` ``(batch heads q_pos d_head)``, ``k`` ``(batch kv_heads k_pos
-    d_head)``, ``v`` ``(batch kv_heads k_pos d_v)``, in one floating dtype on one
-    device; ``heads`` a multiple of ``kv_heads``; ``mask`` and ``bias`` as
-    :func:`_check_mask_and_bias` says.
+    Shapes: ``q`` ``(batch heads q_pos d_head)``, ``k``
+    ``(batch kv_heads k_pos d_head)``, ``v`` ``(batch kv_heads k_pos d_v)``,
+    in one floating dtype on one device; ``heads`` a multiple of
+    ``kv_heads``; ``mask`` and ``bias`` as :func:`_check_mask_and_bias`
+    says.
     """
     check.attention_inputs(q, k, v, owner=owner)
     _check_mask_and_bias(owner, q, k.shape[2], mask, bias)
@@ -189,8 +194,10 @@ def _check_args(owner, q, k, v, mask, bias, dropout_p, scale, causal):
 
 
 def _check_mask_and_bias(owner, q, k_len, mask, bias) -> None:
-    """``mask`` (bool, True = may attend) and ``bias`` (any float dtype: it is cast to
-    ``q``'s) broadcast to ``(batch heads q_pos k_pos)`` and sit on ``q``'s device."""
+    """``mask`` (bool, True = may attend) and ``bias`` (any float dtype: it
+    is cast to ``q``'s) broadcast to ``(batch heads q_pos k_pos)`` and
+    sit on ``q``'s device.
+    """
     batch, heads, q_len, _ = q.shape
     scores = dict(batch=batch, heads=heads, q_pos=q_len, k_pos=k_len)
     scores["owner"] = owner
@@ -205,10 +212,11 @@ def _check_mask_and_bias(owner, q, k_len, mask, bias) -> None:
 
 # From chapters/04-attention.md, section "The attention function".
 def _prepare(q, k, v, mask, bias, causal):
-    """Add the causal mask, cast the bias, repeat key/value heads (after the checks).
+    """Add the causal mask, cast the bias, repeat key/value heads (after the
+    checks).
 
-    The bias is cast to the queries' dtype: an fp32 ALiBi or T5 table then works with
-    bf16 queries on every backend.
+    The bias is cast to the queries' dtype: an fp32 ALiBi or T5 table then
+    works with bf16 queries on every backend.
     """
     q_len, k_len = q.shape[2], k.shape[2]
     # one query, at the last position, sees every key: no mask needed
@@ -225,8 +233,8 @@ def _prepare(q, k, v, mask, bias, causal):
 
 # From chapters/04-attention.md, section "The attention function".
 def repeat_kv_heads(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """Repeat each key/value head ``n_rep`` times, so query head ``h`` meets kv head ``h
-    // n_rep``.
+    """Repeat each key/value head ``n_rep`` times, so query head ``h`` meets
+    kv head ``h // n_rep``.
 
     Shapes: ``x`` is ``(batch kv_heads seq d_head)``, the result
     ``(batch (kv_heads n_rep) seq d_head)``.
@@ -258,18 +266,21 @@ def scaled_dot_product_attention(
     causal: bool = False,
     return_weights: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Attention written out on named axes: ``softmax(q kᵀ · scale + bias, masked) v``.
+    """Attention written out on named axes:
+    ``softmax(q kᵀ · scale + bias, masked) v``.
 
-    Shapes: ``q`` is ``(batch heads q_pos d_head)``; ``k`` ``(batch kv_heads k_pos
-    d_head)`` and ``v`` ``(batch kv_heads k_pos d_v)`` with ``heads`` a multiple of
-    ``kv_heads``; ``mask`` (boolean, True = may attend) and ``bias`` (additive, float)
-    broadcast to ``(batch heads q_pos k_pos)``. ``causal=True`` adds :func:`causal_mask`
-    (bottom-right aligned). ``scale`` defaults to ``1/sqrt(d_head)``; ``dropout_p``
-    drops weights (pass 0 in eval).
+    Shapes: ``q`` is ``(batch heads q_pos d_head)``; ``k``
+    ``(batch kv_heads k_pos d_head)`` and ``v``
+    ``(batch kv_heads k_pos d_v)`` with ``heads`` a multiple of
+    ``kv_heads``; ``mask`` (boolean, True = may attend) and ``bias``
+    (additive, float) broadcast to ``(batch heads q_pos k_pos)``.
+    ``causal=True`` adds :func:`causal_mask` (bottom-right aligned).
+    ``scale`` defaults to ``1/sqrt(d_head)``; ``dropout_p`` drops weights
+    (pass 0 in eval).
 
-    Returns ``(batch heads q_pos d_v)``, and the weights ``(batch heads q_pos k_pos)``
-    too when ``return_weights``. A query whose keys are all masked gets zero weights and
-    a zero output.
+    Returns ``(batch heads q_pos d_v)``, and the weights
+    ``(batch heads q_pos k_pos)`` too when ``return_weights``. A query whose
+    keys are all masked gets zero weights and a zero output.
     """
     owner = "scaled_dot_product_attention()"
     dropout_p, scale = _check_args(owner, q, k, v, mask, bias, dropout_p, scale, causal)
@@ -282,7 +293,8 @@ def scaled_dot_product_attention(
 def _math_attention(
     q, k, v, mask, bias, dropout_p, scale, causal, return_weights=False
 ):
-    """:func:`scaled_dot_product_attention` for checked arguments: the formula."""
+    """:func:`scaled_dot_product_attention` for checked arguments: the
+    formula."""
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = einsum(
@@ -324,12 +336,12 @@ def sdpa_attention(
     scale: float | None = None,
     causal: bool = False,
 ) -> torch.Tensor:
-    """The same attention as :func:`scaled_dot_product_attention`, by PyTorch's fused
-    kernel.
+    """The same attention as :func:`scaled_dot_product_attention`, by
+    PyTorch's fused kernel.
 
-    Shapes and arguments as there (no weights are returned). Fully masked query rows
-    give zeros, not NaN; ``causal`` is bottom-right aligned, unlike PyTorch's
-    ``is_causal`` when ``q_len != k_len``.
+    Shapes and arguments as there (no weights are returned). Fully masked
+    query rows give zeros, not NaN; ``causal`` is bottom-right aligned,
+    unlike PyTorch's ``is_causal`` when ``q_len != k_len``.
     """
     owner = "sdpa_attention()"
     dropout_p, scale = _check_args(owner, q, k, v, mask, bias, dropout_p, scale, causal)
@@ -374,8 +386,9 @@ ATTENTION_BACKENDS: dict[str, Callable[..., torch.Tensor]] = {
 
 
 def _unchecked(attend: Callable[..., torch.Tensor]) -> Callable:
-    """The unchecked core of a built-in backend, for a caller that checked the
-    arguments; any other backend as it is."""
+    """The unchecked core of a built-in backend, for a caller that checked
+    the arguments; any other backend as it is.
+    """
     if attend is scaled_dot_product_attention:
         return _math_attention
     return _sdpa_attention if attend is sdpa_attention else attend
@@ -387,13 +400,16 @@ def register_attention_backend(
 ) -> None:
     """Make ``fn`` available as the attention backend ``name``.
 
-    ``fn(q, k, v, mask=None, bias=None, dropout_p=0.0, *, scale=None, causal=False)``
-    receives ``q`` ``(batch heads q_pos d_head)``, ``k`` and ``v`` ``(batch kv_heads
-    k_pos d_head)`` (``heads`` a multiple of ``kv_heads``), a boolean ``mask`` (True =
-    may attend) and/or an additive float ``bias``, both broadcasting to ``(batch heads
-    q_pos k_pos)``, the score ``scale`` (None: ``1/sqrt(d_head)``), ``causal``
-    (bottom-right aligned) and the dropout probability on the weights. It returns
-    ``(batch heads q_pos d_head)``, with zeros for a query whose keys are all masked.
+    ``fn(q, k, v, mask=None, bias=None, dropout_p=0.0, *, scale=None,
+    causal=False)``
+    receives ``q`` ``(batch heads q_pos d_head)``, ``k`` and ``v``
+    ``(batch kv_heads k_pos d_head)`` (``heads`` a multiple of
+    ``kv_heads``), a boolean ``mask`` (True = may attend) and/or an additive
+    float ``bias``, both broadcasting to ``(batch heads q_pos k_pos)``, the
+    score ``scale`` (None: ``1/sqrt(d_head)``), ``causal`` (bottom-right
+    aligned) and the dropout probability on the weights. It returns
+    ``(batch heads q_pos d_head)``, with zeros for a query whose keys are
+    all masked.
     """
     owner = "register_attention_backend()"
     check.string("name", name, nonempty=True, owner=owner)
@@ -412,14 +428,18 @@ _LAZY_BACKENDS = {"flash_torch": "lib.flash", "flash_triton": "lib.flash"}
 
 
 def attention_backend_names() -> list[str]:
-    """The names a backend may have: those registered, and those whose module registers
-    them on first use (chapter 9's ``"flash_torch"`` and ``"flash_triton"``)."""
+    """The names a backend may have: those registered, and those whose
+    module registers them on first use (chapter 9's ``"flash_torch"`` and
+    ``"flash_triton"``).
+    """
     return sorted(set(ATTENTION_BACKENDS) | set(_LAZY_BACKENDS))
 
 
 def _load_backend(name: object, owner: str) -> str:
-    """``name``, which must name a backend (the message lists them), registered: a lazy
-    backend's module is imported the first time, which registers it."""
+    """``name``, which must name a backend (the message lists them),
+    registered: a lazy backend's module is imported the first time, which
+    registers it.
+    """
     known = attention_backend_names()
     hint = "register_attention_backend(name, fn) adds one"
     name = check.one_of("backend", name, known, owner=owner, hint=hint)
@@ -429,11 +449,11 @@ def _load_backend(name: object, owner: str) -> str:
 
 
 def set_attention_backend(model: nn.Module, name: str) -> nn.Module:
-    """Switch every :class:`MultiHeadAttention` inside ``model`` to the backend
-    ``name``.
+    """Switch every :class:`MultiHeadAttention` inside ``model`` to the
+    backend ``name``.
 
-    Returns ``model``. Raises ``ValueError`` listing the known names for an unknown one,
-    and when ``model`` holds no attention module at all.
+    Returns ``model``. Raises ``ValueError`` listing the known names for an
+    unknown one, and when ``model`` holds no attention module at all.
     """
     owner = "set_attention_backend()"
     what = "an nn.Module"
@@ -451,12 +471,13 @@ def set_attention_backend(model: nn.Module, name: str) -> nn.Module:
 # From chapters/04-attention.md, section "The key/value cache".
 @dataclass(frozen=True)
 class KVCache:
-    """The keys and values of the tokens seen so far, for one attention layer.
+    """The keys and values of the tokens seen so far, for one attention
+    layer.
 
-    Shapes: ``keys`` is ``(batch kv_heads seq d_head)``, ``values`` ``(batch kv_heads
-    seq d_v)``. For self-attention the keys are stored after any rotary embedding (at
-    their absolute positions ``0 .. seq-1``); for cross-attention the cache holds the
-    context's keys and values.
+    Shapes: ``keys`` is ``(batch kv_heads seq d_head)``, ``values``
+    ``(batch kv_heads seq d_v)``. For self-attention the keys are stored
+    after any rotary embedding (at their absolute positions ``0 .. seq-1``);
+    for cross-attention the cache holds the context's keys and values.
     """
 
     keys: torch.Tensor
@@ -479,8 +500,9 @@ class KVCache:
         return self.keys.shape[2]
 
     def extend(self, keys: torch.Tensor, values: torch.Tensor) -> KVCache:
-        """A new cache with ``keys`` and ``values`` ``(batch kv_heads new d_head)``
-        appended."""
+        """A new cache with ``keys`` and ``values``
+        ``(batch kv_heads new d_head)`` appended.
+        """
         owner, cache = "KVCache.extend()", self.keys
         batch, kv_heads, _, d_head = cache.shape
         hint = f"cannot append to a cache of keys {tuple(cache.shape)}"
@@ -499,11 +521,13 @@ class KVCache:
         )
 
     def select(self, indices: torch.Tensor) -> KVCache:
-        """The cache with its batch rows gathered by ``indices`` ``(new_batch,)``.
+        """The cache with its batch rows gathered by ``indices``
+        ``(new_batch,)``.
 
-        Beam search reorders (and duplicates) the rows this way when beams are
-        re-ranked. Indices on the CPU are checked to be in range; indices on a GPU are
-        not read (that would wait for the GPU at every decoding step).
+        Beam search reorders (and duplicates) the rows this way when beams
+        are re-ranked. Indices on the CPU are checked to be in range;
+        indices on a GPU are not read (that would wait for the GPU at every
+        decoding step).
         """
         owner, batch = "KVCache.select()", self.keys.shape[0]
         if not isinstance(indices, torch.Tensor):
@@ -527,8 +551,9 @@ class KVCache:
         )
 
     def crop(self, length: int) -> KVCache:
-        """The cache of the first ``length`` positions (to roll back rejected draft
-        tokens)."""
+        """The cache of the first ``length`` positions (to roll back
+        rejected draft tokens).
+        """
         owner, seq_len = "KVCache.crop()", self.seq_len
         length = check.int_in_range("length", length, 0, seq_len, owner=owner)
         return KVCache(self.keys[:, :, :length], self.values[:, :, :length])
@@ -536,39 +561,45 @@ class KVCache:
 
 # From chapters/04-attention.md, section "The module".
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention with grouped key/value heads (MHA, GQA and MQA) and a KV
-    cache.
+    """Multi-head attention with grouped key/value heads (MHA, GQA and MQA)
+    and a KV cache.
 
-    ``n_kv_heads`` (default ``n_heads``) must divide ``n_heads``: ``n_kv_heads ==
-    n_heads`` is multi-head attention, ``n_kv_heads == 1`` multi-query attention. The
-    options after the sizes are keyword-only: ``bias`` (projection biases), ``dropout``
-    (on the weights, in training), ``backend`` (a name in :data:`ATTENTION_BACKENDS`:
-    ``"sdpa"``, PyTorch's fused kernel, or ``"math"``, the einops path), ``scale`` (the
-    score scale; default ``1/sqrt(d_head)``; T5 uses 1.0) and ``d_head`` (default
-    ``d_model // n_heads``; any value lets ``n_heads · d_head`` differ from ``d_model``,
-    as T5 allows).
+    ``n_kv_heads`` (default ``n_heads``) must divide ``n_heads``:
+    ``n_kv_heads == n_heads`` is multi-head attention, ``n_kv_heads == 1``
+    multi-query attention. The options after the sizes are keyword-only:
+    ``bias`` (projection biases), ``dropout`` (on the weights, in training),
+    ``backend`` (a name in :data:`ATTENTION_BACKENDS`: ``"sdpa"``, PyTorch's
+    fused kernel, or ``"math"``, the einops path), ``scale`` (the score
+    scale; default ``1/sqrt(d_head)``; T5 uses 1.0) and ``d_head`` (default
+    ``d_model // n_heads``; any value lets ``n_heads · d_head`` differ from
+    ``d_model``, as T5 allows).
 
-    ``forward(x, context=None, *, mask=None, position_bias=None, causal=False,
-    rope=None, past=None, use_cache=False, need_weights=False, cross_attention=False)``:
+    ``forward(x, context=None, *, mask=None, position_bias=None,
+    causal=False, rope=None, past=None, use_cache=False, need_weights=False,
+    cross_attention=False)``:
 
-    * ``x`` ``(batch q_pos d_model)`` gives the queries, and the keys and values too
-      unless ``context`` ``(batch k_pos d_model)`` is given (cross-attention).
-    * ``mask`` (boolean, True = may attend) and ``position_bias`` (a float tensor, or a
-      module called as ``position_bias(q_len, k_len, offset)``) broadcast to ``(batch
-      heads q_pos k_pos)``, where ``k_pos`` counts the cached keys too. ``causal`` adds
-      a bottom-right causal mask.
-    * ``rope`` (e.g. ``lib.positions.RotaryEmbedding``) rotates queries and keys by
-      their absolute positions; the queries start at ``offset = past.seq_len``.
-    * ``past``: a :class:`KVCache`. Self-attention appends the new keys and values to
-      it; cross-attention uses it *instead of* projecting ``context`` again.
+    * ``x`` ``(batch q_pos d_model)`` gives the queries, and the keys and
+      values too unless ``context`` ``(batch k_pos d_model)`` is given
+      (cross-attention).
+    * ``mask`` (boolean, True = may attend) and ``position_bias`` (a float
+      tensor, or a module called as ``position_bias(q_len, k_len, offset)``)
+      broadcast to ``(batch heads q_pos k_pos)``, where ``k_pos`` counts the
+      cached keys too. ``causal`` adds a bottom-right causal mask.
+    * ``rope`` (e.g. ``lib.positions.RotaryEmbedding``) rotates queries and
+      keys by their absolute positions; the queries start at
+      ``offset = past.seq_len``.
+    * ``past``: a :class:`KVCache`. Self-attention appends the new keys and
+      values to it; cross-attention uses it *instead of* projecting
+      ``context`` again.
     * ``cross_attention=True`` says the call is cross-attention even without
-      ``context``: a decoder step then reads the encoder's keys and values from ``past``
-      alone. (Passing ``context`` implies cross-attention, so existing calls need not
-      say it.)
+      ``context``: a decoder step then reads the encoder's keys and values
+      from ``past`` alone. (Passing ``context`` implies cross-attention, so
+      existing calls need not say it.)
 
-    Returns ``(batch q_pos d_model)``; with ``use_cache`` and/or ``need_weights``, a
-    tuple ``(output, cache)``, ``(output, weights)`` or ``(output, cache, weights)``,
-    the weights being ``(batch heads q_pos k_pos)``.
+    Returns ``(batch q_pos d_model)``; with ``use_cache`` and/or
+    ``need_weights``, a tuple ``(output, cache)``, ``(output, weights)`` or
+    ``(output, cache, weights)``, the weights being
+    ``(batch heads q_pos k_pos)``.
     """
 
     def __init__(
@@ -593,7 +624,8 @@ class MultiHeadAttention(nn.Module):
         if d_head is not None:
             d_head = check.positive_int("d_head", d_head, owner=owner)
         else:
-            why = "each head needs d_model / n_heads dimensions (or pass d_head)"
+            why = "each head needs d_model / n_heads dimensions"
+            why += " (or pass d_head)"
             check.divisible(d_model=d_model, n_heads=n_heads, owner=owner, hint=why)
         why = "each key/value head must serve a whole group of query heads"
         check.divisible(n_heads=n_heads, n_kv_heads=n_kv_heads, owner=owner, hint=why)
@@ -640,12 +672,14 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
         cross_attention: bool = False,
     ):
-        """Attend from ``x`` to itself or to ``context`` (see the class docstring).
+        """Attend from ``x`` to itself or to ``context`` (see the class
+        docstring).
 
-        Shapes: ``x`` is ``(batch q_pos d_model)``, ``context`` ``(batch k_pos
-        d_model)``, in the weights' dtype (any dtype under autocast); ``mask`` and
-        ``position_bias`` broadcast to ``(batch heads q_pos k_pos)``. Returns ``(batch
-        q_pos d_model)``, or a tuple with the :class:`KVCache` and/or the weights
+        Shapes: ``x`` is ``(batch q_pos d_model)``, ``context``
+        ``(batch k_pos d_model)``, in the weights' dtype (any dtype under
+        autocast); ``mask`` and ``position_bias`` broadcast to
+        ``(batch heads q_pos k_pos)``. Returns ``(batch q_pos d_model)``, or
+        a tuple with the :class:`KVCache` and/or the weights
         ``(batch heads q_pos k_pos)`` after it.
         """
         owner = "MultiHeadAttention"
@@ -660,7 +694,8 @@ class MultiHeadAttention(nn.Module):
             widths = [self.q_dim, self.kv_dim, self.kv_dim]
             q, k, v = self.qkv_proj(x).split(widths, dim=-1)
         else:
-            # cross-attention: query rows on x, key/value rows on the context
+            # cross-attention: query rows on x, key/value rows on the
+            # context
             weight = self.qkv_proj.weight[: self.q_dim]
             bias = self.qkv_proj.bias
             bias = None if bias is None else bias[: self.q_dim]
@@ -722,8 +757,10 @@ _BIAS_KINDS = "a tensor or a module called as position_bias(q_len, k_len, offset
 
 
 def _check_mha_args(mha, x, context, position_bias, rope, past, cross):
-    """The checks of :meth:`MultiHeadAttention.forward`'s tensor and module arguments
-    (never their data), after its flags (``cross``: cross-attention, said or implied)."""
+    """The checks of :meth:`MultiHeadAttention.forward`'s tensor and module
+    arguments (never their data), after its flags (``cross``:
+    cross-attention, said or implied).
+    """
     owner = "MultiHeadAttention"
     weight, d_model = mha.qkv_proj.weight, mha.d_model
     axes = "batch q_pos d_model"
@@ -760,10 +797,12 @@ def kv_cache_bytes(
     batch_size: int = 1,
     bytes_per_value: int = 2,
 ) -> int:
-    """Bytes of a full key/value cache: ``2 · n_layers · n_kv_heads · d_head · seq_len ·
-    batch_size · bytes_per_value``.
+    """Bytes of a full key/value cache:
+    ``2 · n_layers · n_kv_heads · d_head · seq_len · batch_size ·
+    bytes_per_value``.
 
-    The 2 counts keys and values; ``bytes_per_value`` is 2 for fp16/bf16, 4 for fp32.
+    The 2 counts keys and values; ``bytes_per_value`` is 2 for fp16/bf16, 4
+    for fp32.
     """
     named = dict(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head)
     named |= dict(seq_len=seq_len, batch_size=batch_size)
@@ -776,11 +815,13 @@ def kv_cache_bytes(
 def attention_layer_flops(
     seq_len: int, d_model: int, d_ff: int | None = None
 ) -> dict[str, int]:
-    """Forward FLOPs of one transformer layer on one sequence, split by where they go.
+    """Forward FLOPs of one transformer layer on one sequence, split by
+    where they go.
 
-    ``"scores"``: q·kᵀ and the weighted sum, ``4 · n² · d``; ``"projections"``: q, k, v
-    and output, ``8 · n · d²``; ``"ffn"``: two matrices, ``4 · n · d · d_ff`` (``16 · n
-    · d²`` for the default ``d_ff = 4d``).
+    ``"scores"``: q·kᵀ and the weighted sum, ``4 · n² · d``;
+    ``"projections"``: q, k, v and output, ``8 · n · d²``; ``"ffn"``: two
+    matrices, ``4 · n · d · d_ff`` (``16 · n · d²`` for the default
+    ``d_ff = 4d``).
     """
     owner = "attention_layer_flops()"
     n, d = check.positive_ints(seq_len=seq_len, d_model=d_model, owner=owner)
@@ -794,11 +835,11 @@ def attention_layer_flops(
 
 
 def attention_crossover_length(d_model: int, d_ff: int | None = None) -> int:
-    """The sequence length where the ``n²`` attention FLOPs equal all the layer's linear
-    FLOPs.
+    """The sequence length where the ``n²`` attention FLOPs equal all the
+    layer's linear FLOPs.
 
-    ``4n²d = 8nd² + 4nd·d_ff`` gives ``n = 2·d_model + d_ff`` (``6·d_model`` for ``d_ff
-    = 4d``).
+    ``4n²d = 8nd² + 4nd·d_ff`` gives ``n = 2·d_model + d_ff`` (``6·d_model``
+    for ``d_ff = 4d``).
     """
     owner = "attention_crossover_length()"
     d_model = check.positive_int("d_model", d_model, owner=owner)
