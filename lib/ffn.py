@@ -3,9 +3,10 @@
 # From chapters/05-ffn.md, section "Two linear layers and a nonlinearity".
 """The position-wise feed-forward network (chapter 5 of the course).
 
-Activations (ReLU, GELU in its exact and tanh forms, Swish/SiLU), the classic two-layer
-FFN, its gated variants (GLU, ReGLU, GEGLU, SwiGLU) with the 8/3 hidden-size rule, and
-parameter counts: of one FFN, and of a whole transformer by component.
+Activations (ReLU, GELU in its exact and tanh forms, Swish/SiLU), the
+classic two-layer FFN, its gated variants (GLU, ReGLU, GEGLU, SwiGLU) with
+the 8/3 hidden-size rule, and parameter counts: of one FFN, and of a whole
+transformer by component.
 """
 
 import math
@@ -36,7 +37,8 @@ __all__ = [
 
 # From chapters/05-ffn.md, section "Activations: ReLU, GELU and its tanh approximation".
 def gelu_erf(x: torch.Tensor) -> torch.Tensor:
-    """GELU, exact form: ``x·Φ(x) = x/2 · (1 + erf(x/√2))``, Φ the standard normal CDF.
+    """GELU, exact form: ``x·Φ(x) = x/2 · (1 + erf(x/√2))``, Φ the standard
+    normal CDF.
 
     Shapes: ``x`` is ``(...)``, the result ``(...)``.
     """
@@ -46,7 +48,8 @@ def gelu_erf(x: torch.Tensor) -> torch.Tensor:
 
 # From chapters/05-ffn.md, section "Activations: ReLU, GELU and its tanh approximation".
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    """GELU, tanh form: ``x/2 · (1 + tanh(√(2/π)·(x + 0.044715·x³)))`` (GPT-2's).
+    """GELU, tanh form: ``x/2 · (1 + tanh(√(2/π)·(x + 0.044715·x³)))``
+    (GPT-2's).
 
     Shapes: ``x`` is ``(...)``, the result ``(...)``.
     """
@@ -56,8 +59,8 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 
 
 # From chapters/05-ffn.md, section "The module".
-#: The activations a plain FFN accepts, by name: PyTorch's fused kernels for ReLU and
-#: for gelu_erf and gelu_tanh.
+#: The activations a plain FFN accepts, by name: PyTorch's fused kernels for
+#: ReLU and for gelu_erf and gelu_tanh.
 FFN_ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,  # the exact erf form
@@ -67,11 +70,13 @@ FFN_ACTIVATIONS = {
 
 # From chapters/05-ffn.md, section "The module".
 class FeedForward(nn.Module):
-    """The position-wise feed-forward network ``W_out · act(W_in · x + b_in) + b_out``.
+    """The position-wise feed-forward network
+    ``W_out · act(W_in · x + b_in) + b_out``.
 
     The same two linear layers act on every position. ``d_ff`` defaults to
-    ``4 * d_model``; ``activation`` is one of :data:`FFN_ACTIVATIONS`; ``bias=False``
-    drops both biases (T5, LLaMA); ``dropout`` acts on the hidden activations.
+    ``4 * d_model``; ``activation`` is one of :data:`FFN_ACTIVATIONS`;
+    ``bias=False`` drops both biases (T5, LLaMA); ``dropout`` acts on the
+    hidden activations.
 
     Shapes: ``x`` is ``(... d_model)``, the result ``(... d_model)``.
     """
@@ -106,8 +111,9 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the FFN to every position of ``x`` on its own.
 
-        Shapes: ``x`` is ``(... d_model)``, typically ``(batch seq d_model)``, in the
-        weights' dtype (any dtype under autocast); the result is ``(... d_model)``.
+        Shapes: ``x`` is ``(... d_model)``, typically
+        ``(batch seq d_model)``, in the weights' dtype (any dtype under
+        autocast); the result is ``(... d_model)``.
         """
         owner, weight = "FeedForward", self.w_in.weight
         sizes = dict(d_model=self.d_model, owner=owner)
@@ -122,7 +128,8 @@ class FeedForward(nn.Module):
 
 # From chapters/05-ffn.md, section "Swish, and gated FFNs".
 def swish(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
-    """Swish: ``x · sigmoid(beta · x)``; ``beta = 1`` is SiLU, ``beta → ∞`` is ReLU.
+    """Swish: ``x · sigmoid(beta · x)``; ``beta = 1`` is SiLU, ``beta → ∞``
+    is ReLU.
 
     Shapes: ``x`` is ``(...)``, the result ``(...)``.
     """
@@ -144,10 +151,12 @@ GATED_FFN_ACTIVATIONS = {
 
 # From chapters/05-ffn.md, section "The 8/3 rule".
 def gated_ffn_hidden_size(d_model: int, multiple_of: int = 64) -> int:
-    """The hidden size of a gated FFN with a plain 4·d_model FFN's parameter count.
+    """The hidden size of a gated FFN with a plain 4·d_model FFN's parameter
+    count.
 
-    ``floor(8/3 · d_model)`` (three matrices instead of two), rounded up to a multiple
-    of ``multiple_of`` as LLaMA does; ``gated_ffn_hidden_size(4096, 256) == 11008``.
+    ``floor(8/3 · d_model)`` (three matrices instead of two), rounded up to
+    a multiple of ``multiple_of`` as LLaMA does;
+    ``gated_ffn_hidden_size(4096, 256) == 11008``.
     """
     owner = "gated_ffn_hidden_size()"
     d_model = check.positive_int("d_model", d_model, owner=owner)
@@ -159,12 +168,14 @@ def gated_ffn_hidden_size(d_model: int, multiple_of: int = 64) -> int:
 
 # From chapters/05-ffn.md, section "The 8/3 rule".
 class GatedFeedForward(nn.Module):
-    """A gated FFN (GLU, ReGLU, GEGLU, SwiGLU): ``(act(x W_gate) ⊗ x W_value) W_out``.
+    """A gated FFN (GLU, ReGLU, GEGLU, SwiGLU):
+    ``(act(x W_gate) ⊗ x W_value) W_out``.
 
-    ``w_in`` holds the gate and value projections fused, gate first: ``w_in.weight`` is
-    ``(2·d_ff, d_model)``. ``d_ff`` defaults to :func:`gated_ffn_hidden_size` (the 8/3
-    rule, rounded up to ``multiple_of``; an explicit ``d_ff`` is used as given). No
-    biases by default, as in LLaMA. ``dropout`` acts on the gated hidden activations.
+    ``w_in`` holds the gate and value projections fused, gate first:
+    ``w_in.weight`` is ``(2·d_ff, d_model)``. ``d_ff`` defaults to
+    :func:`gated_ffn_hidden_size` (the 8/3 rule, rounded up to
+    ``multiple_of``; an explicit ``d_ff`` is used as given). No biases by
+    default, as in LLaMA. ``dropout`` acts on the gated hidden activations.
 
     Shapes: ``x`` is ``(... d_model)``, the result ``(... d_model)``.
     """
@@ -200,8 +211,9 @@ class GatedFeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the gated FFN to every position of ``x`` on its own.
 
-        Shapes: ``x`` is ``(... d_model)``, typically ``(batch seq d_model)``, in the
-        weights' dtype (any dtype under autocast); the result is ``(... d_model)``.
+        Shapes: ``x`` is ``(... d_model)``, typically
+        ``(batch seq d_model)``, in the weights' dtype (any dtype under
+        autocast); the result is ``(... d_model)``.
         """
         owner, weight = "GatedFeedForward", self.w_in.weight
         sizes = dict(d_model=self.d_model, owner=owner)
@@ -222,9 +234,9 @@ def ffn_param_count(
 ) -> int:
     """Parameters of a plain or gated FFN, from its sizes.
 
-    Plain: ``2·d_model·d_ff`` weights, plus ``d_ff + d_model`` biases if ``bias``.
-    Gated (``gated=True``): ``3·d_model·d_ff`` weights, plus ``2·d_ff + d_model``
-    biases.
+    Plain: ``2·d_model·d_ff`` weights, plus ``d_ff + d_model`` biases if
+    ``bias``. Gated (``gated=True``): ``3·d_model·d_ff`` weights, plus
+    ``2·d_ff + d_model`` biases.
     """
     owner = "ffn_param_count()"
     check.positive_ints(d_model=d_model, d_ff=d_ff, owner=owner)
@@ -241,14 +253,16 @@ def ffn_param_count(
 class TransformerParamConfig:
     """The shape of a transformer, as far as counting its parameters needs.
 
-    ``n_encoder_layers`` blocks have self-attention and an FFN; ``n_decoder_layers``
-    blocks have (masked) self-attention, cross-attention when there is an encoder, and
-    an FFN. ``n_positions`` counts *learned* positions (0 for sinusoidal or rotary
-    ones). ``n_extra_norms`` counts norms outside the blocks (BERT's embedding norm, a
-    pre-LN final norm). ``published`` is the reported total, for comparison: the paper's
-    figure, or the released checkpoint's where the two differ (GPT-2 small: 124M, not
-    the paper's 117M). The attention count assumes full multi-head attention
-    (``n_heads · d_head = d_model``, no grouped-query sharing of keys and values).
+    ``n_encoder_layers`` blocks have self-attention and an FFN;
+    ``n_decoder_layers`` blocks have (masked) self-attention,
+    cross-attention when there is an encoder, and an FFN. ``n_positions``
+    counts *learned* positions (0 for sinusoidal or rotary ones).
+    ``n_extra_norms`` counts norms outside the blocks (BERT's embedding
+    norm, a pre-LN final norm). ``published`` is the reported total, for
+    comparison: the paper's figure, or the released checkpoint's where the
+    two differ (GPT-2 small: 124M, not the paper's 117M). The attention
+    count assumes full multi-head attention (``n_heads · d_head = d_model``,
+    no grouped-query sharing of keys and values).
     """
 
     name: str
@@ -294,8 +308,9 @@ class TransformerParamConfig:
 def transformer_param_breakdown(config: TransformerParamConfig) -> dict:
     """Parameters of a transformer by component, from its shape alone.
 
-    Returns ``{"embeddings", "attention", "ffn", "norms", "head"}`` (``head``: an untied
-    output projection and BERT's pooler); the total is the sum of the values.
+    Returns ``{"embeddings", "attention", "ffn", "norms", "head"}``
+    (``head``: an untied output projection and BERT's pooler); the total is
+    the sum of the values.
     """
     check.instance("config", config, TransformerParamConfig)
     d, c = config.d_model, config
