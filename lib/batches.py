@@ -109,6 +109,7 @@ def lm_eval_batches(
     what a final, honest evaluation uses. Arguments as :func:`lm_batches`."""
     tokens, objective = _token_stream(tokens, seq_len, batch_size, seed, objective)
     starts = torch.arange((len(tokens) - 1) // seq_len) * seq_len
-    windows = tokens[rearrange(starts, "w -> w 1") + torch.arange(seq_len + 1)]
+    positions = rearrange(starts, "w -> w 1") + torch.arange(seq_len + 1)
+    windows = tokens[positions]
     chunks = enumerate(windows.split(batch_size))
     return [as_batch(objective(chunk, _step_generator(seed, i))) for i, chunk in chunks]

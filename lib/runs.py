@@ -543,7 +543,8 @@ def _translate(model: T5, sources: list[str], tokenizer: CharTokenizer, beam_siz
     for start in range(0, len(sources), 256):
         texts = sources[start : start + 256]
         chunk = [torch.tensor([*tokenizer.encode(text), eos]) for text in texts]
-        src = pad_sequence(chunk, batch_first=True, padding_value=pad).to(device)
+        src = pad_sequence(chunk, batch_first=True, padding_value=pad)
+        src = src.to(device)
         bound = model.bind(src, src != pad)
         prompt = torch.full((len(chunk), 1), pad, device=device)
         max_new = 2 * src.shape[1] + 10
@@ -553,7 +554,8 @@ def _translate(model: T5, sources: list[str], tokenizer: CharTokenizer, beam_siz
         else:
             ids = beam_search(bound, prompt, max_new, beam_size=beam_size, **stop)
         for row in ids[:, 1:].tolist():
-            out.append(_decode(tokenizer, row[: row.index(eos)] if eos in row else row))
+            ended = row[: row.index(eos)] if eos in row else row
+            out.append(_decode(tokenizer, ended))
     model.train(was_training)
     return out
 

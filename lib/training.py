@@ -293,14 +293,17 @@ _NUMPY_STATE = ("position", "has_gauss", "cached_gaussian")
 def rng_states() -> dict[str, Any]:
     """The state of every random number generator: Python, NumPy, torch (CPU, CUDA)."""
     _, keys, position, has_gauss, cached = np.random.get_state()
+    after_keys = (int(position), int(has_gauss), float(cached))
+    numpy_state = {
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        **dict(zip(_NUMPY_STATE, after_keys)),
+    }
+    cuda = torch.cuda.is_available()
     return {
         "python": random.getstate(),
-        "numpy": dict(
-            keys=torch.from_numpy(keys.astype(np.int64)),
-            **dict(zip(_NUMPY_STATE, (int(position), int(has_gauss), float(cached)))),
-        ),
+        "numpy": numpy_state,
         "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "cuda": torch.cuda.get_rng_state_all() if cuda else [],
     }
 
 
@@ -541,7 +544,8 @@ def model_loss(
     ``model(inputs, decoder_inputs, mask, decoder_mask)``; the others
     ``model(inputs, mask)``.
     """
-    if not isinstance(batch, Mapping) or not {"inputs", "targets"} <= set(batch):
+    needed = {"inputs", "targets"}
+    if not isinstance(batch, Mapping) or not needed <= set(batch):
         raise ValueError(
             f"a batch is a dict with 'inputs' and 'targets': {batch!r:.30}"
         )
@@ -705,7 +709,8 @@ def _check_train(model, batches, optimizer, loss_fn, o: dict[str, Any]) -> None:
         check.int_at_least(name, o[name], 0, owner="train")
     check.booleans(resume=o["resume"], compile=o["compile"], owner="train")
     _check_max_norm(math.inf if o["max_grad_norm"] is None else o["max_grad_norm"])
-    if (o["checkpoint_every"] or o["resume"]) and o["checkpoint_dir"] is None:
+    saving = o["checkpoint_every"] or o["resume"]
+    if saving and o["checkpoint_dir"] is None:
         raise ValueError("checkpoint_every and resume need a checkpoint_dir")
     no_list = callable(o["eval_batches"]) or o["eval_batches"] is None
     if o["eval_every"] and no_list and o["eval_iters"] is None:
