@@ -149,7 +149,8 @@ class ViTConfig:
         if self.attention_dropout is not None:
             check.probability("attention_dropout", self.attention_dropout, owner=owner)
         _check_images(torch.empty(0, self.in_channels, *self.image_hw), self.patch_size)
-        _ = self.encoder  # builds the encoder's config, which checks the other fields
+        # building the encoder's config checks the other fields
+        _ = self.encoder
 
     @property
     def image_hw(self) -> tuple[int, int]:
@@ -215,18 +216,22 @@ class ViT(nn.Module):
         self.pos_embedding = nn.Parameter(torch.zeros(1, n_tokens, cfg.d_model))
         self.dropout = nn.Dropout(cfg.dropout)
         self.encoder = Encoder(cfg.encoder)
-        if cfg.attention_dropout is not None:  # a rate of its own on the weights
+        if cfg.attention_dropout is not None:
+            # a rate of its own on the attention weights
             for block in self.encoder.blocks:
                 block.self_attn.sublayer.dropout = cfg.attention_dropout
         self.head = nn.Linear(cfg.d_model, cfg.n_classes)
-        init_weights(self)  # chapter 7: N(0, 0.02), scaled residual projections
+        # chapter 7: N(0, 0.02), scaled residual projections
+        init_weights(self)
         nn.init.normal_(self.cls_token, std=0.02)
         nn.init.normal_(self.pos_embedding, std=0.02)
 
     def embed(self, images: torch.Tensor) -> torch.Tensor:
-        patches = self.patch_embed(images)  # (batch patches d_model); checks the images
+        # (batch patches d_model); patch_embed checks the images
+        patches = self.patch_embed(images)
         if images.shape[-2:] != self.cfg.image_hw:
-            (h, w), got = (self.cfg.image_hw, "×".join(map(str, images.shape[-2:])))
+            h, w = self.cfg.image_hw
+            got = "×".join(map(str, images.shape[-2:]))
             raise ValueError(f"ViT built for {h}×{w} images but got {got}: {_RESIZE}")
         cls = repeat(self.cls_token, "1 1 d -> b 1 d", b=images.shape[0])
         return self.dropout(torch.cat([cls, patches], dim=1) + self.pos_embedding)
@@ -344,7 +349,8 @@ def vit_rows(prefix: str = "", head: bool = False, names: str = "4.x") -> list[R
         ("pos_embedding", e + "position_embeddings", same),
         ("patch_embed.proj.weight", conv + "weight", conv_kernels_as_rows),
         ("patch_embed.proj.bias", conv + "bias", same),
-        (ours + "self_attn.sublayer.qkv_proj.{w}", qkv, concat),  # rows [q; k; v]
+        # q, k and v stacked as the rows [q; k; v] of our fused projection
+        (ours + "self_attn.sublayer.qkv_proj.{w}", qkv, concat),
         *[(ours + o, theirs + t, same) for o, t in block],
         ("encoder.final_norm.{w}", prefix + "layernorm.{w}", same),
     ]
@@ -421,10 +427,12 @@ def random_translate(
     offsets = torch.randint(0, 2 * max_shift + 1, (2, batch), generator=generator)
     device = images.device
     offsets = offsets.to(device)
-    rows = offsets[0, :, None] + torch.arange(height, device=device)  # (batch height)
-    cols = offsets[1, :, None] + torch.arange(width, device=device)  # (batch width)
+    # the rows (batch height) and columns (batch width) each image keeps
+    rows = offsets[0, :, None] + torch.arange(height, device=device)
+    cols = offsets[1, :, None] + torch.arange(width, device=device)
     index = torch.arange(batch, device=device)[:, None, None]
-    moved = padded[index, :, rows[:, :, None], cols[:, None, :]]  # (batch h w channels)
+    # (batch height width channels): advanced indexing puts channels last
+    moved = padded[index, :, rows[:, :, None], cols[:, None, :]]
     return rearrange(moved, "b h w c -> b c h w")
 
 
@@ -523,10 +531,11 @@ def mean_attention_distance(
     sizes = dict(q=tokens, k=tokens, hint=hint)
     check.tensor("weights", weights, "batch heads q k", floating=True, **sizes)
     rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-    centres = torch.stack([rows.flatten(), cols.flatten()], dim=-1).to(weights)
-    centres = centres * patch_size
+    centres = torch.stack([rows.flatten(), cols.flatten()], dim=-1)
+    centres = centres.to(weights) * patch_size
     distance = torch.cdist(centres, centres)  # (q_patch k_patch), Euclidean
     patch_weights = weights[:, :, 1:, 1:]
-    patch_weights = patch_weights / patch_weights.sum(-1, keepdim=True).clamp_min(1e-12)
+    on_patches = patch_weights.sum(-1, keepdim=True).clamp_min(1e-12)
+    patch_weights = patch_weights / on_patches
     per_query = einsum(patch_weights, distance, "b h q k, q k -> b h q")
     return reduce(per_query, "b h q -> h", "mean")

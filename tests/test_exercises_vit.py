@@ -12,7 +12,7 @@ from lib.exercises._common import ExerciseError
 from lib.exercises.vit import (
     check_conv_stem,
     check_interpolate_positions,
-    check_patchify_rect,
+    check_pool_tokens,
 )
 
 
@@ -94,70 +94,61 @@ def test_interpolate_positions_catches_in_place_edits_and_other_errors():
 
 
 # -- Exercise 2 ---------------------------------------------------------------------------------
-def _patchify_rect(
-    images, patch_size, pattern="b c (h p1) (w p2) -> b (h w) (c p1 p2)"
-):
-    p1, p2 = patch_size
-    height, width = images.shape[-2:]
-    if height % p1 or width % p2:
-        raise ValueError(
-            f"image {height}×{width} is not divisible by patches {p1}×{p2}"
-        )
-    return rearrange(images, pattern, p1=p1, p2=p2)
+def _pool(features, how):
+    if how not in ("cls", "mean"):
+        raise ValueError(f"how must be 'cls' or 'mean', got {how!r}")
+    return features[:, 0] if how == "cls" else features[:, 1:].mean(1)
 
 
-def test_patchify_rect_accepts_the_reference():
-    assert check_patchify_rect(_patchify_rect)
+def test_pool_tokens_accepts_the_reference():
+    assert check_pool_tokens(_pool)
+
+
+def test_pool_tokens_reports_not_attempted(capsys):
+    def stub(features, how):
+        raise NotImplementedError
+
+    assert check_pool_tokens(stub) is None
+    assert "not attempted" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
     ("wrong", "match"),
     [
-        (lambda x, p: _patchify_rect(x, (p[1], p[0])), "patch sides are swapped"),
-        (
-            lambda x, p: _patchify_rect(x, p, "b c (h p1) (w p2) -> b (w h) (c p1 p2)"),
-            "column-major order",
-        ),
-        (
-            lambda x, p: _patchify_rect(x, p, "b c (h p1) (w p2) -> b (h w) (p1 p2 c)"),
-            "channel-last",
-        ),
-        (
-            lambda x, p: _patchify_rect(x, p, "b c (h p1) (w p2) -> b (h w) (c p2 p1)"),
-            "column by column",
-        ),
-        (lambda x, p: _patchify_rect(x, p)[:, :-1], "has shape"),
+        (lambda f, how: f[:, -1] if how == "cls" else _pool(f, how), "not the last"),
+        (lambda f, how: f.mean(1) if how == "mean" else _pool(f, how), "includes the"),
+        (lambda f, how: f[:, 1:].amax(1) if how == "mean" else _pool(f, how), "max-"),
+        (lambda f, how: f[:, 1:].sum(1) if how == "mean" else _pool(f, how), "sum"),
+        (lambda f, how: f.mean(-1) if how == "mean" else _pool(f, how), "axis 1"),
+        (lambda f, how: _pool(f, how) + 0.1, "differs from the reference"),
     ],
 )
-def test_patchify_rect_diagnoses_mistakes(wrong, match):
+def test_pool_tokens_diagnoses_mistakes(wrong, match):
     with pytest.raises(ExerciseError, match=match):
-        check_patchify_rect(wrong)
+        check_pool_tokens(wrong)
 
 
-def test_patchify_rect_wants_a_value_error_naming_the_sizes():
-    def no_check(images, patch_size):
-        p1, p2 = patch_size
-        return rearrange(images, "b c (h p1) (w p2) -> b (h w) (c p1 p2)", p1=p1, p2=p2)
-
-    with pytest.raises(ExerciseError, match="raised EinopsError"):
-        check_patchify_rect(no_check)
-
-    def crops(images, patch_size):
-        p1, p2 = patch_size
-        height, width = images.shape[-2:]
-        images = images[..., : height // p1 * p1, : width // p2 * p2]
-        return rearrange(images, "b c (h p1) (w p2) -> b (h w) (c p1 p2)", p1=p1, p2=p2)
+def test_pool_tokens_wants_a_value_error_for_another_pooling():
+    def lenient(features, how):
+        return features[:, 0] if how == "cls" else features[:, 1:].mean(1)
 
     with pytest.raises(ExerciseError, match="was accepted"):
-        check_patchify_rect(crops)
+        check_pool_tokens(lenient)
 
-    def vague(images, patch_size):
-        if images.shape[-2] % patch_size[0] or images.shape[-1] % patch_size[1]:
-            raise ValueError("bad size")
-        return _patchify_rect(images, patch_size)
+    def wrong_type(features, how):
+        if how not in ("cls", "mean"):
+            raise KeyError(how)
+        return lenient(features, how)
 
-    with pytest.raises(ExerciseError, match="should name the sizes"):
-        check_patchify_rect(vague)
+    with pytest.raises(ExerciseError, match="raised KeyError"):
+        check_pool_tokens(wrong_type)
+
+    def in_place(features, how):
+        features[:, 0] = 0
+        return _pool(features, how)
+
+    with pytest.raises(ExerciseError, match="in place"):
+        check_pool_tokens(in_place)
 
 
 # -- Exercise 3 ---------------------------------------------------------------------------------

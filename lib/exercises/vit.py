@@ -3,10 +3,10 @@
 Each checker runs the reader's function on random inputs, compares it with a reference, and
 names the typical mistake when it recognises one: a class-token row interpolated with the
 grid or dropped, rows and columns of the grid swapped, a ``reshape`` that mixes features
-into the grid, the wrong interpolation mode; patch sides swapped, patches in column-major
-order, features flattened channel-last; a convolutional stem with the wrong stride, tokens
-left as a feature map or in column-major order, patches that do not overlap, or no
-nonlinearity.
+into the grid, the wrong interpolation mode; a pooled token taken from the wrong end, a
+mean that includes the class token, max- or sum-pooling; a convolutional stem with the
+wrong stride, tokens left as a feature map or in column-major order, patches that do not
+overlap, or no nonlinearity.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from lib.exercises._common import (
 
 __all__ = [
     "check_interpolate_positions",
-    "check_patchify_rect",
+    "check_pool_tokens",
     "check_conv_stem",
 ]
 
@@ -145,76 +145,69 @@ def check_interpolate_positions(interpolate: Callable[..., torch.Tensor]) -> Non
         expect_close(got, want, what)
 
 
-# -- Exercise 2: non-square images and rectangular patches --------------------------------------
-def _patchify_rect(
-    images: torch.Tensor, patch_size: tuple[int, int], pattern: str = ""
-):
-    p1, p2 = patch_size
-    pattern = pattern or "b c (h p1) (w p2) -> b (h w) (c p1 p2)"
-    return rearrange(images, pattern, p1=p1, p2=p2)
+# -- Exercise 2: a mean-pooling head ------------------------------------------------------------
+def _pool_tokens(features: torch.Tensor, how: str, *, bug: str = "") -> torch.Tensor:
+    """The right answer, or (with ``bug``) a typical wrong one."""
+    if how == "cls":
+        return features[:, -1] if bug == "last" else features[:, 0]
+    if bug == "with_cls":
+        return features.mean(1)
+    if bug == "max":
+        return features[:, 1:].amax(1)
+    if bug == "sum":
+        return features[:, 1:].sum(1)
+    return features[:, 1:].mean(1)
 
 
-@checker("Exercise 2: non-square images and rectangular patches")
-def check_patchify_rect(patchify_rect: Callable[..., torch.Tensor]) -> None:
-    """``patchify_rect(images, (p1, p2))``: ``(batch c H W)`` ->
-    ``(batch (H/p1)·(W/p2) (c p1 p2))``, patches row by row; ValueError when not tiling."""
+@checker("Exercise 2: a mean-pooling head")
+def check_pool_tokens(pool_tokens: Callable[..., torch.Tensor]) -> None:
+    """``pool_tokens(features, how)``: ``(batch tokens d_model)``, the class token first
+    -> ``(batch d_model)``: the class token's state (``how="cls"``) or the mean of the
+    patch tokens' states (``how="mean"``); another ``how`` is a ValueError."""
     gen = torch.Generator().manual_seed(0)
-    for shape, patch in [((2, 3, 20, 30), (5, 10)), ((1, 1, 8, 12), (4, 2))]:
-        images = torch.randn(*shape, generator=gen)
-        what = f"patchify_rect(images of shape {shape}, {patch})"
-        got = call_without_mutation(patchify_rect, images, patch)
-        want = _patchify_rect(images, patch)
-        expect_tensor(got, tuple(want.shape), what)
-        if is_close(got, want, atol=0):
-            continue
-        swapped = (patch[1], patch[0])
-        if shape[2] % swapped[0] == 0 and shape[3] % swapped[1] == 0:
-            if is_close(got, _patchify_rect(images, swapped), atol=0):
+    for batch, tokens, d_model in [(3, 5, 4), (2, 17, 6)]:
+        features = torch.randn(batch, tokens, d_model, generator=gen)
+        for how in ("cls", "mean"):
+            what = f"pool_tokens(features of shape {(batch, tokens, d_model)}, {how!r})"
+            got = call_without_mutation(pool_tokens, features, how)
+            want = _pool_tokens(features, how)
+            if isinstance(got, torch.Tensor) and tuple(got.shape) == (batch, tokens):
                 raise ExerciseError(
-                    f"{what}: the patch sides are swapped; patch_size is "
-                    "(patch_height, patch_width): p1 splits the height, p2 the width"
+                    f"{what} has shape {tuple(got.shape)}: it averaged the features of "
+                    "each token; average over the tokens (axis 1) instead"
                 )
-        mistakes = [
-            (
-                "b c (h p1) (w p2) -> b (w h) (c p1 p2)",
-                "the patches are in column-major order; read them like text, left to right "
-                "then top to bottom: (h w)",
-            ),
-            (
-                "b c (h p1) (w p2) -> b (h w) (p1 p2 c)",
-                "each patch is flattened channel-last (p1 p2 c); flatten it as (c p1 p2), "
-                "like patchify and a convolution's kernel",
-            ),
-            (
-                "b c (h p1) (w p2) -> b (h w) (c p2 p1)",
-                "each patch is flattened column by column (c p2 p1); use (c p1 p2)",
-            ),
-        ]
-        for pattern, message in mistakes:
-            if is_close(got, _patchify_rect(images, patch, pattern), atol=0):
-                raise ExerciseError(f"{what}: {message}")
-        expect_close(got, want, what, atol=0, rtol=0)
-
-    bad = torch.randn(1, 1, 21, 30, generator=gen)
+            expect_tensor(got, tuple(want.shape), what)
+            if is_close(got, want):
+                continue
+            mistakes = [
+                ("last", "the class token is the first token (index 0), not the last"),
+                (
+                    "with_cls",
+                    "the mean includes the class token; average the patch tokens only "
+                    "(features[:, 1:])",
+                ),
+                ("max", "this is max-pooling; take the mean of the patch tokens"),
+                ("sum", "this is the sum of the patch tokens; divide by their number"),
+            ]
+            for bug, message in mistakes:
+                if is_close(got, _pool_tokens(features, how, bug=bug)):
+                    raise ExerciseError(f"{what}: {message}")
+            expect_close(got, want, what)
     try:
-        patchify_rect(bad, (5, 10))
-    except ValueError as err:
-        if "21" not in str(err):
-            raise ExerciseError(
-                f"the ValueError for a 21×30 image and 5×10 patches should name the sizes "
-                f"(21 is not a multiple of 5); its message was {str(err)!r}"
-            ) from None
+        pool_tokens(torch.zeros(1, 3, 2), "max")
+    except ValueError:
+        pass
     except NotImplementedError:
         raise
-    except Exception as err:  # e.g. einops' own error: right idea, wrong type
+    except Exception as err:
         raise ExerciseError(
-            f"a 21×30 image with 5×10 patches raised {type(err).__name__}; check the sizes "
-            "first and raise a ValueError that names them"
+            f"pool_tokens(features, 'max') raised {type(err).__name__}; raise a ValueError "
+            "that names the choices ('cls' or 'mean')"
         ) from None
     else:
         raise ExerciseError(
-            "a 21×30 image with 5×10 patches was accepted: 21 is not a multiple of 5, so "
-            "raise a ValueError that names the sizes"
+            "pool_tokens(features, 'max') was accepted; raise a ValueError that names the "
+            "choices ('cls' or 'mean')"
         )
 
 
