@@ -423,7 +423,11 @@ def cmd_lab(lab_args: list[str]) -> None:
 
 
 # The tests that compare our models with transformers' reference models (chapters 7, 10).
-COMPAT_TESTS = ["tests/test_hf_weights.py", "tests/test_vit.py"]
+COMPAT_TESTS = [
+    "tests/test_hf_weights.py",
+    "tests/test_vit.py",
+    "tests/test_pretrained.py",
+]
 
 
 def transformers_versions() -> dict[str, str]:
