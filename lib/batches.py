@@ -3,13 +3,14 @@
 # From chapters/08-training.md, section "The training loop".
 """Batches for training (chapter 8 of the course).
 
-A batch (``Batch``) is a dict of tensors whose first axis is ``batch``: ``inputs``
-``(batch seq)``, ``targets`` (``IGNORE_INDEX`` where there is no loss), optionally
-``mask`` ``(batch seq)`` (True for real tokens) and, for an encoder-decoder,
-``decoder_inputs``. :func:`as_batch` makes one from an ``ObjectiveBatch``;
-:func:`lm_batches` gives the batch of any step from a token stream (random windows that
-depend on the seed and the step only); :func:`lm_eval_batches` cuts the whole stream
-into consecutive windows, for a final evaluation.
+A batch (``Batch``) is a dict of tensors whose first axis is ``batch``:
+``inputs`` ``(batch seq)``, ``targets`` (``IGNORE_INDEX`` where there is no
+loss), optionally ``mask`` ``(batch seq)`` (True for real tokens) and, for
+an encoder-decoder, ``decoder_inputs``. :func:`as_batch` makes one from an
+``ObjectiveBatch``; :func:`lm_batches` gives the batch of any step from a
+token stream (random windows that depend on the seed and the step only);
+:func:`lm_eval_batches` cuts the whole stream into consecutive windows, for
+a final evaluation.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ Batch = dict[str, torch.Tensor]
 def as_batch(
     batch: ObjectiveBatch | Mapping[str, torch.Tensor], **more: torch.Tensor
 ) -> Batch:
-    """The tensors of an ``ObjectiveBatch`` (or a dict) as a dict, with ``more``."""
+    """The tensors of an ``ObjectiveBatch`` (or a dict) as a dict, with
+    ``more``."""
     check.instance("batch", batch, (ObjectiveBatch, Mapping), what="a batch dict")
     if isinstance(batch, ObjectiveBatch):
         items = {f.name: getattr(batch, f.name) for f in fields(batch)}
@@ -47,13 +49,14 @@ def as_batch(
 
 
 def _step_generator(seed: int, step: int) -> torch.Generator:
-    """A generator for one step's batch: its draws depend on (seed, step) only."""
+    """A generator for one step's batch: its draws depend on (seed, step)
+    only."""
     return torch.Generator().manual_seed(seed * 1_000_003 + step)
 
 
 def _token_stream(tokens, seq_len, batch_size, seed, objective) -> tuple[Any, Any]:
-    """The checked arguments of :func:`lm_batches`: the tokens as one long tensor, and
-    the objective (``causal_lm_batch`` by default)."""
+    """The checked arguments of :func:`lm_batches`: the tokens as one long
+    tensor, and the objective (``causal_lm_batch`` by default)."""
     check.positive_ints(batch_size=batch_size, seq_len=seq_len)
     check.int_at_least("seed", seed, 0)
     if objective is not None and not callable(objective):
@@ -77,12 +80,14 @@ def lm_batches(
     seed: int = 0,
     objective: Callable[[torch.Tensor, torch.Generator], Any] | None = None,
 ) -> Callable[[int], Batch]:
-    """``step -> batch`` of ``batch_size`` random windows of ``seq_len + 1`` tokens.
+    """``step -> batch`` of ``batch_size`` random windows of ``seq_len + 1``
+    tokens.
 
-    ``objective(windows, generator)`` turns the windows ``(batch seq_len+1)`` into a
-    batch (an ``ObjectiveBatch`` or a dict); the default, ``causal_lm_batch``, gives
-    ``inputs`` and ``targets`` ``(batch seq_len)``. The windows and the objective's
-    random choices depend on ``(seed, step)`` only.
+    ``objective(windows, generator)`` turns the windows ``(batch
+    seq_len+1)`` into a batch (an ``ObjectiveBatch`` or a dict); the
+    default, ``causal_lm_batch``, gives ``inputs`` and ``targets`` ``(batch
+    seq_len)``. The windows and the objective's random choices depend on
+    ``(seed, step)`` only.
     """
     tokens, objective = _token_stream(tokens, seq_len, batch_size, seed, objective)
     offsets = torch.arange(seq_len + 1)
@@ -105,8 +110,9 @@ def lm_eval_batches(
     seed: int = 0,
     objective: Callable[[torch.Tensor, torch.Generator], Any] | None = None,
 ) -> list[Batch]:
-    """The whole stream as consecutive windows (each token predicted once), in batches:
-    what a final, honest evaluation uses. Arguments as :func:`lm_batches`."""
+    """The whole stream as consecutive windows (each token predicted once),
+    in batches: what a final, honest evaluation uses. Arguments as
+    :func:`lm_batches`."""
     tokens, objective = _token_stream(tokens, seq_len, batch_size, seed, objective)
     starts = torch.arange((len(tokens) - 1) // seq_len) * seq_len
     positions = rearrange(starts, "w -> w 1") + torch.arange(seq_len + 1)

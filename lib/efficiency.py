@@ -3,10 +3,12 @@
 # From chapters/08-training.md, section "Memory: activation checkpointing".
 """Memory and speed of training (chapter 8 of the course).
 
-* Memory: :func:`enable_activation_checkpointing` (recompute each ``TransformerBlock``
-  in the backward pass), :func:`disable_activation_checkpointing`.
+* Memory: :func:`enable_activation_checkpointing` (recompute each
+  ``TransformerBlock`` in the backward pass),
+  :func:`disable_activation_checkpointing`.
 * Speed: :func:`training_flops_per_token` (``6·N`` plus attention),
-  :func:`peak_flops` (a GPU's dense 16-bit peak), :func:`gpu_seconds` (time at an MFU).
+  :func:`peak_flops` (a GPU's dense 16-bit peak), :func:`gpu_seconds` (time
+  at an MFU).
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ def _blocks(model: nn.Module) -> list[TransformerBlock]:
 
 
 def enable_activation_checkpointing(model: nn.Module) -> int:
-    """Recompute every ``TransformerBlock`` in the backward pass instead of storing
-    its activations (``torch.utils.checkpoint``, non-reentrant). Returns the number
-    of blocks."""
+    """Recompute every ``TransformerBlock`` in the backward pass instead of
+    storing its activations (``torch.utils.checkpoint``, non-reentrant).
+    Returns the number of blocks."""
     blocks = _blocks(model)
     for block in blocks:  # a method bound to each block
         block.forward = _recomputing_block_forward.__get__(block)
@@ -57,7 +59,8 @@ def enable_activation_checkpointing(model: nn.Module) -> int:
 
 
 def disable_activation_checkpointing(model: nn.Module) -> int:
-    """Undo :func:`enable_activation_checkpointing`; returns the number of blocks."""
+    """Undo :func:`enable_activation_checkpointing`; returns the number of
+    blocks."""
     blocks = _blocks(model)
     for block in blocks:
         vars(block).pop("forward", None)
@@ -65,7 +68,8 @@ def disable_activation_checkpointing(model: nn.Module) -> int:
 
 
 # From chapters/08-training.md, section "Speed: compilation, fused kernels, and how busy the GPU is".
-# Dense bf16/fp16 tensor-core peaks (FLOP/s), NVIDIA's data sheets; matched in order.
+# Dense bf16/fp16 tensor-core peaks (FLOP/s), NVIDIA's data sheets; matched
+# in order.
 _PEAK_FLOPS = (
     ("H100 PCIe", 756e12),
     ("H100", 989e12),
@@ -81,8 +85,9 @@ _PEAK_FLOPS = (
 
 
 def training_flops_per_token(model: nn.Module, seq_len: int) -> float:
-    """Training FLOPs per token: ``6·N`` for the parameters (forward 2, backward 4) plus
-    ``12·L·d·T`` for attention (PaLM's appendix B); position tables do no products."""
+    """Training FLOPs per token: ``6·N`` for the parameters (forward 2,
+    backward 4) plus ``12·L·d·T`` for attention (PaLM's appendix B);
+    position tables do no products."""
     check.positive_int("seq_len", seq_len, owner="training_flops_per_token")
     model = unwrap_model(model)
     cfg = model.cfg
@@ -94,7 +99,8 @@ def training_flops_per_token(model: nn.Module, seq_len: int) -> float:
 
 
 def peak_flops(device: torch.device | str | None = None) -> float | None:
-    """The GPU's dense 16-bit peak in FLOP/s; None on a CPU or an unknown GPU."""
+    """The GPU's dense 16-bit peak in FLOP/s; None on a CPU or an unknown
+    GPU."""
     device = torch.device(device) if device is not None else get_device()
     if device.type != "cuda":
         return None
@@ -110,11 +116,12 @@ def gpu_seconds(
     mfu: float = 0.3,
     step_overhead: float = 0.0,
 ) -> float:
-    """Seconds for ``flops`` at ``mfu`` of ``peak``, plus ``step_overhead`` seconds for
-    each of ``steps`` optimiser steps (kernel launches, Python).
+    """Seconds for ``flops`` at ``mfu`` of ``peak``, plus ``step_overhead``
+    seconds for each of ``steps`` optimiser steps (kernel launches, Python).
 
-    ``peak`` is in FLOP/s, or a GPU's name as in :func:`peak_flops`'s table ("T4",
-    "A100", "H100"...). The MFU and the overhead are assumptions the caller states.
+    ``peak`` is in FLOP/s, or a GPU's name as in :func:`peak_flops`'s table
+    ("T4", "A100", "H100"...). The MFU and the overhead are assumptions the
+    caller states.
     """
     if isinstance(peak, str):
         known = dict(_PEAK_FLOPS)

@@ -1,29 +1,34 @@
 # This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 # From chapters/07-families.md, section "The step protocol".
-"""Text generation (chapter 7 of the course): greedy, sampling, beams, speculation.
+"""Text generation (chapter 7 of the course): greedy, sampling, beams,
+speculation.
 
 Every function here works on any model with the *step protocol*::
 
     logits, cache = model.step(ids, cache)
 
-``ids`` is ``(batch new)``, ``cache`` is ``None`` on the first call and ``logits`` is
-``(batch new vocab)``. The returned cache has ``.seq_len`` (positions held),
-``.select(indices)`` (a cache of rows ``indices`` of this one: beam search reorders and
-duplicates rows with it) and ``.crop(length)`` (a cache of the first ``length``
-positions: speculative decoding rolls rejected tokens back with it).
+``ids`` is ``(batch new)``, ``cache`` is ``None`` on the first call and
+``logits`` is ``(batch new vocab)``. The returned cache has ``.seq_len``
+(positions held), ``.select(indices)`` (a cache of rows ``indices`` of this
+one: beam search reorders and duplicates rows with it) and ``.crop(length)``
+(a cache of the first ``length`` positions: speculative decoding rolls
+rejected tokens back with it).
 
-Prompts are ``(batch seq)`` or ``(seq,)`` integer ids; each function returns the prompt
-followed by the new ids, with the prompt's number of axes. For an encoder-decoder, bind
-the source first (``t5.bind(src_ids)``) and pass the decoder's start token as the
-prompt.
+Prompts are ``(batch seq)`` or ``(seq,)`` integer ids; each function returns
+the prompt followed by the new ids, with the prompt's number of axes. For an
+encoder-decoder, bind the source first (``t5.bind(src_ids)``) and pass the
+decoder's start token as the prompt.
 
 * :func:`top_k_filter`, :func:`top_p_filter`, :func:`next_token_probs`,
   :func:`sample_next_token`: from logits to the next token.
-* :func:`generate`: greedy decoding (``temperature=0``) and sampling, with stop tokens.
-* :func:`length_penalty`, :func:`beam_search`: beam search with GNMT's length penalty.
-* :func:`residual_distribution`, :class:`TorchSampler`, :func:`speculative_generate`:
-  speculative decoding with a draft model; its output distribution is the target's.
+* :func:`generate`: greedy decoding (``temperature=0``) and sampling, with
+  stop tokens.
+* :func:`length_penalty`, :func:`beam_search`: beam search with GNMT's
+  length penalty.
+* :func:`residual_distribution`, :class:`TorchSampler`,
+  :func:`speculative_generate`: speculative decoding with a draft model; its
+  output distribution is the target's.
 """
 
 from __future__ import annotations
@@ -54,8 +59,9 @@ __all__ = [
 
 # From chapters/07-families.md, section "The step protocol".
 def _check_knobs(temperature=1.0, top_k=None, top_p=None, generator=None, **logits):
-    """The sampling options; ``logits=`` or ``finite_logits=`` (whose values are read:
-    no NaN or +inf, no row all ``-inf``) a floating tensor ``(... vocab)``."""
+    """The sampling options; ``logits=`` or ``finite_logits=`` (whose values
+    are read: no NaN or +inf, no row all ``-inf``) a floating tensor ``(...
+    vocab)``."""
     check.finite_float("temperature", temperature, low=0.0, hint="0 means greedy")
     if top_k is not None:
         check.positive_int("top_k", top_k)
@@ -76,8 +82,9 @@ _BAD_LOGITS = (
 
 
 def _bad_rows(logits: torch.Tensor) -> torch.Tensor:
-    """``(...)`` booleans, computed on the device without reading them: a row's largest
-    logit is NaN (max propagates NaN), +inf, or -inf (the whole row is)."""
+    """``(...)`` booleans, computed on the device without reading them: a
+    row's largest logit is NaN (max propagates NaN), +inf, or -inf (the
+    whole row is)."""
     return ~logits.amax(dim=-1).isfinite()
 
 
@@ -98,8 +105,9 @@ def _check_ids_in_vocab(ids: torch.Tensor, vocab_size: int | None, name: str) ->
 
 
 def _check_prompt(prompt_ids, model, max_new_tokens) -> tuple[torch.Tensor, bool]:
-    """The prompt as ``(batch seq)`` int64, and whether it came as ``(seq,)``; the model
-    and ``max_new_tokens`` too (every decoding loop takes the three)."""
+    """The prompt as ``(batch seq)`` int64, and whether it came as
+    ``(seq,)``; the model and ``max_new_tokens`` too (every decoding loop
+    takes the three)."""
     if not callable(getattr(model, "step", None)):
         raise TypeError(f"model needs step(ids, cache), got {type(model).__name__}")
     check.tensor("prompt_ids", prompt_ids, integer=True)
@@ -115,8 +123,9 @@ def _check_prompt(prompt_ids, model, max_new_tokens) -> tuple[torch.Tensor, bool
 
 
 def _first_step(model: Any, ids: torch.Tensor, ids_to_check: dict) -> tuple:
-    """The prompt's step, its logits checked once: ``(batch new vocab)``, finite rows,
-    and the ids in ``ids_to_check`` (prompt, stop and pad ids) inside its vocabulary."""
+    """The prompt's step, its logits checked once: ``(batch new vocab)``,
+    finite rows, and the ids in ``ids_to_check`` (prompt, stop and pad ids)
+    inside its vocabulary."""
     logits, cache = model.step(ids, None)
     batch, new = ids.shape
     hint = "model.step must return logits (batch, new, vocab)"
@@ -128,13 +137,15 @@ def _first_step(model: Any, ids: torch.Tensor, ids_to_check: dict) -> tuple:
 
 
 def _unchecked(model: Any):
-    """The model's per-token step: ``step_unchecked`` where it has one (lib.models)."""
+    """The model's per-token step: ``step_unchecked`` where it has one
+    (lib.models)."""
     return getattr(model, "step_unchecked", None) or model.step
 
 
 def _stop_and_pad(stop_ids: Iterable[int], pad_id: int | None, ids, model: Any):
-    """Stop ids as a tensor and the pad id: ``pad_id``, else the first stop id, else 0;
-    all checked against the vocabulary when the model gives its size."""
+    """Stop ids as a tensor and the pad id: ``pad_id``, else the first stop
+    id, else 0; all checked against the vocabulary when the model gives its
+    size."""
     kinds, what = (list, tuple, range, torch.Tensor), "a list of ints"
     check.instance("stop_ids", stop_ids, kinds, what=what)
     stops = [check.int_at_least(f"stop_ids[{k}]", i, 0) for k, i in enumerate(stop_ids)]
@@ -163,8 +174,8 @@ def _rows(flags: torch.Tensor) -> list[int]:
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Keep each row's ``top_k`` largest logits, set the others to ``-inf``.
 
-    Shapes: ``logits`` ``(... vocab)`` -> ``(... vocab)``. Logits tied with the k-th
-    largest are kept too.
+    Shapes: ``logits`` ``(... vocab)`` -> ``(... vocab)``. Logits tied with
+    the k-th largest are kept too.
     """
     _check_knobs(top_k=top_k, logits=logits)
     return _top_k(logits, top_k)
@@ -178,11 +189,13 @@ def _top_k(logits: torch.Tensor, top_k: int) -> torch.Tensor:
 
 
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Nucleus filter: keep the fewest most probable tokens holding ``top_p`` mass.
+    """Nucleus filter: keep the fewest most probable tokens holding
+    ``top_p`` mass.
 
-    Shapes: ``logits`` ``(... vocab)`` -> ``(... vocab)``, removed tokens at ``-inf``.
-    A token is kept when the tokens ranked above it hold less than ``top_p`` of the
-    probability, so the most probable token always stays; ``top_p=1`` keeps everything.
+    Shapes: ``logits`` ``(... vocab)`` -> ``(... vocab)``, removed tokens at
+    ``-inf``. A token is kept when the tokens ranked above it hold less than
+    ``top_p`` of the probability, so the most probable token always stays;
+    ``top_p=1`` keeps everything.
     """
     _check_knobs(top_p=top_p, logits=logits)
     return _top_p(logits, top_p)
@@ -206,11 +219,13 @@ def next_token_probs(
     top_k: int | None = None,
     top_p: float | None = None,
 ) -> torch.Tensor:
-    """The sampling distribution: temperature, then top-k, then top-p, then softmax.
+    """The sampling distribution: temperature, then top-k, then top-p, then
+    softmax.
 
-    Shapes: ``logits`` ``(... vocab)`` -> probabilities ``(... vocab)``, in float32 or
-    wider. ``temperature=0`` gives a one-hot distribution on the argmax (greedy).
-    Logits with NaN or +inf, or a row that is all ``-inf``, are a ``ValueError``.
+    Shapes: ``logits`` ``(... vocab)`` -> probabilities ``(... vocab)``, in
+    float32 or wider. ``temperature=0`` gives a one-hot distribution on the
+    argmax (greedy). Logits with NaN or +inf, or a row that is all ``-inf``,
+    are a ``ValueError``.
     """
     _check_knobs(temperature, top_k, top_p, finite_logits=logits)
     return _probs(logits, temperature, top_k, top_p)
@@ -240,8 +255,9 @@ def sample_next_token(
     """One token per row: ``logits`` ``(batch vocab)`` -> ids ``(batch,)``.
 
     ``temperature=0`` takes the argmax; otherwise one draw from
-    :func:`next_token_probs`, made with ``generator`` (reproducible when seeded; a CPU
-    generator also serves logits on a GPU, drawing on the CPU).
+    :func:`next_token_probs`, made with ``generator`` (reproducible when
+    seeded; a CPU generator also serves logits on a GPU, drawing on the
+    CPU).
     """
     check.tensor("logits", logits, "batch vocab")
     _check_knobs(temperature, top_k, top_p, generator, finite_logits=logits)
@@ -249,7 +265,8 @@ def sample_next_token(
 
 
 def _sample(logits, temperature, top_k, top_p, generator) -> torch.Tensor:
-    """:func:`sample_next_token` for checked arguments: ``(batch vocab) -> (batch,)``."""
+    """:func:`sample_next_token` for checked arguments: ``(batch vocab) ->
+    (batch,)``."""
     if temperature == 0:
         return logits.argmax(dim=-1)
     probs = _probs(logits, temperature, top_k, top_p)
@@ -276,17 +293,19 @@ def generate(
     pad_id: int | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Greedy decoding (``temperature=0``) or sampling, with the model's cache.
+    """Greedy decoding (``temperature=0``) or sampling, with the model's
+    cache.
 
-    Shapes: ``prompt_ids`` ``(batch seq)`` or ``(seq,)`` -> the prompt followed by up to
-    ``max_new_tokens`` new ids, ``(batch seq+new)`` or ``(seq+new,)``. A row ends at the
-    first of ``stop_ids`` it produces (kept in the output); after that it holds
-    ``pad_id`` (default: the first stop id, or 0 without stop ids). ``generator`` makes
-    sampling reproducible. Logits with NaN or +inf, or a row all ``-inf``, are a
+    Shapes: ``prompt_ids`` ``(batch seq)`` or ``(seq,)`` -> the prompt
+    followed by up to ``max_new_tokens`` new ids, ``(batch seq+new)`` or
+    ``(seq+new,)``. A row ends at the first of ``stop_ids`` it produces
+    (kept in the output); after that it holds ``pad_id`` (default: the first
+    stop id, or 0 without stop ids). ``generator`` makes sampling
+    reproducible. Logits with NaN or +inf, or a row all ``-inf``, are a
     ``ValueError``, never a token.
 
-    The prompt goes through ``model.step`` (checked); the loop's own tokens through
-    ``model.step_unchecked`` where the model has one.
+    The prompt goes through ``model.step`` (checked); the loop's own tokens
+    through ``model.step_unchecked`` where the model has one.
     """
     ids, squeeze = _check_prompt(prompt_ids, model, max_new_tokens)
     _check_knobs(temperature, top_k, top_p, generator)
@@ -320,13 +339,15 @@ def generate(
 
 # From chapters/07-families.md, section "Beam search".
 def _last_log_probs(logits: torch.Tensor) -> torch.Tensor:
-    """Log-probabilities ``(batch vocab)`` at the last position, in float32 or wider."""
+    """Log-probabilities ``(batch vocab)`` at the last position, in float32
+    or wider."""
     dtype = torch.promote_types(logits.dtype, torch.float32)
     return logits[:, -1].to(dtype).log_softmax(dim=-1)
 
 
 def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's length normaliser ``((5 + length) / 6) ** alpha`` (Wu et al., 2016)."""
+    """GNMT's length normaliser ``((5 + length) / 6) ** alpha`` (Wu et al.,
+    2016)."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -341,19 +362,22 @@ def beam_search(
     pad_id: int | None = None,
     return_scores: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The most probable continuation found by a beam of ``beam_size`` hypotheses.
+    """The most probable continuation found by a beam of ``beam_size``
+    hypotheses.
 
     A hypothesis's score is its summed log-probability divided by
-    :func:`length_penalty` of its new tokens (``length_alpha=0``: no normalisation).
-    A candidate ending with one of ``stop_ids`` among the ``beam_size`` best of a step
-    is finished; the ``beam_size`` best other candidates go on. With
-    ``beam_size=1`` and no stop tokens this is greedy decoding.
+    :func:`length_penalty` of its new tokens (``length_alpha=0``: no
+    normalisation). A candidate ending with one of ``stop_ids`` among the
+    ``beam_size`` best of a step is finished; the ``beam_size`` best other
+    candidates go on. With ``beam_size=1`` and no stop tokens this is greedy
+    decoding.
 
-    Shapes: ``prompt_ids`` ``(batch seq)`` or ``(seq,)`` -> the prompt and the best
-    continuation of each row, ``(batch seq+new)``, shorter rows padded with ``pad_id``
-    (default: the first stop id, or 0 without stop ids; a pad id is always a token of
-    the vocabulary); with ``return_scores``, also the normalised scores ``(batch,)``.
-    Logits with NaN or +inf, or a row all ``-inf``, are a ``ValueError``.
+    Shapes: ``prompt_ids`` ``(batch seq)`` or ``(seq,)`` -> the prompt and
+    the best continuation of each row, ``(batch seq+new)``, shorter rows
+    padded with ``pad_id`` (default: the first stop id, or 0 without stop
+    ids; a pad id is always a token of the vocabulary); with
+    ``return_scores``, also the normalised scores ``(batch,)``. Logits with
+    NaN or +inf, or a row all ``-inf``, are a ``ValueError``.
     """
     ids, squeeze = _check_prompt(prompt_ids, model, max_new_tokens)
     check.positive_int("beam_size", beam_size)
@@ -376,13 +400,15 @@ def beam_search(
     # rows whose best hypothesis can no longer change
     done = [False] * batch
     batch_offsets = rearrange(torch.arange(batch, device=device), "batch -> batch 1")
-    # the largest penalty a live beam can still reach, at length 1 or max_new_tokens
+    # the largest penalty a live beam can still reach, at length 1 or
+    # max_new_tokens
     best_reachable = max(length_penalty(n, alpha) for n in (1, max_new_tokens))
 
     live = scores == 0  # (b beams): the beams whose log-probs count
     # new tokens after this step
     for length in range(1, max_new_tokens + 1):
-        # unusable logits (NaN in the log-probs) of a live beam: the loop reads anyway
+        # unusable logits (NaN in the log-probs) of a live beam: the loop
+        # reads anyway
         if bool((_bad_rows(log_probs) & live).any()):
             raise ValueError(f"{_BAD_LOGITS}: model.step gave them at step {length}")
         n_beams = scores.shape[1]
@@ -397,7 +423,8 @@ def beam_search(
         tokens = top_index % vocab
         ends = torch.isin(tokens, stops)
 
-        # Candidates that end, among the beam_size best of the row, are finished.
+        # Candidates that end, among the beam_size best of the row, are
+        # finished.
         lp = length_penalty(length, alpha)
         newly_finished = ends[:, :beam_size] & top_scores[:, :beam_size].isfinite()
         for b, j in newly_finished.nonzero().tolist():
@@ -407,7 +434,8 @@ def beam_search(
             finished[b].append((top_scores[b, j].item() / lp, ended))
             finished[b] = sorted(finished[b], key=lambda h: -h[0])[:beam_size]
 
-        # The beam_size best candidates that do not end go on (-inf pads a short list).
+        # The beam_size best candidates that do not end go on (-inf pads a
+        # short list).
         live = top_scores.masked_fill(ends, float("-inf"))
         if live.shape[1] < beam_size:
             pad = (0, beam_size - live.shape[1])
@@ -421,7 +449,8 @@ def beam_search(
         new_column = rearrange(tokens, "b beams -> (b beams) 1")
         sequences = torch.cat([sequences[rows], new_column], dim=1)
 
-        # A row is done when its best live beam cannot beat its worst kept hypothesis.
+        # A row is done when its best live beam cannot beat its worst kept
+        # hypothesis.
         best_live = (scores[:, 0] / best_reachable).tolist()
         for b in range(batch):
             if best_live[b] == -math.inf or (
@@ -461,10 +490,12 @@ def beam_search(
 
 # From chapters/07-families.md, section "Speculative decoding".
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """``max(0, p - q)`` normalised: where to sample after a rejected draft token.
+    """``max(0, p - q)`` normalised: where to sample after a rejected draft
+    token.
 
-    Shapes: ``p`` (target) and ``q`` (draft) ``(... vocab)`` -> ``(... vocab)``. Where
-    ``p <= q`` everywhere (no rejection is then possible), returns ``p``.
+    Shapes: ``p`` (target) and ``q`` (draft) ``(... vocab)`` -> ``(...
+    vocab)``. Where ``p <= q`` everywhere (no rejection is then possible),
+    returns ``p``.
     """
     residual = (p - q).clamp(min=0.0)
     total = residual.sum(dim=-1, keepdim=True)
@@ -472,10 +503,11 @@ def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 class TorchSampler:
-    """The random choices of :func:`speculative_generate`, drawn with a torch.Generator.
+    """The random choices of :func:`speculative_generate`, drawn with a
+    torch.Generator.
 
-    Any object with these two methods can replace it (the chapter passes one that
-    enumerates all choices to compute the exact output distribution).
+    Any object with these two methods can replace it (the chapter passes one
+    that enumerates all choices to compute the exact output distribution).
     """
 
     def __init__(self, generator: torch.Generator | None = None) -> None:
@@ -511,21 +543,23 @@ def speculative_generate(
     sampler: Any = None,
     return_stats: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, dict[str, int]]:
-    """Sample from ``target`` with proposals from ``draft``: same output, fewer calls.
+    """Sample from ``target`` with proposals from ``draft``: same output,
+    fewer calls.
 
-    Each round, ``draft`` proposes ``n_draft`` tokens, ``target`` scores them in one
-    ``step``, and each proposal ``x`` is accepted with probability
-    ``min(1, p(x)/q(x))``; the first rejection is replaced by a draw from
-    :func:`residual_distribution`, and if all are accepted the target adds one more
-    token. ``temperature``, ``top_k`` and ``top_p`` shape both models' distributions
-    (``temperature=0``: greedy, the target's greedy tokens). The output has the
-    distribution of sampling from ``target`` alone.
+    Each round, ``draft`` proposes ``n_draft`` tokens, ``target`` scores
+    them in one ``step``, and each proposal ``x`` is accepted with
+    probability ``min(1, p(x)/q(x))``; the first rejection is replaced by a
+    draw from :func:`residual_distribution`, and if all are accepted the
+    target adds one more token. ``temperature``, ``top_k`` and ``top_p``
+    shape both models' distributions (``temperature=0``: greedy, the
+    target's greedy tokens). The output has the distribution of sampling
+    from ``target`` alone.
 
-    One sequence at a time: ``prompt_ids`` ``(1 seq)`` or ``(seq,)`` -> the prompt and
-    up to ``max_new_tokens`` new ids, ending at the first of ``stop_ids``. The random
-    choices are made by ``sampler`` (default :class:`TorchSampler` of ``generator``).
-    ``return_stats`` also returns counts: target and draft calls, proposed and accepted
-    tokens.
+    One sequence at a time: ``prompt_ids`` ``(1 seq)`` or ``(seq,)`` -> the
+    prompt and up to ``max_new_tokens`` new ids, ending at the first of
+    ``stop_ids``. The random choices are made by ``sampler`` (default
+    :class:`TorchSampler` of ``generator``). ``return_stats`` also returns
+    counts: target and draft calls, proposed and accepted tokens.
     """
     ids, squeeze = _check_prompt(prompt_ids, target, max_new_tokens)
     _check_prompt(prompt_ids, draft, max_new_tokens)
@@ -605,8 +639,8 @@ def speculative_generate(
         n_kept = len(accepted) - 1  # proposals accepted as they were
         stats["accepted"] += n_kept
 
-        # Roll both caches back to the tokens that stay: what came before the round
-        # and the accepted proposals.
+        # Roll both caches back to the tokens that stay: what came before
+        # the round and the accepted proposals.
         valid = len(tokens) + n_kept
         if n_target + 1 + gamma > valid:
             target_cache = target_cache.crop(valid)

@@ -3,21 +3,25 @@
 # From chapters/07-families.md, section "A loader is a table".
 """Load Hugging Face reference weights into the course's models (chapter 7).
 
-A loader is a table of rows ``(our key(s), their key(s), transform)``, with ``{i}``
-(``{e}`` and ``{d}`` in T5's encoder and decoder) standing for a block's index.
-:func:`convert_state_dict` applies a table and checks that every key on both sides was
-used and every shape fits, or raises :class:`StateDictMismatchError` (a ``ValueError``)
-listing the missing, unexpected and mis-shaped keys.
+A loader is a table of rows ``(our key(s), their key(s), transform)``, with
+``{i}`` (``{e}`` and ``{d}`` in T5's encoder and decoder) standing for a
+block's index. :func:`convert_state_dict` applies a table and checks that
+every key on both sides was used and every shape fits, or raises
+:class:`StateDictMismatchError` (a ``ValueError``) listing the missing,
+unexpected and mis-shaped keys.
 
-* Transforms: :func:`same`, :func:`transpose` (GPT-2's Conv1D), :func:`concat` (fused
-  q/k/v and gate/value projections), :func:`tied` (one tensor under several names).
-* Per family: ``config_from_<family>(hf_config) -> TransformerConfig`` (reads plain
-  attributes; this module never imports ``transformers``), ``<family>_rows(cfg)`` (the
-  table) and ``<family>_state_dict(their_state_dict, cfg)`` (our state dict), for
-  GPT-2 and Llama (:class:`~lib.models.GPT`), BERT (:class:`~lib.models.BERT`) and T5
-  (:class:`~lib.models.T5`).
-* :func:`load_checked` loads a state dict strictly, checking that tied parameters
-  agree; :func:`from_reference` turns a ``transformers`` model into ours in one call.
+* Transforms: :func:`same`, :func:`transpose` (GPT-2's Conv1D),
+  :func:`concat` (fused q/k/v and gate/value projections), :func:`tied` (one
+  tensor under several names).
+* Per family: ``config_from_<family>(hf_config) -> TransformerConfig``
+  (reads plain attributes; this module never imports ``transformers``),
+  ``<family>_rows(cfg)`` (the table) and
+  ``<family>_state_dict(their_state_dict, cfg)`` (our state dict), for GPT-2
+  and Llama (:class:`~lib.models.GPT`), BERT (:class:`~lib.models.BERT`) and
+  T5 (:class:`~lib.models.T5`).
+* :func:`load_checked` loads a state dict strictly, checking that tied
+  parameters agree; :func:`from_reference` turns a ``transformers`` model
+  into ours in one call.
 """
 
 from __future__ import annotations
@@ -72,23 +76,27 @@ def same(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def transpose(weight: torch.Tensor) -> torch.Tensor:
-    """GPT-2's Conv1D weight ``(d_in d_out)`` as a Linear weight ``(d_out d_in)``."""
+    """GPT-2's Conv1D weight ``(d_in d_out)`` as a Linear weight ``(d_out
+    d_in)``."""
     if weight.dim() != 2:
         raise ValueError(f"transpose expects a matrix, got shape {tuple(weight.shape)}")
     return weight.t()
 
 
 def concat(*weights: torch.Tensor) -> torch.Tensor:
-    """Separate projections as one fused projection, stacked along the output axis.
+    """Separate projections as one fused projection, stacked along the
+    output axis.
 
-    ``(d_q d_in), (d_k d_in), (d_v d_in) -> (d_q+d_k+d_v d_in)`` (biases: 1-D alike), in
-    the order given, which must be the order the fused layer splits its output in.
+    ``(d_q d_in), (d_k d_in), (d_v d_in) -> (d_q+d_k+d_v d_in)`` (biases:
+    1-D alike), in the order given, which must be the order the fused layer
+    splits its output in.
     """
     return torch.cat(weights, dim=0)
 
 
 def tied(*copies: torch.Tensor) -> torch.Tensor:
-    """One tensor stored under several names: check the copies agree, return it."""
+    """One tensor stored under several names: check the copies agree, return
+    it."""
     first = copies[0]
     for other in copies[1:]:
         if other.shape != first.shape or not torch.equal(other, first):
@@ -106,7 +114,8 @@ def _keys(keys: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def _under(ours: str, theirs: str, rows: list[Row]) -> list[Row]:
-    """The rows with the prefixes ``ours`` and ``theirs`` put before their keys."""
+    """The rows with the prefixes ``ours`` and ``theirs`` put before their
+    keys."""
     return [
         (tuple(ours + k for k in _keys(o)), tuple(theirs + k for k in _keys(t)), f)
         for o, t, f in rows
@@ -116,7 +125,8 @@ def _under(ours: str, theirs: str, rows: list[Row]) -> list[Row]:
 def expand_rows(
     rows: Iterable[Row], ranges: Mapping[str, Iterable[int]]
 ) -> Iterator[tuple[tuple[str, ...], tuple[str, ...], Callable[..., torch.Tensor]]]:
-    """Each row once per value of its placeholders; ``{i}`` takes ``ranges["i"]``."""
+    """Each row once per value of its placeholders; ``{i}`` takes
+    ``ranges["i"]``."""
     parse = string.Formatter().parse
     for ours, theirs, transform in rows:
         ours, theirs = _keys(ours), _keys(theirs)
@@ -135,7 +145,8 @@ def expand_rows(
 
 
 class StateDictMismatchError(ValueError):
-    """A state dict that does not fit; lists the missing, unexpected, misshaped keys."""
+    """A state dict that does not fit; lists the missing, unexpected,
+    misshaped keys."""
 
     def __init__(
         self, what: str, missing: list[str], unexpected: list[str], misshaped: list[str]
@@ -170,10 +181,11 @@ def convert_state_dict(
 ) -> dict[str, torch.Tensor]:
     """Apply a table of rows to ``their_state_dict``; return our state dict.
 
-    ``expected`` maps each of our keys to its shape (``model.state_dict()``'s). Every
-    key of theirs must be used by a row or match one of the ``skip`` regular
-    expressions (buffers that are not weights); every key of ours must be filled, with
-    its shape. Otherwise raises :class:`StateDictMismatchError` listing every offender.
+    ``expected`` maps each of our keys to its shape
+    (``model.state_dict()``'s). Every key of theirs must be used by a row or
+    match one of the ``skip`` regular expressions (buffers that are not
+    weights); every key of ours must be filled, with its shape. Otherwise
+    raises :class:`StateDictMismatchError` listing every offender.
     """
     check.instance("their_state_dict", their_state_dict, Mapping, what="a state dict")
     ours: dict[str, torch.Tensor] = {}
@@ -206,8 +218,8 @@ def convert_state_dict(
         for key in their_state_dict
         if key not in used and not any(re.fullmatch(p, key) for p in skip)
     ]
-    # Our side: a key that no row fills, or a row that fills a key our model lacks, is
-    # a table that does not match the configuration.
+    # Our side: a key that no row fills, or a row that fills a key our model
+    # lacks, is a table that does not match the configuration.
     missing += [f"{k} (ours: no row fills it)" for k in expected if k not in attempted]
     unexpected += [f"{k} (ours: not in the model)" for k in ours if k not in expected]
     for key, value in ours.items():
@@ -222,7 +234,8 @@ def convert_state_dict(
 
 
 def _shapes_of(model_class: type[nn.Module], cfg: TransformerConfig) -> dict:
-    """Our model's state-dict shapes for ``cfg``, built on the meta device (no data)."""
+    """Our model's state-dict shapes for ``cfg``, built on the meta device
+    (no data)."""
     with torch.device("meta"):
         model = model_class(cfg)
     return {key: value.shape for key, value in model.state_dict().items()}
@@ -232,8 +245,9 @@ def _shapes_of(model_class: type[nn.Module], cfg: TransformerConfig) -> dict:
 def load_checked(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> nn.Module:
     """Load ``state_dict`` into ``model`` strictly; returns ``model``.
 
-    Raises :class:`StateDictMismatchError` for missing, unexpected or mis-shaped keys,
-    and ``ValueError`` when the names of one tied parameter get different values.
+    Raises :class:`StateDictMismatchError` for missing, unexpected or
+    mis-shaped keys, and ``ValueError`` when the names of one tied parameter
+    get different values.
     """
     check.instance("model", model, nn.Module, owner="load_checked()")
     check.instance("state_dict", state_dict, Mapping, what="a state dict (a mapping)")
@@ -303,9 +317,10 @@ def _require(config: object, field: str, supported: object, why: str) -> None:
 
 
 def _dropout(config: object, *fields: str, **fixed: float) -> float:
-    """Our one dropout rate from the reference's rates ``fields`` (and ``fixed`` ones it
-    does not configure): equal rates are carried; different ones are a warning that
-    names them, and the first is used (dropout matters only in training)."""
+    """Our one dropout rate from the reference's rates ``fields`` (and
+    ``fixed`` ones it does not configure): equal rates are carried;
+    different ones are a warning that names them, and the first is used
+    (dropout matters only in training)."""
     rates = {field: float(getattr(config, field, 0.0) or 0.0) for field in fields}
     rates |= fixed
     first = next(iter(rates.values()))
@@ -329,7 +344,8 @@ def _token_rows(cfg: TransformerConfig, embedding: str | tuple, head: str) -> li
 
 # From chapters/07-families.md, section "GPT-2".
 def config_from_gpt2(config: object) -> TransformerConfig:
-    """Our configuration of a ``transformers`` ``GPT2Config`` (read by attribute)."""
+    """Our configuration of a ``transformers`` ``GPT2Config`` (read by
+    attribute)."""
     _require(config, "scale_attn_by_inverse_layer_idx", False, "one scale for all")
     _require(config, "add_cross_attention", False, "GPT has no cross-attention")
     d_model = config.n_embd
@@ -358,7 +374,8 @@ GPT2_SKIPPED = (r"transformer\.h\.\d+\.attn\.(bias|masked_bias)",)
 
 def gpt2_rows(cfg: TransformerConfig) -> list[Row]:
     """GPT-2's table; ``{i}`` runs over the blocks."""
-    block = [  # (ours under decoder.blocks.{i}., theirs under transformer.h.{i}.)
+    # (ours under decoder.blocks.{i}., theirs under transformer.h.{i}.)
+    block = [
         ("self_attn.norm.weight", "ln_1.weight", same),
         ("self_attn.norm.bias", "ln_1.bias", same),
         ("self_attn.sublayer.qkv_proj.weight", "attn.c_attn.weight", transpose),
@@ -397,7 +414,8 @@ def gpt2_state_dict(
 
 # From chapters/07-families.md, section "BERT".
 def config_from_bert(config: object) -> TransformerConfig:
-    """Our configuration of a ``transformers`` ``BertConfig`` (read by attribute)."""
+    """Our configuration of a ``transformers`` ``BertConfig`` (read by
+    attribute)."""
     _require(config, "position_embedding_type", "absolute", "learned positions")
     _require(config, "is_decoder", False, "BERT here is an encoder")
     return TransformerConfig(
@@ -427,7 +445,8 @@ BERT_SKIPPED = (r"bert\.embeddings\.(position_ids|token_type_ids)",)
 def bert_rows(cfg: TransformerConfig) -> list[Row]:
     """BERT's table (``BertForMaskedLM``); ``{i}`` runs over the blocks."""
     qkv = ("attention.self.query.", "attention.self.key.", "attention.self.value.")
-    block = [  # (ours under encoder.blocks.{i}., theirs under bert.encoder.layer.{i}.)
+    # (ours under encoder.blocks.{i}., theirs under bert.encoder.layer.{i}.)
+    block = [
         ("self_attn.sublayer.qkv_proj.weight", [p + "weight" for p in qkv], concat),
         ("self_attn.sublayer.qkv_proj.bias", [p + "bias" for p in qkv], concat),
         ("self_attn.sublayer.out_proj.weight", "attention.output.dense.weight", same),
@@ -479,7 +498,8 @@ def bert_state_dict(
 
 # From chapters/07-families.md, section "T5".
 def config_from_t5(config: object) -> TransformerConfig:
-    """Our configuration of a ``transformers`` ``T5Config`` (read by attribute)."""
+    """Our configuration of a ``transformers`` ``T5Config`` (read by
+    attribute)."""
     gated = bool(getattr(config, "is_gated_act", False))
     if gated and config.dense_act_fn == "gelu_new":
         raise ValueError(
@@ -505,9 +525,10 @@ def config_from_t5(config: object) -> TransformerConfig:
         bias=False,
         attn_scale=1.0,
         dropout=config.dropout_rate,
-        # the d_model^-0.5 rescaling of the head goes with a tied head in 4.x; 5.x always
-        # ties the weights and keeps the rescaling flag apart (scale_decoder_outputs): an
-        # untied copy of a tied matrix gives the same logits
+        # the d_model^-0.5 rescaling of the head goes with a tied head in
+        # 4.x; 5.x always ties the weights and keeps the rescaling flag
+        # apart (scale_decoder_outputs): an untied copy of a tied matrix
+        # gives the same logits
         tie_embeddings=getattr(
             config,
             "scale_decoder_outputs",
@@ -517,8 +538,9 @@ def config_from_t5(config: object) -> TransformerConfig:
 
 
 def _t5_block(cfg: TransformerConfig, cross: bool) -> list[Row]:
-    """One block's rows: ``layer.0`` self-attention, ``layer.1`` cross-attention (in
-    the decoder), then the FFN; ours relative to the block, theirs to ``block.{n}.``."""
+    """One block's rows: ``layer.0`` self-attention, ``layer.1``
+    cross-attention (in the decoder), then the FFN; ours relative to the
+    block, theirs to ``block.{n}.``."""
     attentions = [("self_attn.", "SelfAttention.")]
     if cross:
         attentions.append(("cross_attn.", "EncDecAttention."))
@@ -549,11 +571,13 @@ def _t5_block(cfg: TransformerConfig, cross: bool) -> list[Row]:
 
 
 def t5_rows(cfg: TransformerConfig) -> list[Row]:
-    """T5's table; ``{e}`` runs over the encoder's blocks and ``{d}`` the decoder's."""
+    """T5's table; ``{e}`` runs over the encoder's blocks and ``{d}`` the
+    decoder's."""
     embedding = ("shared.", "encoder.embed_tokens.", "decoder.embed_tokens.")
     table = "block.0.layer.0.SelfAttention.relative_attention_bias.weight"
     stack = [  # (ours under encoder. or decoder., theirs likewise)
-        # one relative-position table per stack, stored in the stack's first block
+        # one relative-position table per stack, stored in the stack's first
+        # block
         ("position_bias.relative_attention_bias.weight", table, same),
         ("final_norm.weight", "final_layer_norm.weight", same),
     ]
@@ -569,7 +593,8 @@ def t5_rows(cfg: TransformerConfig) -> list[Row]:
 def t5_state_dict(
     their_state_dict: Mapping[str, torch.Tensor], cfg: TransformerConfig
 ) -> dict[str, torch.Tensor]:
-    """A ``T5ForConditionalGeneration`` state dict as the state dict of ``T5(cfg)``."""
+    """A ``T5ForConditionalGeneration`` state dict as the state dict of
+    ``T5(cfg)``."""
     return convert_state_dict(
         their_state_dict,
         t5_rows(cfg),
@@ -581,9 +606,10 @@ def t5_state_dict(
 
 # From chapters/07-families.md, section "Llama".
 def _plain_rope_base(config: object) -> float:
-    """RoPE's base of a Llama config that uses plain RoPE, refusing context-extension
-    scaling. 4.x: ``rope_theta``, and ``rope_scaling`` None; 5.x: ``rope_parameters``
-    (also read as ``rope_scaling``) with ``rope_type`` ``"default"`` and the base in it."""
+    """RoPE's base of a Llama config that uses plain RoPE, refusing
+    context-extension scaling. 4.x: ``rope_theta``, and ``rope_scaling``
+    None; 5.x: ``rope_parameters`` (also read as ``rope_scaling``) with
+    ``rope_type`` ``"default"`` and the base in it."""
     rope = getattr(config, "rope_parameters", None) or getattr(
         config, "rope_scaling", None
     )
@@ -599,7 +625,8 @@ def _plain_rope_base(config: object) -> float:
 
 
 def config_from_llama(config: object) -> TransformerConfig:
-    """Our configuration of a ``transformers`` ``LlamaConfig`` (read by attribute)."""
+    """Our configuration of a ``transformers`` ``LlamaConfig`` (read by
+    attribute)."""
     rope_base = _plain_rope_base(config)
     _require(config, "attention_bias", False, "Llama here has no biases")
     _require(config, "mlp_bias", False, "Llama here has no biases")
@@ -620,7 +647,8 @@ def config_from_llama(config: object) -> TransformerConfig:
         max_len=config.max_position_embeddings,
         rope_base=rope_base,
         bias=False,
-        # Llama drops only attention weights; our one rate would drop everywhere
+        # Llama drops only attention weights; our one rate would drop
+        # everywhere
         dropout=_dropout(config, "attention_dropout", embeddings_and_residuals=0.0),
         tie_embeddings=getattr(config, "tie_word_embeddings", False),
     )
@@ -634,7 +662,8 @@ def llama_rows(cfg: TransformerConfig) -> list[Row]:
     """Llama's table; ``{i}`` runs over the blocks."""
     qkv = [f"self_attn.{p}_proj.weight" for p in "qkv"]
     gate_up = ("mlp.gate_proj.weight", "mlp.up_proj.weight")  # gate first
-    block = [  # (ours under decoder.blocks.{i}., theirs under model.layers.{i}.)
+    # (ours under decoder.blocks.{i}., theirs under model.layers.{i}.)
+    block = [
         ("self_attn.norm.weight", "input_layernorm.weight", same),
         ("self_attn.sublayer.qkv_proj.weight", qkv, concat),
         ("self_attn.sublayer.out_proj.weight", "self_attn.o_proj.weight", same),

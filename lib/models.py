@@ -1,23 +1,27 @@
 # This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 # From chapters/07-families.md, section "One configuration".
-"""The model families (chapter 7 of the course): BERT, GPT and T5 from one set of parts.
+"""The model families (chapter 7 of the course): BERT, GPT and T5 from one
+set of parts.
 
-* :class:`TransformerConfig`: one configuration for every family (and ViT's encoder).
-* :class:`Embeddings`, :class:`TransformerBlock`, :class:`Encoder`, :class:`Decoder`:
-  the stack. Encoder and decoder take *embedded* input, so chapter 10's ViT reuses the
-  encoder.
-* :class:`BERT` (encoder + masked-LM head), :class:`GPT` (decoder + tied un-embedding,
-  with a Llama-style option set) and :class:`T5` (encoder-decoder): each returns logits.
-* :class:`ModelCache`: the key/value caches of a whole model, reorderable for beam
-  search; ``GPT.step`` and ``T5.bind(...).step`` decode with it (see
-  :mod:`lib.generation`).
+* :class:`TransformerConfig`: one configuration for every family (and ViT's
+  encoder).
+* :class:`Embeddings`, :class:`TransformerBlock`, :class:`Encoder`,
+  :class:`Decoder`: the stack. Encoder and decoder take *embedded* input, so
+  chapter 10's ViT reuses the encoder.
+* :class:`BERT` (encoder + masked-LM head), :class:`GPT` (decoder + tied
+  un-embedding, with a Llama-style option set) and :class:`T5`
+  (encoder-decoder): each returns logits.
+* :class:`ModelCache`: the key/value caches of a whole model, reorderable
+  for beam search; ``GPT.step`` and ``T5.bind(...).step`` decode with it
+  (see :mod:`lib.generation`).
 * :func:`init_weights` (GPT-2's recipe), :func:`init_t5_weights` (T5's),
   :func:`count_parameters`, :func:`parameter_breakdown`.
 * :class:`MultiHeadLatentAttention`, :class:`LatentCache`: DeepSeek-V2's
   latent key/value compression, with the absorbed decoding form.
 
-Axis names: ``batch``, ``seq`` (``src``/``tgt`` for T5), ``d_model``, ``vocab``.
+Axis names: ``batch``, ``seq`` (``src``/``tgt`` for T5), ``d_model``,
+``vocab``.
 """
 
 from __future__ import annotations
@@ -92,21 +96,23 @@ POSITION_KINDS = ("learned", "sinusoidal", "rope", "alibi", "t5", "none")
 class TransformerConfig:
     """One configuration for BERT, GPT, T5 (and ViT's encoder).
 
-    Sizes: ``vocab_size``, ``d_model``, ``n_heads``, ``n_layers`` (the encoder's, or the
-    decoder's for GPT), ``n_decoder_layers`` (T5's decoder; 0 means ``n_layers``),
-    ``n_kv_heads`` (GQA/MQA; None: ``n_heads``), ``d_head`` (None: ``d_model //
-    n_heads``), ``d_ff`` (None: ``4·d_model``, or the 8/3 rule for a gated activation),
-    ``max_len``.
+    Sizes: ``vocab_size``, ``d_model``, ``n_heads``, ``n_layers`` (the
+    encoder's, or the decoder's for GPT), ``n_decoder_layers`` (T5's
+    decoder; 0 means ``n_layers``), ``n_kv_heads`` (GQA/MQA; None:
+    ``n_heads``), ``d_head`` (None: ``d_model // n_heads``), ``d_ff`` (None:
+    ``4·d_model``, or the 8/3 rule for a gated activation), ``max_len``.
 
-    Choices: ``activation`` (relu, gelu, gelu_tanh; gated: glu, reglu, geglu, swiglu),
-    ``norm`` (layernorm, rmsnorm) with ``norm_eps`` (None: the norm's default) at
-    ``norm_position`` (pre, post), ``positions`` (learned, sinusoidal, rope, alibi, t5,
-    none), ``rope_base``, ``t5_num_buckets``/``t5_max_distance``, ``n_token_types``
-    (BERT's segment embeddings), ``embedding_norm`` (BERT), ``embedding_scale``
-    (multiply embeddings by √d_model, as the original Transformer), ``bias`` (on every
-    linear layer), ``attn_scale`` (None: 1/√d_head; T5: 1.0), ``dropout``,
-    ``tie_embeddings``, ``attn_backend`` (a name in
-    ``lib.attention.attention_backend_names()``, lazily loaded backends included).
+    Choices: ``activation`` (relu, gelu, gelu_tanh; gated: glu, reglu,
+    geglu, swiglu), ``norm`` (layernorm, rmsnorm) with ``norm_eps`` (None:
+    the norm's default) at ``norm_position`` (pre, post), ``positions``
+    (learned, sinusoidal, rope, alibi, t5, none), ``rope_base``,
+    ``t5_num_buckets``/``t5_max_distance``, ``n_token_types`` (BERT's
+    segment embeddings), ``embedding_norm`` (BERT), ``embedding_scale``
+    (multiply embeddings by √d_model, as the original Transformer), ``bias``
+    (on every linear layer), ``attn_scale`` (None: 1/√d_head; T5: 1.0),
+    ``dropout``, ``tie_embeddings``, ``attn_backend`` (a name in
+    ``lib.attention.attention_backend_names()``, lazily loaded backends
+    included).
     """
 
     vocab_size: int
@@ -195,10 +201,12 @@ class TransformerConfig:
 
 # From chapters/07-families.md, section "The parts".
 def _check_ids(ids: object, vocab_size: int, name: str = "ids") -> torch.Tensor:
-    """Integer ids ``(batch seq)``, not empty; on the CPU also in ``0..vocab_size-1``.
+    """Integer ids ``(batch seq)``, not empty; on the CPU also in
+    ``0..vocab_size-1``.
 
-    (Reading a GPU tensor's values would make the device wait, once per training step;
-    there an id out of range fails inside the embedding lookup instead.)
+    (Reading a GPU tensor's values would make the device wait, once per
+    training step; there an id out of range fails inside the embedding
+    lookup instead.)
     """
     dtype = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
     if dtype not in (torch.int64, torch.int32):
@@ -224,18 +232,19 @@ def _check_mask(mask: object, batch: int, k_len: int, name: str = "mask") -> Non
 
 
 def _key_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """A checked ``(batch k_pos)`` key mask as ``(batch 1 1 k_pos)``: it broadcasts over
-    heads and queries."""
+    """A checked ``(batch k_pos)`` key mask as ``(batch 1 1 k_pos)``: it
+    broadcasts over heads and queries."""
     return None if mask is None else rearrange(mask, "batch k_pos -> batch 1 1 k_pos")
 
 
 class Embeddings(nn.Module):
-    """Token embedding (+ positions added at the input, + segments, + norm), then
-    dropout.
+    """Token embedding (+ positions added at the input, + segments, + norm),
+    then dropout.
 
     ``forward(ids, token_types=None, offset=0)``: ``ids`` ``(batch seq)`` ->
-    ``(batch seq d_model)``; ``offset`` is the absolute position of the first token.
-    It trusts its input: the models check ids and lengths before they call it.
+    ``(batch seq d_model)``; ``offset`` is the absolute position of the
+    first token. It trusts its input: the models check ids and lengths
+    before they call it.
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -268,8 +277,9 @@ class Embeddings(nn.Module):
         token_types: torch.Tensor | None = None,
         offset: int = 0,
     ) -> torch.Tensor:
-        # No checks here: the models check ids, token types and lengths at their door,
-        # so the tables are read directly (this runs once per decoded token).
+        # No checks here: the models check ids, token types and lengths at
+        # their door, so the tables are read directly (this runs once per
+        # decoded token).
         x = F.embedding(ids, self.tokens.weight)
         if self.cfg.embedding_scale:
             x = x * math.sqrt(self.cfg.d_model)
@@ -308,12 +318,14 @@ def _ffn(cfg: TransformerConfig) -> nn.Module:
 
 
 class TransformerBlock(nn.Module):
-    """Self-attention, optional cross-attention and an FFN, each in a residual sublayer.
+    """Self-attention, optional cross-attention and an FFN, each in a
+    residual sublayer.
 
-    ``forward(x, *, mask, causal, position_bias, rope, context, context_mask, cache)``:
-    ``x`` ``(batch seq d_model)``; ``mask``/``context_mask`` boolean, broadcasting to
-    ``(batch heads q_pos k_pos)``; ``context`` ``(batch src d_model)`` for
-    cross-attention; ``cache`` a pair ``(self KVCache or None, cross KVCache or None)``.
+    ``forward(x, *, mask, causal, position_bias, rope, context,
+    context_mask, cache)``: ``x`` ``(batch seq d_model)``;
+    ``mask``/``context_mask`` boolean, broadcasting to ``(batch heads q_pos
+    k_pos)``; ``context`` ``(batch src d_model)`` for cross-attention;
+    ``cache`` a pair ``(self KVCache or None, cross KVCache or None)``.
     Returns ``x``, or ``(x, (self_cache, cross_cache))`` when ``use_cache``.
     """
 
@@ -373,11 +385,13 @@ class TransformerBlock(nn.Module):
 # From chapters/07-families.md, section "The parts".
 @dataclass(frozen=True)
 class ModelCache:
-    """Key/value caches of every decoder layer (and the cross-attention inputs, for T5).
+    """Key/value caches of every decoder layer (and the cross-attention
+    inputs, for T5).
 
-    ``self_attn[i]`` and ``cross_attn[i]`` are layer ``i``'s :class:`KVCache`;
-    ``context`` ``(batch src d_model)`` and ``context_mask`` ``(batch src)`` are the
-    encoder output and its padding mask (T5 only).
+    ``self_attn[i]`` and ``cross_attn[i]`` are layer ``i``'s
+    :class:`KVCache`; ``context`` ``(batch src d_model)`` and
+    ``context_mask`` ``(batch src)`` are the encoder output and its padding
+    mask (T5 only).
     """
 
     self_attn: tuple[KVCache, ...]
@@ -395,8 +409,9 @@ class ModelCache:
         return self.self_attn[0].keys.shape[0]
 
     def select(self, indices: torch.Tensor) -> ModelCache:
-        """The cache with its batch rows gathered by ``indices`` ``(new_batch,)``
-        (beams); on the CPU the indices are checked against the batch."""
+        """The cache with its batch rows gathered by ``indices``
+        ``(new_batch,)`` (beams); on the CPU the indices are checked against
+        the batch."""
         owner, batch = "ModelCache.select()", self.batch_size
         device = self.self_attn[0].keys.device
         indices = torch.as_tensor(indices, device=device)
@@ -423,8 +438,8 @@ class ModelCache:
         )
 
     def crop(self, length: int) -> ModelCache:
-        """The cache of the first ``length`` decoded positions, cross-attention
-        kept."""
+        """The cache of the first ``length`` decoded positions,
+        cross-attention kept."""
         length = check.int_in_range("length", length, 0, self.seq_len)
         layers = self.self_attn
         kept = [(c.keys[..., :length, :], c.values[..., :length, :]) for c in layers]
@@ -432,9 +447,9 @@ class ModelCache:
 
 
 def _kv(keys: torch.Tensor, values: torch.Tensor) -> KVCache:
-    """A :class:`KVCache` of tensors this module made itself (from checked inputs), built
-    without ``KVCache``'s own checks, which would otherwise run for every layer and every
-    decoded token."""
+    """A :class:`KVCache` of tensors this module made itself (from checked
+    inputs), built without ``KVCache``'s own checks, which would otherwise
+    run for every layer and every decoded token."""
     cache = object.__new__(KVCache)
     object.__setattr__(cache, "keys", keys)
     object.__setattr__(cache, "values", values)
@@ -443,8 +458,8 @@ def _kv(keys: torch.Tensor, values: torch.Tensor) -> KVCache:
 
 # From chapters/07-families.md, section "The parts".
 class _Stack(nn.Module):
-    """What encoder and decoder share: blocks, in-attention positions, the final
-    norm."""
+    """What encoder and decoder share: blocks, in-attention positions, the
+    final norm."""
 
     def __init__(
         self, cfg: TransformerConfig, n_layers: int, *, causal: bool, cross: bool
@@ -475,7 +490,8 @@ class _Stack(nn.Module):
         )
 
     def _check_input(self, x: object, mask: object, name: str = "mask") -> None:
-        """Embedded input ``(batch seq d_model)`` and its key mask ``(batch seq)``."""
+        """Embedded input ``(batch seq d_model)`` and its key mask ``(batch
+        seq)``."""
         check.tensor("x", x, "batch seq d_model", d_model=self.cfg.d_model, hint=_STACK)
         if mask is not None:
             _check_mask(mask, x.shape[0], x.shape[1], name)
@@ -490,8 +506,9 @@ class _Stack(nn.Module):
 class Encoder(_Stack):
     """``n_layers`` blocks with bidirectional self-attention.
 
-    ``forward(x, mask=None)``: ``x`` ``(batch seq d_model)`` embedded input; ``mask``
-    ``(batch seq)`` boolean, True for real tokens. Returns ``(batch seq d_model)``.
+    ``forward(x, mask=None)``: ``x`` ``(batch seq d_model)`` embedded input;
+    ``mask`` ``(batch seq)`` boolean, True for real tokens. Returns ``(batch
+    seq d_model)``.
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -504,7 +521,8 @@ class Encoder(_Stack):
         return self._run(x, mask)
 
     def _run(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """:meth:`forward` for a caller that checked its arguments (BERT, T5)."""
+        """:meth:`forward` for a caller that checked its arguments (BERT,
+        T5)."""
         key_mask = _key_mask(mask)
         bias = self._bias(x.shape[1], x.shape[1], 0)
         for block in self.blocks:
@@ -513,14 +531,15 @@ class Encoder(_Stack):
 
 
 class Decoder(_Stack):
-    """``n_layers`` blocks with causal self-attention (and cross-attention if asked).
+    """``n_layers`` blocks with causal self-attention (and cross-attention
+    if asked).
 
     ``forward(x, *, mask=None, context=None, context_mask=None, cache=None,
-    use_cache=False)``: ``x`` ``(batch new d_model)``, the embedded new tokens; ``mask``
-    ``(batch k_pos)`` boolean over all positions (cached ones first), True for real
-    tokens; ``context`` ``(batch src d_model)`` and ``context_mask`` ``(batch src)`` for
-    cross-attention. Returns ``(batch new d_model)``, or ``(that, ModelCache)`` when
-    ``use_cache``.
+    use_cache=False)``: ``x`` ``(batch new d_model)``, the embedded new
+    tokens; ``mask`` ``(batch k_pos)`` boolean over all positions (cached
+    ones first), True for real tokens; ``context`` ``(batch src d_model)``
+    and ``context_mask`` ``(batch src)`` for cross-attention. Returns
+    ``(batch new d_model)``, or ``(that, ModelCache)`` when ``use_cache``.
     """
 
     def __init__(
@@ -554,7 +573,8 @@ class Decoder(_Stack):
     def _run(
         self, x, mask=None, context=None, context_mask=None, cache=None, use_cache=False
     ):
-        """:meth:`forward` through the blocks, for a caller that checked its arguments."""
+        """:meth:`forward` through the blocks, for a caller that checked its
+        arguments."""
         offset = 0 if cache is None else cache.seq_len
         q_len, k_len = x.shape[1], offset + x.shape[1]
         self_mask, cross_mask = _key_mask(mask), _key_mask(context_mask)
@@ -587,12 +607,14 @@ class Decoder(_Stack):
         return x, ModelCache(tuple(new_self), tuple(new_cross), context, context_mask)
 
     def _step(self, x, cache, context=None, context_mask=None):
-        """Decode the new positions ``x`` ``(batch new d_model)`` against ``cache``.
+        """Decode the new positions ``x`` ``(batch new d_model)`` against
+        ``cache``.
 
-        The same function as ``_run(..., use_cache=True)``, with the blocks' weights
-        applied by PyTorch's functional ops: no checks, no mask built for one new token,
-        no module calls inside a layer. In training mode (dropout) or with an attention
-        backend other than ``"sdpa"`` it is ``_run`` itself.
+        The same function as ``_run(..., use_cache=True)``, with the blocks'
+        weights applied by PyTorch's functional ops: no checks, no mask
+        built for one new token, no module calls inside a layer. In training
+        mode (dropout) or with an attention backend other than ``"sdpa"`` it
+        is ``_run`` itself.
         """
         sdpa = self.blocks[0].self_attn.sublayer.backend == "sdpa"
         if self.training or not sdpa:
@@ -638,8 +660,8 @@ def _at(caches: tuple, i: int):
 
 # From chapters/07-families.md, section "The parts".
 def _normed(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``norm(x)`` for a LayerNorm or RMSNorm of ``lib.norms``, by PyTorch's fused kernel
-    (half precision normalised in fp32, as there)."""
+    """``norm(x)`` for a LayerNorm or RMSNorm of ``lib.norms``, by PyTorch's
+    fused kernel (half precision normalised in fp32, as there)."""
     dtype = torch.promote_types(x.dtype, torch.float32)
     weight = None if norm.weight is None else norm.weight.to(dtype)
     if isinstance(norm, LayerNorm):
@@ -661,13 +683,15 @@ def _residual(sublayer: ResidualSublayer, x: torch.Tensor, branch, *args):
 
 
 def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """``(batch seq (heads d_head)) -> (batch heads seq d_head)``, as a view."""
+    """``(batch seq (heads d_head)) -> (batch heads seq d_head)``, as a
+    view."""
     return x.unflatten(-1, (n_heads, -1)).transpose(1, 2)
 
 
 def _attend(mha, q, k, v, mask, is_causal: bool) -> torch.Tensor:
-    """Attention of ``q`` ``(batch heads q_pos d_head)`` over ``k``, ``v`` ``(batch
-    kv_heads k_pos d_head)``, then the output projection: ``(batch q_pos d_model)``."""
+    """Attention of ``q`` ``(batch heads q_pos d_head)`` over ``k``, ``v``
+    ``(batch kv_heads k_pos d_head)``, then the output projection: ``(batch
+    q_pos d_model)``."""
     # each key/value head serves a group of queries
     if mha.n_heads != mha.n_kv_heads:
         groups = mha.n_heads // mha.n_kv_heads
@@ -686,8 +710,8 @@ def _rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Ten
 
 
 def _self_attention(mha, h, past, rope, mask, is_causal):
-    """Self-attention of the new positions ``h`` against the cache ``past``: returns
-    the output and the extended :class:`KVCache`."""
+    """Self-attention of the new positions ``h`` against the cache ``past``:
+    returns the output and the extended :class:`KVCache`."""
     projected = F.linear(h, mha.qkv_proj.weight, mha.qkv_proj.bias)
     q, k, v = projected.split([mha.q_dim, mha.kv_dim, mha.kv_dim], dim=-1)
     q, k = _heads(q, mha.n_heads), _heads(k, mha.n_kv_heads)
@@ -700,8 +724,8 @@ def _self_attention(mha, h, past, rope, mask, is_causal):
 
 
 def _cross_attention(mha, h, past, context, mask):
-    """Cross-attention of ``h`` to the encoder output: its keys and values projected
-    once, at the first step, and read from ``past`` after that."""
+    """Cross-attention of ``h`` to the encoder output: its keys and values
+    projected once, at the first step, and read from ``past`` after that."""
     bias = mha.qkv_proj.bias
     bias = None if bias is None else bias[: mha.q_dim]
     q = _heads(F.linear(h, mha.qkv_proj.weight[: mha.q_dim], bias), mha.n_heads)
@@ -712,8 +736,8 @@ def _cross_attention(mha, h, past, context, mask):
 
 
 def _ffn_out(ffn: nn.Module, h: torch.Tensor) -> tuple[torch.Tensor, None]:
-    """A :class:`FeedForward` or :class:`GatedFeedForward` of ``h`` (no dropout), and
-    no cache."""
+    """A :class:`FeedForward` or :class:`GatedFeedForward` of ``h`` (no
+    dropout), and no cache."""
     hidden = F.linear(h, ffn.w_in.weight, ffn.w_in.bias)
     # gate first, then value (chapter 5)
     if isinstance(ffn, GatedFeedForward):
@@ -726,14 +750,16 @@ def _ffn_out(ffn: nn.Module, h: torch.Tensor) -> tuple[torch.Tensor, None]:
 
 # From chapters/07-families.md, section "Three models".
 class GPT(nn.Module):
-    """Decoder-only language model: ``ids (batch seq) -> logits (batch seq vocab)``.
+    """Decoder-only language model: ``ids (batch seq) -> logits (batch seq
+    vocab)``.
 
-    ``forward(ids, mask=None)``: ``mask`` ``(batch seq)`` boolean, True for real tokens
-    (right padding only: positions count from the first column, so a left-padded row is
-    refused). ``step(ids, cache=None)`` runs only the new tokens ``(batch new)`` against
-    the cache and returns ``(logits (batch new vocab), cache)``; ``step_unchecked`` is
-    the same without the argument checks, for decoding loops that feed back the tokens
-    they chose (:mod:`lib.generation`).
+    ``forward(ids, mask=None)``: ``mask`` ``(batch seq)`` boolean, True for
+    real tokens (right padding only: positions count from the first column,
+    so a left-padded row is refused). ``step(ids, cache=None)`` runs only
+    the new tokens ``(batch new)`` against the cache and returns ``(logits
+    (batch new vocab), cache)``; ``step_unchecked`` is the same without the
+    argument checks, for decoding loops that feed back the tokens they chose
+    (:mod:`lib.generation`).
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -769,7 +795,8 @@ class GPT(nn.Module):
     def step_unchecked(
         self, ids: torch.Tensor, cache: ModelCache | None = None
     ) -> tuple[torch.Tensor, ModelCache]:
-        """:meth:`step` for ids known to be valid: no tensor is read, one length test."""
+        """:meth:`step` for ids known to be valid: no tensor is read, one
+        length test."""
         offset = 0 if cache is None else cache.seq_len
         _check_positions(self.cfg, offset + ids.shape[1], "GPT")
         x, cache = self.decoder._step(self.embed(ids, offset=offset), cache)
@@ -778,7 +805,8 @@ class GPT(nn.Module):
 
 # From chapters/07-families.md, section "Three models".
 def _check_positions(cfg: TransformerConfig, end: int, owner: str) -> None:
-    """Positions ``0..end-1`` fit the position table (learned, sinusoidal, RoPE)."""
+    """Positions ``0..end-1`` fit the position table (learned, sinusoidal,
+    RoPE)."""
     if end > cfg.max_len and cfg.positions in ("learned", "sinusoidal", "rope"):
         table = f"max_len={cfg.max_len} of its {cfg.positions} position table"
         raise ValueError(f"{owner}: positions up to {end - 1} exceed {table}")
@@ -807,13 +835,13 @@ def _first(flags: torch.Tensor) -> int:
 
 # From chapters/07-families.md, section "Three models".
 class BERT(nn.Module):
-    """Encoder-only masked language model: ``ids (batch seq) -> logits (batch seq
-    vocab)``.
+    """Encoder-only masked language model: ``ids (batch seq) -> logits
+    (batch seq vocab)``.
 
-    ``forward(ids, mask=None, token_types=None)``: ``mask`` ``(batch seq)`` boolean,
-    True for real tokens; ``token_types`` ``(batch seq)`` segment ids. ``encode``
-    returns the encoder's ``(batch seq d_model)`` output (for classification heads,
-    chapter 8).
+    ``forward(ids, mask=None, token_types=None)``: ``mask`` ``(batch seq)``
+    boolean, True for real tokens; ``token_types`` ``(batch seq)`` segment
+    ids. ``encode`` returns the encoder's ``(batch seq d_model)`` output
+    (for classification heads, chapter 8).
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -851,10 +879,12 @@ class BERT(nn.Module):
 
 # From chapters/07-families.md, section "Three models".
 class SequenceClassifier(nn.Module):
-    """BERT's embeddings and encoder with a linear head on the mean of the outputs.
+    """BERT's embeddings and encoder with a linear head on the mean of the
+    outputs.
 
-    ``forward(ids, mask=None)``: ``ids`` ``(batch seq)``, ``mask`` ``(batch seq)``
-    True for real tokens -> logits ``(batch n_classes)``. The MLM head is not used.
+    ``forward(ids, mask=None)``: ``ids`` ``(batch seq)``, ``mask`` ``(batch
+    seq)`` True for real tokens -> logits ``(batch n_classes)``. The MLM
+    head is not used.
     """
 
     def __init__(self, bert: BERT, n_classes: int, dropout: float = 0.1) -> None:
@@ -870,7 +900,8 @@ class SequenceClassifier(nn.Module):
         nn.init.zeros_(self.head.bias)
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None):
-        # BERT's front door: the same checks of ids and mask, on our embed and encoder
+        # BERT's front door: the same checks of ids and mask, on our embed
+        # and encoder
         hidden = BERT.encode(self, ids, mask)  # (batch seq d_model)
         if mask is None:
             pooled = reduce(hidden, "batch seq d_model -> batch d_model", "mean")
@@ -883,13 +914,14 @@ class SequenceClassifier(nn.Module):
 
 # From chapters/07-families.md, section "Three models".
 class T5(nn.Module):
-    """Encoder-decoder: ``(src_ids (batch src), tgt_ids (batch tgt)) -> (batch tgt
-    vocab)``.
+    """Encoder-decoder: ``(src_ids (batch src), tgt_ids (batch tgt)) ->
+    (batch tgt vocab)``.
 
-    ``forward(src_ids, tgt_ids, src_mask=None, tgt_mask=None)``; the decoder input
-    ``tgt_ids`` starts with ``start_id`` (T5: the pad id 0) and is the target shifted
-    right. ``encode(src_ids, src_mask)`` gives ``(batch src d_model)``; ``bind(src_ids,
-    src_mask)`` returns a stepper for :mod:`lib.generation`.
+    ``forward(src_ids, tgt_ids, src_mask=None, tgt_mask=None)``; the decoder
+    input ``tgt_ids`` starts with ``start_id`` (T5: the pad id 0) and is the
+    target shifted right. ``encode(src_ids, src_mask)`` gives ``(batch src
+    d_model)``; ``bind(src_ids, src_mask)`` returns a stepper for
+    :mod:`lib.generation`.
     """
 
     def __init__(self, cfg: TransformerConfig, *, start_id: int = 0) -> None:
@@ -919,8 +951,9 @@ class T5(nn.Module):
         return self.encoder._run(self.embed(src_ids), src_mask)
 
     def decode(self, tgt_ids, context, context_mask=None, tgt_mask=None):
-        """Logits ``(batch tgt vocab)`` of ``tgt_ids`` reading the encoder output
-        ``context`` ``(batch src d_model)`` (and its mask ``(batch src)``)."""
+        """Logits ``(batch tgt vocab)`` of ``tgt_ids`` reading the encoder
+        output ``context`` ``(batch src d_model)`` (and its mask ``(batch
+        src)``)."""
         _check_ids(tgt_ids, self.cfg.vocab_size, "tgt_ids")
         sizes = dict(batch=tgt_ids.shape[0], d_model=self.cfg.d_model)
         check.tensor("context", context, "batch src d_model", floating=True, **sizes)
@@ -945,16 +978,19 @@ class T5(nn.Module):
     def bind(
         self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None
     ) -> _BoundT5:
-        """Encode ``src_ids`` once; the result decodes with ``step(ids, cache)``."""
+        """Encode ``src_ids`` once; the result decodes with ``step(ids,
+        cache)``."""
         return _BoundT5(self, self.encode(src_ids, src_mask), src_mask)
 
 
 class _BoundT5:
-    """A T5 with its encoder output bound in: ``step(ids, cache) -> (logits, cache)``.
+    """A T5 with its encoder output bound in: ``step(ids, cache) -> (logits,
+    cache)``.
 
-    The first step starts from the bound encoder output; later steps read it (and its
-    mask) from the cache, so beam search may reorder and duplicate the cache's rows
-    freely. ``step_unchecked`` skips the checks of the ids and the cache.
+    The first step starts from the bound encoder output; later steps read it
+    (and its mask) from the cache, so beam search may reorder and duplicate
+    the cache's rows freely. ``step_unchecked`` skips the checks of the ids
+    and the cache.
     """
 
     def __init__(
@@ -984,9 +1020,9 @@ class _BoundT5:
 
 # From chapters/07-families.md, section "Three models".
 def init_weights(model: nn.Module, std: float = 0.02) -> nn.Module:
-    """GPT-2's initialisation, in place: N(0, std²) weights, zero biases, unit norms,
-    and residual output projections scaled by ``1/sqrt(2·n_blocks)``. Returns
-    ``model``."""
+    """GPT-2's initialisation, in place: N(0, std²) weights, zero biases,
+    unit norms, and residual output projections scaled by
+    ``1/sqrt(2·n_blocks)``. Returns ``model``."""
     check.instance("model", model, nn.Module, owner="init_weights()")
     std = check.finite_float("std", std, low=0.0, low_open=True, owner="init_weights()")
     blocks = [m for m in model.modules() if isinstance(m, TransformerBlock)]
@@ -1017,8 +1053,8 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def parameter_breakdown(model: nn.Module) -> dict[str, int]:
-    """Parameters by where they live: embeddings, attention, ffn, norms, head
-    (others)."""
+    """Parameters by where they live: embeddings, attention, ffn, norms,
+    head (others)."""
     check.instance("model", model, nn.Module, owner="parameter_breakdown()")
     groups = dict.fromkeys(("embeddings", "attention", "ffn", "norms"), 0)
     groups["head"] = 0  # everything else
@@ -1043,9 +1079,10 @@ def kv_cache_bytes_per_token(
 ) -> int:
     """Bytes the self-attention caches of a decoder add per generated token.
 
-    Given a model (GPT or T5), its decoder's blocks are counted; given a configuration,
-    ``cfg.decoder_layers`` (T5's decoder depth, or ``n_layers``: what a GPT builds,
-    since a GPT refuses a different ``n_decoder_layers``).
+    Given a model (GPT or T5), its decoder's blocks are counted; given a
+    configuration, ``cfg.decoder_layers`` (T5's decoder depth, or
+    ``n_layers``: what a GPT builds, since a GPT refuses a different
+    ``n_decoder_layers``).
     """
     decoder = getattr(model_or_cfg, "decoder", None)
     if isinstance(decoder, Decoder):

@@ -1,21 +1,26 @@
 # This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 # From chapters/07-families.md, section "How each family is trained".
-"""Training objectives of the model families (chapter 7 of the course): batch builders.
+"""Training objectives of the model families (chapter 7 of the course):
+batch builders.
 
-Each builder turns a batch of token ids into what a training step needs: the ids the
-model reads, the ids it must predict and, for the prefix LM, the attention mask. The
-loss is chapter 8's. Positions that carry no loss hold ``IGNORE_INDEX`` (-100, the
-value ``torch.nn.functional.cross_entropy`` skips by default).
+Each builder turns a batch of token ids into what a training step needs: the
+ids the model reads, the ids it must predict and, for the prefix LM, the
+attention mask. The loss is chapter 8's. Positions that carry no loss hold
+``IGNORE_INDEX`` (-100, the value ``torch.nn.functional.cross_entropy``
+skips by default).
 
 * :func:`causal_lm_batch`: inputs and targets shifted by one (GPT).
-* :func:`masked_lm_batch`: 15 % of the tokens chosen; 80/10/10 mask/random/kept (BERT).
-* :func:`random_spans`, :func:`span_corruption_batch`: spans become sentinels (T5).
-* :func:`prefix_lm_mask`, :func:`prefix_lm_batch`: a bidirectional prefix, then causal.
+* :func:`masked_lm_batch`: 15 % of the tokens chosen; 80/10/10
+  mask/random/kept (BERT).
+* :func:`random_spans`, :func:`span_corruption_batch`: spans become
+  sentinels (T5).
+* :func:`prefix_lm_mask`, :func:`prefix_lm_batch`: a bidirectional prefix,
+  then causal.
 
-Shapes: ``token_ids`` is ``(batch seq)``, right-padded with ``pad_id`` when the rows
-differ in length. Every builder that draws random numbers takes a ``torch.Generator``:
-one seed, one batch.
+Shapes: ``token_ids`` is ``(batch seq)``, right-padded with ``pad_id`` when
+the rows differ in length. Every builder that draws random numbers takes a
+``torch.Generator``: one seed, one batch.
 """
 
 from __future__ import annotations
@@ -50,13 +55,16 @@ IGNORE_INDEX = -100  # a target that carries no loss
 class ObjectiveBatch:
     """One training batch.
 
-    * ``inputs`` ``(batch in_seq)``: the ids the model (for T5, the encoder) reads.
+    * ``inputs`` ``(batch in_seq)``: the ids the model (for T5, the encoder)
+      reads.
     * ``targets`` ``(batch out_seq)``: the id to predict at each position;
       ``IGNORE_INDEX`` where there is no loss.
-    * ``mask``: a boolean attention mask ``(batch 1 q_pos k_pos)``, True = may attend,
-      when the objective needs its own (the prefix LM); else ``None``.
-    * ``decoder_inputs`` ``(batch out_seq)``: for an encoder-decoder, the targets
-      shifted right behind the decoder's start token (teacher forcing); else ``None``.
+    * ``mask``: a boolean attention mask ``(batch 1 q_pos k_pos)``, True =
+      may attend, when the objective needs its own (the prefix LM); else
+      ``None``.
+    * ``decoder_inputs`` ``(batch out_seq)``: for an encoder-decoder, the
+      targets shifted right behind the decoder's start token (teacher
+      forcing); else ``None``.
     """
 
     inputs: torch.Tensor
@@ -75,8 +83,9 @@ _IDS_HINT = "for one sequence, pass ids[None]"
 
 
 def _check_token_ids(token_ids, pad_id, *generator, vocab_size=None) -> torch.Tensor:
-    """Check ids ``(batch seq)`` (in ``0..vocab_size-1``), ``pad_id`` (and the
-    generator, when one is passed); return each row's real length ``(batch,)``."""
+    """Check ids ``(batch seq)`` (in ``0..vocab_size-1``), ``pad_id`` (and
+    the generator, when one is passed); return each row's real length
+    ``(batch,)``."""
     check.tensor("token_ids", token_ids, "batch seq", integer=True, hint=_IDS_HINT)
     # the builders that draw random numbers pass theirs
     for given in generator:
@@ -89,7 +98,8 @@ def _check_token_ids(token_ids, pad_id, *generator, vocab_size=None) -> torch.Te
 
 
 def _lengths(token_ids: torch.Tensor, pad_id: int | None) -> torch.Tensor:
-    """Each row's real length ``(batch,)``; a row padded on the left is an error."""
+    """Each row's real length ``(batch,)``; a row padded on the left is an
+    error."""
     batch, seq = token_ids.shape
     if pad_id is None:
         return torch.full((batch,), seq, dtype=torch.long, device=token_ids.device)
@@ -103,7 +113,8 @@ def _lengths(token_ids: torch.Tensor, pad_id: int | None) -> torch.Tensor:
 
 
 def _check_id_list(name, ids, *, high=None, avoid=(), distinct=False) -> list[int]:
-    """A non-empty list of ids in ``0..high-1``, none in ``avoid`` (none repeated)."""
+    """A non-empty list of ids in ``0..high-1``, none in ``avoid`` (none
+    repeated)."""
     values = [check.integer(f"{name}[{k}]", i) for k, i in enumerate(ids)]
     fine = values and all(0 <= i < (high or i + 1) and i not in avoid for i in values)
     if not fine or (distinct and len({*values}) < len(values)):
@@ -113,7 +124,8 @@ def _check_id_list(name, ids, *, high=None, avoid=(), distinct=False) -> list[in
 
 
 def _real_positions(lengths: torch.Tensor, seq: int) -> torch.Tensor:
-    """``(batch seq)`` boolean: True at the first ``lengths[b]`` positions of row b."""
+    """``(batch seq)`` boolean: True at the first ``lengths[b]`` positions
+    of row b."""
     positions = torch.arange(seq, device=lengths.device)
     return rearrange(positions, "seq -> 1 seq") < rearrange(lengths, "batch -> batch 1")
 
@@ -122,12 +134,13 @@ def _real_positions(lengths: torch.Tensor, seq: int) -> torch.Tensor:
 def causal_lm_batch(
     token_ids: torch.Tensor, *, pad_id: int | None = None
 ) -> ObjectiveBatch:
-    """Next-token prediction: ``inputs = ids[:, :-1]``, ``targets = ids[:, 1:]``.
+    """Next-token prediction: ``inputs = ids[:, :-1]``, ``targets = ids[:,
+    1:]``.
 
-    Shapes: ``token_ids`` ``(batch seq)`` (right-padded with ``pad_id``, if given) ->
-    ``inputs`` and ``targets`` ``(batch seq-1)``; targets that are padding hold
-    ``IGNORE_INDEX``. No mask: the model applies its own causal mask. Nothing is random,
-    so no generator.
+    Shapes: ``token_ids`` ``(batch seq)`` (right-padded with ``pad_id``, if
+    given) -> ``inputs`` and ``targets`` ``(batch seq-1)``; targets that are
+    padding hold ``IGNORE_INDEX``. No mask: the model applies its own causal
+    mask. Nothing is random, so no generator.
     """
     lengths = _check_token_ids(token_ids, pad_id)
     hint = "causal LM needs >= 2 tokens"
@@ -149,18 +162,19 @@ def masked_lm_batch(
     mask_prob: float = 0.15,
     replace_ids: Sequence[int] | torch.Tensor | None = None,
 ) -> ObjectiveBatch:
-    """BERT's masked LM: choose tokens, corrupt them 80/10/10, predict the originals.
+    """BERT's masked LM: choose tokens, corrupt them 80/10/10, predict the
+    originals.
 
-    In each row, ``round(mask_prob * n)`` (at least 1) of the ``n`` eligible tokens are
-    chosen uniformly; eligible means neither padding nor in ``special_ids`` (``mask_id``
-    and ``pad_id`` are always special). A chosen token becomes ``mask_id`` with
-    probability 0.8, a random id from ``replace_ids`` (default: every id in
-    ``0..vocab_size-1`` that is not special) with probability 0.1, and stays as it is
-    with probability 0.1.
+    In each row, ``round(mask_prob * n)`` (at least 1) of the ``n`` eligible
+    tokens are chosen uniformly; eligible means neither padding nor in
+    ``special_ids`` (``mask_id`` and ``pad_id`` are always special). A
+    chosen token becomes ``mask_id`` with probability 0.8, a random id from
+    ``replace_ids`` (default: every id in ``0..vocab_size-1`` that is not
+    special) with probability 0.1, and stays as it is with probability 0.1.
 
-    Shapes: ``token_ids`` ``(batch seq)`` -> ``inputs`` ``(batch seq)`` (the corrupted
-    ids) and ``targets`` ``(batch seq)``: the original id at chosen positions,
-    ``IGNORE_INDEX`` elsewhere.
+    Shapes: ``token_ids`` ``(batch seq)`` -> ``inputs`` ``(batch seq)`` (the
+    corrupted ids) and ``targets`` ``(batch seq)``: the original id at
+    chosen positions, ``IGNORE_INDEX`` elsewhere.
     """
     check.positive_int("vocab_size", vocab_size)
     lengths = _check_token_ids(token_ids, pad_id, generator, vocab_size=vocab_size)
@@ -180,7 +194,8 @@ def masked_lm_batch(
     eligible = _real_positions(lengths, shape[1]) & ~is_special
     n_eligible = eligible.sum(dim=1)
     n_chosen = (n_eligible * mask_prob).round().long().clamp(min=1).minimum(n_eligible)
-    # Each eligible position gets a random key in [0, 1); the rest get 2 and sort last.
+    # Each eligible position gets a random key in [0, 1); the rest get 2 and
+    # sort last.
     keys = torch.rand(shape, generator=generator).to(device).masked_fill(~eligible, 2.0)
     # rank of each position's key in its row
     rank = keys.argsort(dim=1).argsort(dim=1)
@@ -199,7 +214,8 @@ def masked_lm_batch(
 
 # From chapters/07-families.md, section "Span corruption (T5)".
 def _random_composition(total: int, parts: int, generator: torch.Generator) -> list:
-    """``parts`` positive ints summing to ``total``, uniform over all such lists."""
+    """``parts`` positive ints summing to ``total``, uniform over all such
+    lists."""
     cuts = torch.randperm(total - 1, generator=generator)[: parts - 1] + 1
     bounds = [0, *sorted(cuts.tolist()), total]
     return [right - left for left, right in pairwise(bounds)]
@@ -212,11 +228,13 @@ def random_spans(
     noise_density: float = 0.15,
     mean_span_length: float = 3.0,
 ) -> list[tuple[int, int]]:
-    """T5's noise layout for one sequence: ``[(start, end), ...]``, half-open, in order.
+    """T5's noise layout for one sequence: ``[(start, end), ...]``,
+    half-open, in order.
 
-    ``round(noise_density * length)`` tokens (at least 1, at most ``length - 1``) are
-    noise, in ``round(noise / mean_span_length)`` spans (at least 1); consecutive spans
-    are separated by at least one kept token. A sequence shorter than 2 gets no span.
+    ``round(noise_density * length)`` tokens (at least 1, at most ``length -
+    1``) are noise, in ``round(noise / mean_span_length)`` spans (at least
+    1); consecutive spans are separated by at least one kept token. A
+    sequence shorter than 2 gets no span.
     """
     check.int_at_least("length", length, 0)
     check.instance("generator", generator, torch.Generator, hint=_SEED_HINT)
@@ -234,8 +252,8 @@ def _random_spans(length, generator, noise_density, mean_span_length) -> list:
     # kept tokens separate spans
     n_spans = min(n_spans, n_noise, length - n_noise + 1)
     noise_lengths = _random_composition(n_noise, n_spans, generator)
-    # k+1 runs of kept tokens, the first and last possibly empty: a composition of
-    # (kept + 2) into positive parts, minus one at both ends.
+    # k+1 runs of kept tokens, the first and last possibly empty: a
+    # composition of (kept + 2) into positive parts, minus one at both ends.
     kept_lengths = _random_composition(length - n_noise + 2, n_spans + 1, generator)
     kept_lengths[0] -= 1
     kept_lengths[-1] -= 1
@@ -259,17 +277,20 @@ def span_corruption_batch(
     mean_span_length: float = 3.0,
     decoder_start_id: int | None = None,
 ) -> ObjectiveBatch:
-    """T5's span corruption: spans of the input become sentinels, predicted in order.
+    """T5's span corruption: spans of the input become sentinels, predicted
+    in order.
 
-    For each row, :func:`random_spans` lays out the noise over its real tokens; span
-    ``i`` is replaced by ``sentinel_ids[i]`` in the input, and the target is
-    ``sentinel_0 span_0 sentinel_1 span_1 ... sentinel_k`` (``k`` spans, then one more
-    sentinel), with ``eos_id`` appended to both input and target when given.
+    For each row, :func:`random_spans` lays out the noise over its real
+    tokens; span ``i`` is replaced by ``sentinel_ids[i]`` in the input, and
+    the target is ``sentinel_0 span_0 sentinel_1 span_1 ... sentinel_k``
+    (``k`` spans, then one more sentinel), with ``eos_id`` appended to both
+    input and target when given.
 
-    Shapes: ``token_ids`` ``(batch seq)``, right-padded with ``pad_id`` -> ``inputs``
-    ``(batch in_seq)`` padded with ``pad_id``; ``targets`` ``(batch out_seq)`` padded
-    with ``IGNORE_INDEX``; ``decoder_inputs`` ``(batch out_seq)``: ``decoder_start_id``
-    (default ``pad_id``) then the targets but the last, padded with ``pad_id``.
+    Shapes: ``token_ids`` ``(batch seq)``, right-padded with ``pad_id`` ->
+    ``inputs`` ``(batch in_seq)`` padded with ``pad_id``; ``targets``
+    ``(batch out_seq)`` padded with ``IGNORE_INDEX``; ``decoder_inputs``
+    ``(batch out_seq)``: ``decoder_start_id`` (default ``pad_id``) then the
+    targets but the last, padded with ``pad_id``.
     """
     lengths = _check_token_ids(token_ids, check.integer("pad_id", pad_id), generator)
     noise_density = check.finite_float("noise_density", noise_density, **_FRACTION)
@@ -320,10 +341,11 @@ def prefix_lm_mask(
 ) -> torch.Tensor:
     """Boolean prefix-LM mask ``(batch 1 q_pos k_pos)``, True = may attend.
 
-    Query ``i`` of row ``b`` may see key ``j`` iff ``j <= i`` or
-    ``j < prefix_lengths[b]``: bidirectional over the prefix, causal after it. A prefix
-    of 0 gives the causal mask, one of ``seq_len`` the full (bidirectional) mask. The
-    result broadcasts over heads and can be passed as ``mask`` to ``lib.attention``.
+    Query ``i`` of row ``b`` may see key ``j`` iff ``j <= i`` or ``j <
+    prefix_lengths[b]``: bidirectional over the prefix, causal after it. A
+    prefix of 0 gives the causal mask, one of ``seq_len`` the full
+    (bidirectional) mask. The result broadcasts over heads and can be passed
+    as ``mask`` to ``lib.attention``.
     """
     check.int_at_least("seq_len", seq_len, 0)
     prefix = torch.as_tensor(prefix_lengths, device=device)
@@ -347,11 +369,12 @@ def prefix_lm_batch(
 ) -> ObjectiveBatch:
     """Prefix LM: a random bidirectional prefix, then next-token prediction.
 
-    Each row of ``n`` real tokens gets a prefix length ``P`` drawn uniformly from
-    ``1..n-1``. Shapes: ``token_ids`` ``(batch seq)`` -> ``inputs`` and ``targets``
-    ``(batch seq-1)``, as in :func:`causal_lm_batch` but with ``IGNORE_INDEX`` at the
-    targets inside the prefix (positions ``< P-1``), and ``mask``
-    ``(batch 1 seq-1 seq-1)``: :func:`prefix_lm_mask` without the padding keys.
+    Each row of ``n`` real tokens gets a prefix length ``P`` drawn uniformly
+    from ``1..n-1``. Shapes: ``token_ids`` ``(batch seq)`` -> ``inputs`` and
+    ``targets`` ``(batch seq-1)``, as in :func:`causal_lm_batch` but with
+    ``IGNORE_INDEX`` at the targets inside the prefix (positions ``< P-1``),
+    and ``mask`` ``(batch 1 seq-1 seq-1)``: :func:`prefix_lm_mask` without
+    the padding keys.
     """
     lengths = _check_token_ids(token_ids, pad_id, generator)
     if token_ids.shape[0]:

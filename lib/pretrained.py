@@ -1,20 +1,23 @@
 # This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 # From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
-"""Pretrained weights in the course's own classes, and the checkpoints the course
-ships (chapter 7).
+"""Pretrained weights in the course's own classes, and the checkpoints the
+course ships (chapter 7).
 
-* :func:`load_pretrained` takes a hub name from :data:`PRETRAINED` (GPT-2 small,
-  DistilGPT2, BERT-base, T5-small, ViT-B/16), loads the published model and its
-  tokenizer with ``transformers`` and returns ours (:class:`Pretrained`), converted
-  by :func:`lib.hf_weights.from_reference` or :func:`lib.vit.load_hf_vit_state_dict`.
-  Offline (``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` set, or no answer from the
-  hub within a few seconds: :func:`offline_reason`) it reads the local cache, and
-  failing that builds the same configuration with random weights
-  (:func:`random_model`) and a :class:`ByteTokenizer`, and says so in one line.
-* :func:`save_shipped`, :func:`load_shipped`, :func:`shipped_names`: small trained
-  models that ship in ``lib/data/checkpoints/``, each checked against the sha256
-  digest that ``manifest.json`` records with its size and metrics.
+* :func:`load_pretrained` takes a hub name from :data:`PRETRAINED` (GPT-2
+  small, DistilGPT2, BERT-base, T5-small, ViT-B/16), loads the published
+  model and its tokenizer with ``transformers`` and returns ours
+  (:class:`Pretrained`), converted by :func:`lib.hf_weights.from_reference`
+  or :func:`lib.vit.load_hf_vit_state_dict`. Offline (``HF_HUB_OFFLINE`` or
+  ``TRANSFORMERS_OFFLINE`` set, or no answer from the hub within a few
+  seconds: :func:`offline_reason`) it reads the local cache, and failing
+  that builds the same configuration with random weights
+  (:func:`random_model`) and a :class:`ByteTokenizer`, and says so in one
+  line.
+* :func:`save_shipped`, :func:`load_shipped`, :func:`shipped_names`: small
+  trained models that ship in ``lib/data/checkpoints/``, each checked
+  against the sha256 digest that ``manifest.json`` records with its size and
+  metrics.
 
 ``transformers`` is imported only by the functions that need it.
 """
@@ -70,12 +73,13 @@ __all__ = [
 class HubModel:
     """One model of the Hugging Face hub, as the course loads it.
 
-    ``name``: its hub name (its last part, ``gpt2``, works too); ``reference``:
-    the ``transformers`` class that loads it; ``config_class`` and ``config``: the
-    published hyperparameters, so its shapes are known with no download;
-    ``licence`` and ``source``: what its model card says; ``byte_tokens``: the
-    arguments of the :class:`ByteTokenizer` that stands in for its tokenizer
-    offline (None: it takes no text).
+    ``name``: its hub name (its last part, ``gpt2``, works too);
+    ``reference``: the ``transformers`` class that loads it;
+    ``config_class`` and ``config``: the published hyperparameters, so its
+    shapes are known with no download; ``licence`` and ``source``: what its
+    model card says; ``byte_tokens``: the arguments of the
+    :class:`ByteTokenizer` that stands in for its tokenizer offline (None:
+    it takes no text).
     """
 
     name: str
@@ -212,8 +216,8 @@ def hub_model(name: str) -> HubModel:
 
 
 def reference_config(name: str, **overrides: Any) -> Any:
-    """The ``transformers`` configuration of ``name``: its published sizes (and
-    ``overrides``), built with no download."""
+    """The ``transformers`` configuration of ``name``: its published sizes
+    (and ``overrides``), built with no download."""
     import transformers
 
     model = hub_model(name)
@@ -225,13 +229,14 @@ def reference_config(name: str, **overrides: Any) -> Any:
 class ByteTokenizer:
     """The offline stand-in for a hub tokenizer: UTF-8 bytes as tokens.
 
-    Byte ``b`` is id ``offset + b``; ``specials`` maps special tokens (``"[MASK]"``,
-    ``"</s>"``) to their ids, and ``encode`` finds them in the text and adds
-    ``prefix`` and ``suffix`` (BERT's ``[CLS]`` and ``[SEP]``, T5's ``</s>``).
-    Like a ``transformers`` tokenizer: ``encode(text, add_special_tokens=True)``,
-    ``decode(ids, skip_special_tokens=False)``, ``vocab_size``, ``pad_token_id``,
-    ``eos_token_id``, ``mask_token`` and ``mask_token_id`` (None when absent). An
-    id that is neither a byte nor special decodes as U+FFFD.
+    Byte ``b`` is id ``offset + b``; ``specials`` maps special tokens
+    (``"[MASK]"``, ``"</s>"``) to their ids, and ``encode`` finds them in
+    the text and adds ``prefix`` and ``suffix`` (BERT's ``[CLS]`` and
+    ``[SEP]``, T5's ``</s>``). Like a ``transformers`` tokenizer:
+    ``encode(text, add_special_tokens=True)``, ``decode(ids,
+    skip_special_tokens=False)``, ``vocab_size``, ``pad_token_id``,
+    ``eos_token_id``, ``mask_token`` and ``mask_token_id`` (None when
+    absent). An id that is neither a byte nor special decodes as U+FFFD.
     """
 
     def __init__(
@@ -259,7 +264,8 @@ class ByteTokenizer:
         )
         self.mask_token = mask
         self._token_of = {token_id: t for t, token_id in self.specials.items()}
-        # the longest first, so that no special token is cut by a shorter one
+        # the longest first, so that no special token is cut by a shorter
+        # one
         names = sorted(self.specials, key=len, reverse=True)
         self._split = re.compile("(" + "|".join(map(re.escape, names)) + ")")
 
@@ -307,7 +313,8 @@ OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 def _probe(url: str, timeout: float) -> str | None:
-    """None when ``url`` answers a HEAD request within ``timeout`` s, else why not."""
+    """None when ``url`` answers a HEAD request within ``timeout`` s, else
+    why not."""
     outcome: list[str | None] = []
 
     def ask() -> None:
@@ -330,12 +337,13 @@ def _probe(url: str, timeout: float) -> str | None:
 
 
 def offline_reason(timeout: float = 3.0) -> str | None:
-    """Why the hub cannot be used now (``"HF_HUB_OFFLINE=1"``, ``"no network"``,
-    ...), or None when it can.
+    """Why the hub cannot be used now (``"HF_HUB_OFFLINE=1"``, ``"no
+    network"``, ...), or None when it can.
 
-    A set offline variable (:data:`OFFLINE_VARIABLES`) decides with no request;
-    otherwise one HEAD request to ``HF_ENDPOINT`` (default https://huggingface.co,
-    through the environment's proxies) must be answered within ``timeout`` s.
+    A set offline variable (:data:`OFFLINE_VARIABLES`) decides with no
+    request; otherwise one HEAD request to ``HF_ENDPOINT`` (default
+    https://huggingface.co, through the environment's proxies) must be
+    answered within ``timeout`` s.
     """
     check.finite_float("timeout", timeout, low=0.0, low_open=True)
     for variable in OFFLINE_VARIABLES:
@@ -369,7 +377,8 @@ class Pretrained:
 
 def random_model(name: str) -> nn.Module:
     """Our model of ``name``: its published configuration, random weights
-    (:func:`~lib.models.init_weights`), in eval mode. Nothing is downloaded."""
+    (:func:`~lib.models.init_weights`), in eval mode. Nothing is downloaded.
+    """
     config = reference_config(name)
     if hub_model(name).config_class == "ViTConfig":
         return ViT(config_from_vit(config)).eval()
@@ -381,8 +390,9 @@ def random_model(name: str) -> nn.Module:
 
 
 def _download(model: HubModel, local_only: bool) -> tuple[nn.Module, Any]:
-    """The reference model and its tokenizer, from the hub or (``local_only``)
-    from the local cache; raises when they cannot be had."""
+    """The reference model and its tokenizer, from the hub or
+    (``local_only``) from the local cache; raises when they cannot be had.
+    """
     import transformers
 
     verbosity = transformers.logging.get_verbosity()
@@ -411,14 +421,15 @@ def load_pretrained(
 ) -> Pretrained:
     """``name``'s published weights in our classes; offline, random weights.
 
-    ``name``: a key of :data:`PRETRAINED` or its last part (``"gpt2"``). With the
-    hub reachable (:func:`offline_reason`, which waits at most ``timeout`` s),
-    ``transformers`` downloads the model and tokenizer; offline it reads only its
-    local cache. The model is converted by :func:`~lib.hf_weights.from_reference`
-    (a ViT by :func:`~lib.vit.load_hf_vit_state_dict`). When nothing could be
-    loaded, the model is :func:`random_model`'s and the tokenizer a
-    :class:`ByteTokenizer`. ``verbose`` prints one line saying which happened. The
-    model goes to ``device`` (default: it stays on the CPU).
+    ``name``: a key of :data:`PRETRAINED` or its last part (``"gpt2"``).
+    With the hub reachable (:func:`offline_reason`, which waits at most
+    ``timeout`` s), ``transformers`` downloads the model and tokenizer;
+    offline it reads only its local cache. The model is converted by
+    :func:`~lib.hf_weights.from_reference` (a ViT by
+    :func:`~lib.vit.load_hf_vit_state_dict`). When nothing could be loaded,
+    the model is :func:`random_model`'s and the tokenizer a
+    :class:`ByteTokenizer`. ``verbose`` prints one line saying which
+    happened. The model goes to ``device`` (default: it stays on the CPU).
     """
     model = hub_model(name)
     reason = offline_reason(timeout)
@@ -468,10 +479,11 @@ FP32_LIMIT = 10_000_000
 
 @dataclass
 class Shipped:
-    """A shipped checkpoint, loaded: ``model`` (eval mode), its ``tokenizer`` (a
-    :class:`~lib.tokenizer.CharTokenizer`, or None), ``name``, and ``entry``, its
-    record in the manifest (``file``, ``sha256``, ``bytes``, ``kind``, ``dtype``,
-    ``parameters``, ``metrics``, ``record``, ``command``)."""
+    """A shipped checkpoint, loaded: ``model`` (eval mode), its
+    ``tokenizer`` (a :class:`~lib.tokenizer.CharTokenizer`, or None),
+    ``name``, and ``entry``, its record in the manifest (``file``,
+    ``sha256``, ``bytes``, ``kind``, ``dtype``, ``parameters``, ``metrics``,
+    ``record``, ``command``)."""
 
     model: nn.Module
     tokenizer: CharTokenizer | None
@@ -492,8 +504,9 @@ def shipped_names(directory: str | os.PathLike = CHECKPOINTS) -> list[str]:
 
 
 def _stored_state(model: nn.Module) -> tuple[dict[str, torch.Tensor], str]:
-    """The state dict on the CPU, float16 if float32 is over :data:`FP32_LIMIT`
-    bytes, each tied tensor once (its names share one stored tensor)."""
+    """The state dict on the CPU, float16 if float32 is over
+    :data:`FP32_LIMIT` bytes, each tied tensor once (its names share one
+    stored tensor)."""
     state = model.state_dict()
 
     def key(t: torch.Tensor) -> tuple:
@@ -520,14 +533,15 @@ def save_shipped(
     command: str | None = None,
     directory: str | os.PathLike = CHECKPOINTS,
 ) -> Path:
-    """Write ``model`` (a :class:`~lib.models.GPT` or :class:`~lib.vit.ViT`) to
-    ``directory/<name>.pt`` and record it in the manifest; returns the path.
+    """Write ``model`` (a :class:`~lib.models.GPT` or :class:`~lib.vit.ViT`)
+    to ``directory/<name>.pt`` and record it in the manifest; returns the
+    path.
 
-    The file holds the kind (``"gpt"``, ``"vit"``), the configuration, the state
-    dict (float32, or float16 above :data:`FP32_LIMIT` bytes) and the characters
-    of ``tokenizer``. The manifest records the file's sha256 and size, the
-    parameter count, ``metrics`` (JSON values), ``record`` (the run's record) and
-    ``command`` (what trained it).
+    The file holds the kind (``"gpt"``, ``"vit"``), the configuration, the
+    state dict (float32, or float16 above :data:`FP32_LIMIT` bytes) and the
+    characters of ``tokenizer``. The manifest records the file's sha256 and
+    size, the parameter count, ``metrics`` (JSON values), ``record`` (the
+    run's record) and ``command`` (what trained it).
     """
     kinds = {"gpt": GPT, "vit": ViT}
     kind = next((k for k, c in kinds.items() if isinstance(model, c)), None)
@@ -565,12 +579,14 @@ def load_shipped(
     *,
     directory: str | os.PathLike = CHECKPOINTS,
 ) -> Shipped:
-    """A shipped checkpoint, its sha256 checked against the manifest: our GPT
-    or ViT in eval mode on ``device`` (default: the CPU), and its tokenizer.
+    """A shipped checkpoint, its sha256 checked against the manifest: our
+    GPT or ViT in eval mode on ``device`` (default: the CPU), and its
+    tokenizer.
 
-    A name the manifest does not list, or a listed file that is missing, is a
-    ``FileNotFoundError``; a file whose digest is not the manifest's (corrupt,
-    truncated, altered) a :class:`~lib.datasets.ChecksumError`; both name it.
+    A name the manifest does not list, or a listed file that is missing, is
+    a ``FileNotFoundError``; a file whose digest is not the manifest's
+    (corrupt, truncated, altered) a :class:`~lib.datasets.ChecksumError`;
+    both name it.
     """
     directory = Path(directory)
     manifest = _manifest(directory)

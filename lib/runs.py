@@ -1,19 +1,21 @@
 # This file is generated from chapters/08-training.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 # From chapters/08-training.md, section "Three runs".
-"""Chapter 8's three runs, trained with :mod:`lib.training` on the course's data.
+"""Chapter 8's three runs, trained with :mod:`lib.training` on the course's
+data.
 
-* Sizes: :func:`run_sizes`, by profile with :func:`lib.utils.pick`, any of them
-  overridden.
-* Runs: :func:`char_gpt_run` (Tiny Shakespeare), :func:`bert_run` (six books, with
-  :class:`lib.models.SequenceClassifier`), :func:`t5_run` (English to French, split by
-  :func:`split_pairs_by_source`). Text becomes ids with chapter 1's ``CharTokenizer``;
-  special tokens take the ids after its characters. Each run returns plain data:
-  ``run``, ``config``, ``metrics``, ``curves`` and ``samples``.
+* Sizes: :func:`run_sizes`, by profile with :func:`lib.utils.pick`, any of
+  them overridden.
+* Runs: :func:`char_gpt_run` (Tiny Shakespeare), :func:`bert_run` (six
+  books, with :class:`lib.models.SequenceClassifier`), :func:`t5_run`
+  (English to French, split by :func:`split_pairs_by_source`). Text becomes
+  ids with chapter 1's ``CharTokenizer``; special tokens take the ids after
+  its characters. Each run returns plain data: ``run``, ``config``,
+  ``metrics``, ``curves`` and ``samples``.
 * Cost: :func:`run_flops`, :func:`estimate_run_seconds`.
-* :func:`main`: ``python -m lib.runs --run gpt|bert|t5``, or ``torchrun --standalone
-  --nproc_per_node=N -m lib.runs -- --run ...``; the record is written by
-  :func:`lib.utils.write_record`.
+* :func:`main`: ``python -m lib.runs --run gpt|bert|t5``, or ``torchrun
+  --standalone --nproc_per_node=N -m lib.runs -- --run ...``; the record is
+  written by :func:`lib.utils.write_record`.
 """
 
 from __future__ import annotations
@@ -90,9 +92,10 @@ RUNS = ("gpt", "bert", "t5")
 
 
 def run_sizes(run: str, profile: str | None = None, **overrides: Any) -> dict[str, Any]:
-    """The sizes of one of :data:`RUNS` in ``profile`` (default: the active one), with
-    ``overrides``. Overriding ``n_steps`` alone cuts the warm-up to fit and, for BERT,
-    gives the fine-tunings as many steps (a quick run)."""
+    """The sizes of one of :data:`RUNS` in ``profile`` (default: the active
+    one), with ``overrides``. Overriding ``n_steps`` alone cuts the warm-up
+    to fit and, for BERT, gives the fine-tunings as many steps (a quick
+    run)."""
     check.one_of("run", run, RUNS, owner="run_sizes")
     profile = get_profile() if profile is None else profile
     check.one_of("profile", profile, PROFILES, owner="run_sizes")
@@ -167,7 +170,8 @@ def run_sizes(run: str, profile: str | None = None, **overrides: Any) -> dict[st
 def _start(
     run, profile, sizes, device, compile, progress, seed, checkpoint_dir, resume
 ):
-    """A run's front door: its sizes and device, checked arguments, seeded torch."""
+    """A run's front door: its sizes and device, checked arguments, seeded
+    torch."""
     check.booleans(compile=compile, resume=resume, owner=f"{run} run")
     check.one_of("progress", progress, (None, True, False), owner=f"{run} run")
     check.int_at_least("seed", seed, 0, owner=f"{run} run")
@@ -182,8 +186,9 @@ def _start(
 def _saving(
     checkpoint_dir, resume: bool, every: int, stage: str = ""
 ) -> dict[str, Any]:
-    """:func:`train`'s checkpoint arguments for one stage of a run (none without a
-    folder): a checkpoint at each evaluation, in ``checkpoint_dir/stage``."""
+    """:func:`train`'s checkpoint arguments for one stage of a run (none
+    without a folder): a checkpoint at each evaluation, in
+    ``checkpoint_dir/stage``."""
     if checkpoint_dir is None:
         return {}
     folder = Path(checkpoint_dir) / stage
@@ -220,7 +225,8 @@ def _run_config(
 
 
 def _curves(history: TrainHistory, prefix: str = "") -> dict[str, Any]:
-    """A history's curves as a record holds them: ``{name: {column: [values]}}``."""
+    """A history's curves as a record holds them: ``{name: {column:
+    [values]}}``."""
     return {
         f"{prefix}train": {
             "step": history.steps,
@@ -232,7 +238,8 @@ def _curves(history: TrainHistory, prefix: str = "") -> dict[str, Any]:
 
 
 def _speed(model: nn.Module, history: TrainHistory, seq_len: int) -> dict[str, Any]:
-    """Tokens per second; on a known GPU also the model FLOPs utilisation and memory."""
+    """Tokens per second; on a known GPU also the model FLOPs utilisation
+    and memory."""
     device = next(model.parameters()).device
     speed: dict[str, Any] = {"tokens_per_second": history.tokens_per_second}
     peak = peak_flops(device)
@@ -245,13 +252,15 @@ def _speed(model: nn.Module, history: TrainHistory, seq_len: int) -> dict[str, A
 
 
 def _specials(tokenizer: CharTokenizer, *names: str) -> dict[str, int]:
-    """Ids for special tokens, after the tokenizer's characters (``vocab_size`` of a
-    model is then ``tokenizer.vocab_size + len(names)``)."""
+    """Ids for special tokens, after the tokenizer's characters
+    (``vocab_size`` of a model is then ``tokenizer.vocab_size +
+    len(names)``)."""
     return {name: tokenizer.vocab_size + i for i, name in enumerate(names)}
 
 
 def _decode(tokenizer: CharTokenizer, ids: list[int]) -> str:
-    """The text of ``ids`` with the special tokens (ids past the characters) left out."""
+    """The text of ``ids`` with the special tokens (ids past the characters)
+    left out."""
     return tokenizer.decode([i for i in ids if i < tokenizer.vocab_size])
 
 
@@ -259,10 +268,11 @@ def _decode(tokenizer: CharTokenizer, ids: list[int]) -> str:
 def split_pairs_by_source(
     pairs: list[tuple[str, str]], test_fraction: float, seed: int = 0
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """Split ``(source, target)`` pairs so that no source sentence is in both parts.
+    """Split ``(source, target)`` pairs so that no source sentence is in
+    both parts.
 
-    All translations of one source go to the same side; ``test_fraction`` of the
-    distinct sources (in a seeded random order) go to the test part.
+    All translations of one source go to the same side; ``test_fraction`` of
+    the distinct sources (in a seeded random order) go to the test part.
     """
     if not isinstance(pairs, list) or not pairs:
         raise ValueError(
@@ -317,9 +327,10 @@ def char_gpt_run(
     checkpoint_dir: str | os.PathLike | None = None,
     resume: bool = False,
 ) -> dict[str, Any]:
-    """A character-level GPT on Tiny Shakespeare: 90 % to train, the last 10 % held
-    out. ``sizes`` overrides :func:`run_sizes`; with ``checkpoint_dir`` a checkpoint is
-    written at each evaluation, and ``resume`` continues from the newest intact one."""
+    """A character-level GPT on Tiny Shakespeare: 90 % to train, the last
+    10 % held out. ``sizes`` overrides :func:`run_sizes`; with
+    ``checkpoint_dir`` a checkpoint is written at each evaluation, and
+    ``resume`` continues from the newest intact one."""
     sizes, device = _start(
         "gpt", profile, sizes, device, compile, progress, seed, checkpoint_dir, resume
     )
@@ -369,7 +380,8 @@ def char_gpt_run(
 
 # From chapters/08-training.md, section "BERT: pre-training on six novels, then telling them apart".
 def _book_batches(books: list[torch.Tensor], batch_size: int, seq_len: int, seed: int):
-    """``step -> batch`` of passages: a book drawn uniformly, then a window of it."""
+    """``step -> batch`` of passages: a book drawn uniformly, then a window
+    of it."""
 
     def batch_at(step: int) -> Batch:
         generator = _step_generator(seed, step)
@@ -386,7 +398,8 @@ def _book_batches(books: list[torch.Tensor], batch_size: int, seq_len: int, seed
 
 
 def _book_test_set(books: list[torch.Tensor], per_book: int, seq_len: int, size: int):
-    """``per_book`` evenly spaced passages of each (held-out) book, in batches."""
+    """``per_book`` evenly spaced passages of each (held-out) book, in
+    batches."""
     rows, labels = [], []
     for label, ids in enumerate(books):
         starts = torch.linspace(0, len(ids) - seq_len, per_book).long()
@@ -424,9 +437,10 @@ def bert_run(
     checkpoint_dir: str | os.PathLike | None = None,
     resume: bool = False,
 ) -> dict[str, Any]:
-    """Masked-LM pre-training on six Gutenberg books, then book classification of
-    held-out passages, against the same classifier trained from scratch. Arguments as
-    :func:`char_gpt_run`; each of the three stages checkpoints in its own subfolder."""
+    """Masked-LM pre-training on six Gutenberg books, then book
+    classification of held-out passages, against the same classifier trained
+    from scratch. Arguments as :func:`char_gpt_run`; each of the three
+    stages checkpoints in its own subfolder."""
     sizes, device = _start(
         "bert", profile, sizes, device, compile, progress, seed, checkpoint_dir, resume
     )
@@ -518,8 +532,8 @@ def bert_run(
 
 # From chapters/08-training.md, section "T5: English to French".
 def _pair_batch(sources: list[torch.Tensor], targets: list[torch.Tensor], pad: int):
-    """Right-padded source and target rows; the decoder reads ``pad``, then the
-    target shifted right."""
+    """Right-padded source and target rows; the decoder reads ``pad``, then
+    the target shifted right."""
     inputs = pad_sequence(sources, batch_first=True, padding_value=pad)
     labels = pad_sequence(targets, batch_first=True, padding_value=IGNORE_INDEX)
     shifted = torch.cat([torch.full_like(labels[:, :1], pad), labels[:, :-1]], dim=1)
@@ -561,8 +575,9 @@ def _translate(model: T5, sources: list[str], tokenizer: CharTokenizer, beam_siz
 
 
 def _t5_data(sizes: Mapping[str, Any], seed: int):
-    """``(tokenizer, train_pairs, test_pairs, batch_at, test_batches)`` of the T5 run:
-    ``batch_at(step)`` draws training pairs, ``test_batches`` holds all test pairs."""
+    """``(tokenizer, train_pairs, test_pairs, batch_at, test_batches)`` of
+    the T5 run: ``batch_at(step)`` draws training pairs, ``test_batches``
+    holds all test pairs."""
     pairs = load_tatoeba_pairs()
     train_pairs, test_pairs = split_pairs_by_source(pairs, sizes["test_fraction"], seed)
     tokenizer = CharTokenizer("".join(e + f for e, f in pairs))
@@ -600,9 +615,9 @@ def t5_run(
     checkpoint_dir: str | os.PathLike | None = None,
     resume: bool = False,
 ) -> dict[str, Any]:
-    """T5 on Tatoeba English -> French, split by English sentence; BLEU (sacrebleu) of
-    greedy and beam-search translations of the held-out sentences. Arguments as
-    :func:`char_gpt_run`."""
+    """T5 on Tatoeba English -> French, split by English sentence; BLEU
+    (sacrebleu) of greedy and beam-search translations of the held-out
+    sentences. Arguments as :func:`char_gpt_run`."""
     import sacrebleu  # the chapters' extra; the standard BLEU
 
     sizes, device = _start(
@@ -634,7 +649,8 @@ def t5_run(
         references.setdefault(english, []).append(french)
     english = list(references)
     n_refs = max(len(r) for r in references.values())
-    # sacrebleu takes one stream per reference; None where a sentence has fewer
+    # sacrebleu takes one stream per reference; None where a sentence has
+    # fewer
     ref_streams = []
     for k in range(n_refs):
         ref_streams.append([r[k] if k < len(r) else None for r in references.values()])
@@ -665,29 +681,34 @@ def t5_run(
 
 # From chapters/08-training.md, section "What the runs cost, and the three profiles".
 def _on_meta(make: Callable[[], nn.Module]) -> nn.Module:
-    """A model built on the meta device: shapes only, no memory, no initialisation."""
+    """A model built on the meta device: shapes only, no memory, no
+    initialisation."""
     with torch.device("meta"):
         return make()
 
 
 def _n_evaluations(n_steps: int, every: int) -> int:
-    """How often :func:`train` evaluates: every ``every`` steps and after the last."""
+    """How often :func:`train` evaluates: every ``every`` steps and after
+    the last."""
     return n_steps // every + (n_steps % every != 0) if every else 0
 
 
 def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
-    """The work of one of the three runs at a profile's sizes, counted, not run.
+    """The work of one of the three runs at a profile's sizes, counted, not
+    run.
 
-    Returns ``train_tokens`` (forward and backward), ``forward_tokens`` (evaluation
-    only, a third of the cost), ``flops``, the sum of each model's
-    :func:`lib.efficiency.training_flops_per_token` times its tokens, and ``steps``, the
-    optimiser steps of every model the run trains (BERT: pre-training and both
-    fine-tunings). Decoding, sampling and data preparation are not counted.
+    Returns ``train_tokens`` (forward and backward), ``forward_tokens``
+    (evaluation only, a third of the cost), ``flops``, the sum of each
+    model's :func:`lib.efficiency.training_flops_per_token` times its
+    tokens, and ``steps``, the optimiser steps of every model the run trains
+    (BERT: pre-training and both fine-tunings). Decoding, sampling and data
+    preparation are not counted.
     """
     sizes = run_sizes(run, profile)
     batch_size, n_steps = sizes["batch_size"], sizes["n_steps"]
     n_evals = _n_evaluations(n_steps, sizes["eval_every"])
-    parts = []  # (model, seq_len, train_tokens, forward_tokens, optimiser steps)
+    # (model, seq_len, train_tokens, forward_tokens, optimiser steps)
+    parts = []
     if run == "gpt":
         text = load_tiny_shakespeare()
         seq_len = sizes["seq_len"]
@@ -764,7 +785,8 @@ _RUN_FUNCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
 
 
 def _seconds_since_process_start() -> float | None:
-    """Wall-clock seconds since this process started (Linux), for 'time from start'."""
+    """Wall-clock seconds since this process started (Linux), for 'time from
+    start'."""
     try:
         with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
             started_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
@@ -787,10 +809,11 @@ def _setting(text: str) -> tuple[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """``python -m lib.runs --run gpt|bert|t5 [--profile P] [--out DIR] ...``, or
-    ``torchrun --standalone --nproc_per_node=N -m lib.runs -- --run ...`` (the ``--``
-    keeps torchrun from reading ``--run`` as its own ``--run-path``). Writes the record
-    with :func:`lib.utils.write_record` and returns the run's result."""
+    """``python -m lib.runs --run gpt|bert|t5 [--profile P] [--out DIR]
+    ...``, or ``torchrun --standalone --nproc_per_node=N -m lib.runs --
+    --run ...`` (the ``--`` keeps torchrun from reading ``--run`` as its own
+    ``--run-path``). Writes the record with :func:`lib.utils.write_record`
+    and returns the run's result."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="python -m lib.runs",

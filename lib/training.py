@@ -1,21 +1,27 @@
 # This file is generated from chapters/08-training.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 # From chapters/08-training.md, section "8. Training".
-"""Training (chapter 8 of the course): from a loss to three trained model families.
+"""Training (chapter 8 of the course): from a loss to three trained model
+families.
 
-* Loss: :func:`cross_entropy` (from logits, with an ignore index and label smoothing).
-* Optimiser: :func:`adamw_step` (one step written out), :func:`parameter_groups`
-  (decay on matrices only), :func:`make_optimizer`, :func:`clip_grad_norm`.
+* Loss: :func:`cross_entropy` (from logits, with an ignore index and label
+  smoothing).
+* Optimiser: :func:`adamw_step` (one step written out),
+  :func:`parameter_groups` (decay on matrices only), :func:`make_optimizer`,
+  :func:`clip_grad_norm`.
 * Schedules: :class:`NoamSchedule`, :class:`WarmupCosineSchedule`,
   :func:`make_scheduler`.
 * Checkpoints: :func:`save_checkpoint` (atomic), :func:`load_checkpoint`
-  (``weights_only=True``, mismatches named), :func:`latest_checkpoint`, RNG states.
-* The loop: :func:`model_loss`, :func:`evaluate`, :func:`train` (mixed precision,
-  accumulation, clipping, evaluation, checkpoints, DDP, compile) on :mod:`lib.batches`.
+  (``weights_only=True``, mismatches named), :func:`latest_checkpoint`, RNG
+  states.
+* The loop: :func:`model_loss`, :func:`evaluate`, :func:`train` (mixed
+  precision, accumulation, clipping, evaluation, checkpoints, DDP, compile)
+  on :mod:`lib.batches`.
 * Several processes: :func:`distributed_setup`, :func:`shard_batch`.
 
-Memory and speed (activation checkpointing, FLOPs, GPU time): :mod:`lib.efficiency`; the
-chapter's three experiments (a character GPT, a BERT, a T5): :mod:`lib.runs`.
+Memory and speed (activation checkpointing, FLOPs, GPU time):
+:mod:`lib.efficiency`; the chapter's three experiments (a character GPT, a
+BERT, a T5): :mod:`lib.runs`.
 """
 
 from __future__ import annotations
@@ -81,13 +87,16 @@ def cross_entropy(
     ignore_index: int = IGNORE_INDEX,
     label_smoothing: float = 0.0,
 ) -> torch.Tensor:
-    """Mean cross-entropy of ``targets`` under ``softmax(logits)``, computed in float32.
+    """Mean cross-entropy of ``targets`` under ``softmax(logits)``, computed
+    in float32.
 
-    Shapes: ``logits`` ``(... vocab)``, ``targets`` ``(...)`` integer ids; positions
-    whose target is ``ignore_index`` do not count. With ``label_smoothing`` ε the target
-    is ``(1-ε)·one_hot + ε/vocab`` (PyTorch's convention). A batch in which every target
-    is ignored has loss 0 (PyTorch returns NaN), so it cannot stop a run. The ids are
-    checked against the vocabulary on the CPU only: on a GPU that would sync each step.
+    Shapes: ``logits`` ``(... vocab)``, ``targets`` ``(...)`` integer ids;
+    positions whose target is ``ignore_index`` do not count. With
+    ``label_smoothing`` ε the target is ``(1-ε)·one_hot + ε/vocab``
+    (PyTorch's convention). A batch in which every target is ignored has
+    loss 0 (PyTorch returns NaN), so it cannot stop a run. The ids are
+    checked against the vocabulary on the CPU only: on a GPU that would sync
+    each step.
     """
     check.tensor("logits", logits, floating=True, owner="cross_entropy")
     check.tensor("targets", targets, integer=True, hint="(int64 ids)")
@@ -126,7 +135,8 @@ def adamw_step(
     eps: float = 1e-8,
     weight_decay: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One AdamW update, as ``torch.optim.AdamW`` makes it; nothing changes in place.
+    """One AdamW update, as ``torch.optim.AdamW`` makes it; nothing changes
+    in place.
 
     ``step`` counts from 1. Shapes: all four tensors alike; returns the new
     ``(param, exp_avg, exp_avg_sq)``.
@@ -148,8 +158,9 @@ def adamw_step(
 
 
 def _check_adam(lr, betas, eps, weight_decay) -> list[float]:
-    """Adam's settings: ``lr`` and ``weight_decay`` >= 0, ``eps`` > 0, ``betas`` a pair
-    in [0, 1) (at 1 the bias correction divides by zero)."""
+    """Adam's settings: ``lr`` and ``weight_decay`` >= 0, ``eps`` > 0,
+    ``betas`` a pair in [0, 1) (at 1 the bias correction divides by zero).
+    """
     check.finite_float("lr", lr, low=0.0)
     check.finite_float("weight_decay", weight_decay, low=0.0)
     check.finite_float("eps", eps, low=0.0, low_open=True)
@@ -168,10 +179,12 @@ def _check_max_norm(max_norm: float) -> None:
 
 # From chapters/08-training.md, section "The optimiser: Adam, AdamW and what to decay".
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two optimiser groups: linear layers' weight matrices (decayed) and the rest.
+    """Two optimiser groups: linear layers' weight matrices (decayed) and
+    the rest.
 
-    The rest, with ``weight_decay=0``: biases, norm gains, embeddings and position
-    tables (and a head tied to the embedding). Frozen parameters are left out.
+    The rest, with ``weight_decay=0``: biases, norm gains, embeddings and
+    position tables (and a head tied to the embedding). Frozen parameters
+    are left out.
     """
     check.instance("model", model, nn.Module, what="a torch.nn.Module")
     check.finite_float("weight_decay", weight_decay, low=0.0)
@@ -196,7 +209,8 @@ def make_optimizer(
     eps: float = 1e-9,
     fused: bool | None = None,
 ) -> torch.optim.AdamW:
-    """AdamW over :func:`parameter_groups`; ``fused`` defaults to True on CUDA."""
+    """AdamW over :func:`parameter_groups`; ``fused`` defaults to True on
+    CUDA."""
     _check_adam(lr, betas, eps, weight_decay)
     groups = parameter_groups(model, weight_decay)
     if fused is None:
@@ -209,7 +223,8 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float) -> torch
     """Scale all gradients by ``min(1, max_norm / global_norm)`` in place.
 
     Returns the global 2-norm before clipping (float32), as
-    ``torch.nn.utils.clip_grad_norm_`` does; ``max_norm=math.inf`` only measures it.
+    ``torch.nn.utils.clip_grad_norm_`` does; ``max_norm=math.inf`` only
+    measures it.
     """
     _check_max_norm(max_norm)
     grads = [p.grad for p in parameters if p.grad is not None]
@@ -230,7 +245,8 @@ class NoamSchedule:
     """``d_model^-0.5 · min(n^-0.5, n · warmup^-1.5)`` at optimiser step
     ``n = step + 1``.
 
-    A multiplier of the base learning rate (``LambdaLR`` counts ``step`` from 0).
+    A multiplier of the base learning rate (``LambdaLR`` counts ``step``
+    from 0).
     """
 
     d_model: int
@@ -246,8 +262,9 @@ class NoamSchedule:
 
 @dataclass(frozen=True)
 class WarmupCosineSchedule:
-    """Linear warm-up to 1 over ``warmup`` steps, then cosine decay to ``min_ratio``
-    at ``total`` steps (and ``min_ratio`` after). A multiplier of the base rate."""
+    """Linear warm-up to 1 over ``warmup`` steps, then cosine decay to
+    ``min_ratio`` at ``total`` steps (and ``min_ratio`` after). A multiplier
+    of the base rate."""
 
     warmup: int
     total: int
@@ -269,7 +286,8 @@ class WarmupCosineSchedule:
 def make_scheduler(
     optimizer: torch.optim.Optimizer, schedule: Callable[[int], float]
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """A ``LambdaLR`` that multiplies each group's base rate by ``schedule(step)``."""
+    """A ``LambdaLR`` that multiplies each group's base rate by
+    ``schedule(step)``."""
     check.instance("optimizer", optimizer, torch.optim.Optimizer, what="an optimizer")
     check.function("schedule", schedule, hint="(a function step -> factor)")
     return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
@@ -277,8 +295,9 @@ def make_scheduler(
 
 # From chapters/08-training.md, section "Checkpoints".
 class CheckpointError(RuntimeError):
-    """A checkpoint cannot be used: unreadable or damaged (then ``damaged`` is True),
-    saved from another model or configuration, or asked to hold what it cannot."""
+    """A checkpoint cannot be used: unreadable or damaged (then ``damaged``
+    is True), saved from another model or configuration, or asked to hold
+    what it cannot."""
 
     def __init__(self, message: str, *, damaged: bool = False) -> None:
         super().__init__(message)
@@ -291,7 +310,8 @@ _NUMPY_STATE = ("position", "has_gauss", "cached_gaussian")
 
 
 def rng_states() -> dict[str, Any]:
-    """The state of every random number generator: Python, NumPy, torch (CPU, CUDA)."""
+    """The state of every random number generator: Python, NumPy, torch
+    (CPU, CUDA)."""
     _, keys, position, has_gauss, cached = np.random.get_state()
     after_keys = (int(position), int(has_gauss), float(cached))
     numpy_state = {
@@ -321,7 +341,8 @@ def set_rng_states(states: Mapping[str, Any]) -> None:
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
-    """The plain module inside ``torch.compile`` and ``DistributedDataParallel``."""
+    """The plain module inside ``torch.compile`` and
+    ``DistributedDataParallel``."""
     check.instance("model", model, nn.Module, what="a torch.nn.Module")
     while hasattr(model, "_orig_mod") or isinstance(model, DistributedDataParallel):
         compiled = hasattr(model, "_orig_mod")  # else it is DDP's
@@ -330,10 +351,11 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 
 def _plain_state(value: Any, where: str) -> Any:
-    """``value`` made of what ``torch.load(weights_only=True)`` reads back: tensors,
-    numbers, strings, lists, tuples and dicts. NumPy numbers become Python numbers,
-    arrays tensors, paths strings; anything else is refused now, naming where it is,
-    rather than making a checkpoint that cannot be loaded."""
+    """``value`` made of what ``torch.load(weights_only=True)`` reads back:
+    tensors, numbers, strings, lists, tuples and dicts. NumPy numbers become
+    Python numbers, arrays tensors, paths strings; anything else is refused
+    now, naming where it is, rather than making a checkpoint that cannot be
+    loaded."""
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):
@@ -354,8 +376,9 @@ def _plain_state(value: Any, where: str) -> Any:
 
 
 def _sha256(state: Any) -> str:
-    """A digest of everything in ``state``: each tensor's dtype, shape and bytes, every
-    other value's ``repr``, in a fixed order (a flipped byte changes it)."""
+    """A digest of everything in ``state``: each tensor's dtype, shape and
+    bytes, every other value's ``repr``, in a fixed order (a flipped byte
+    changes it)."""
     digest = hashlib.sha256()
 
     def walk(value: Any) -> None:
@@ -388,12 +411,14 @@ def save_checkpoint(
     scaler: torch.amp.GradScaler | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write a checkpoint atomically: a temporary file in the same folder, then rename.
+    """Write a checkpoint atomically: a temporary file in the same folder,
+    then rename.
 
-    Holds the model, optimiser, scheduler and scaler states, ``step`` (the next step to
-    run, which is also the position in the data), every RNG state, ``extra`` (plain
-    values and tensors only: NumPy values and paths are converted, other objects
-    refused) and a sha256 of all of it, which :func:`load_checkpoint` verifies.
+    Holds the model, optimiser, scheduler and scaler states, ``step`` (the
+    next step to run, which is also the position in the data), every RNG
+    state, ``extra`` (plain values and tensors only: NumPy values and paths
+    are converted, other objects refused) and a sha256 of all of it, which
+    :func:`load_checkpoint` verifies.
     """
     path = Path(path)
     check.int_at_least("step", step, 0, owner="save_checkpoint")
@@ -416,7 +441,8 @@ def save_checkpoint(
 
 
 def _mismatches(model: nn.Module, saved: Mapping[str, torch.Tensor]) -> list[str]:
-    """How a saved state dict differs from ``model``'s: keys, shapes (five of each)."""
+    """How a saved state dict differs from ``model``'s: keys, shapes (five
+    of each)."""
     own = model.state_dict()
     differ = [
         f"{k} {tuple(saved[k].shape)} in the checkpoint, {tuple(v.shape)} in the model"
@@ -449,9 +475,10 @@ def _config_differences(saved: Any, config: Mapping[str, Any] | None) -> list[st
 
 
 def _restore_settings_and_position(optimizer, scheduler, state: Mapping) -> None:
-    """Resume *this* run's settings at the saved position (the rule in the prose): the
-    saved moments and step counts; the caller's rates, betas, weight decay, schedule
-    (``LambdaLR.load_state_dict`` would overwrite the schedule and the base rates)."""
+    """Resume *this* run's settings at the saved position (the rule in the
+    prose): the saved moments and step counts; the caller's rates, betas,
+    weight decay, schedule (``LambdaLR.load_state_dict`` would overwrite the
+    schedule and the base rates)."""
     if optimizer is not None:
         # the caller's settings
         kept = [dict(g) for g in optimizer.param_groups]
@@ -480,15 +507,18 @@ def load_checkpoint(
     restore_rng: bool = True,
     config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Load a checkpoint of :func:`save_checkpoint` into the given objects (in place).
+    """Load a checkpoint of :func:`save_checkpoint` into the given objects
+    (in place).
 
-    Loads with ``torch.load(weights_only=True)`` and verifies the sha256. Raises
-    :class:`CheckpointError` naming the problem: an unreadable (truncated) or damaged
-    (checksum) file, with the other checkpoints of its folder; another ``config``
-    (the fields that differ from ``extra["config"]``); a model of another shape (the
-    mismatched keys and shapes). The optimiser and a ``LambdaLR`` scheduler keep the
-    caller's settings (rates, betas, weight decay, schedule) and take the saved state
-    and position. Returns the whole state (``state["step"]``, ``state["extra"]``...).
+    Loads with ``torch.load(weights_only=True)`` and verifies the sha256.
+    Raises :class:`CheckpointError` naming the problem: an unreadable
+    (truncated) or damaged (checksum) file, with the other checkpoints of
+    its folder; another ``config`` (the fields that differ from
+    ``extra["config"]``); a model of another shape (the mismatched keys and
+    shapes). The optimiser and a ``LambdaLR`` scheduler keep the caller's
+    settings (rates, betas, weight decay, schedule) and take the saved state
+    and position. Returns the whole state (``state["step"]``,
+    ``state["extra"]``...).
     """
     path, target = Path(path), unwrap_model(model)
     check.boolean("restore_rng", restore_rng, owner="load_checkpoint")
@@ -524,12 +554,14 @@ def load_checkpoint(
 
 
 def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
-    """The checkpoint ``step-*.pt`` with the highest step in ``directory``, or None."""
+    """The checkpoint ``step-*.pt`` with the highest step in ``directory``,
+    or None."""
     return max(_saved_checkpoints(directory), default=(None, None))[1]
 
 
 def _saved_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
-    """``(step, path)`` of every ``step-*.pt`` in ``directory``, oldest first."""
+    """``(step, path)`` of every ``step-*.pt`` in ``directory``, oldest
+    first."""
     steps = {p: p.stem.removeprefix("step-") for p in Path(directory).glob("step-*.pt")}
     return sorted((int(digits), p) for p, digits in steps.items() if digits.isdigit())
 
@@ -538,7 +570,8 @@ def _saved_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
 def model_loss(
     model: nn.Module, batch: Batch, *, label_smoothing: float = 0.0
 ) -> torch.Tensor:
-    """:func:`cross_entropy` of ``model``'s logits on ``batch`` and its ``targets``.
+    """:func:`cross_entropy` of ``model``'s logits on ``batch`` and its
+    ``targets``.
 
     Encoder-decoder batches (with ``decoder_inputs``) call
     ``model(inputs, decoder_inputs, mask, decoder_mask)``; the others
@@ -566,9 +599,9 @@ def _rows(batch: Batch) -> int:
 
 
 def _n_targets(batch: Batch) -> int:
-    """How many targets a batch's mean loss is over (``IGNORE_INDEX`` left out), its
-    weight in a larger batch; rows when it has no ``targets``. Counted where batches
-    are made, on the CPU: no device sync."""
+    """How many targets a batch's mean loss is over (``IGNORE_INDEX`` left
+    out), its weight in a larger batch; rows when it has no ``targets``.
+    Counted where batches are made, on the CPU: no device sync."""
     targets = batch.get("targets")
     return _rows(batch) if targets is None else int((targets != IGNORE_INDEX).sum())
 
@@ -576,10 +609,12 @@ def _n_targets(batch: Batch) -> int:
 def shard_batch(
     batch: Batch, rank: int, world_size: int, *, even: bool = True
 ) -> Batch:
-    """Process ``rank``'s rows (contiguous) of a batch shared by ``world_size``.
+    """Process ``rank``'s rows (contiguous) of a batch shared by
+    ``world_size``.
 
-    With ``even=False`` the shards may differ by one row (some may be empty):
-    :func:`train` and :func:`evaluate` weight each by its number of targets.
+    With ``even=False`` the shards may differ by one row (some may be
+    empty): :func:`train` and :func:`evaluate` weight each by its number of
+    targets.
     """
     n = _rows(batch)
     world = check.positive_int("world_size", world_size, owner="shard_batch")
@@ -601,7 +636,8 @@ def _to_device(batch: Batch, device: torch.device) -> Batch:
 
 
 def _distributed() -> tuple[int, int]:
-    """``(rank, world_size)`` of this process; ``(0, 1)`` when running alone."""
+    """``(rank, world_size)`` of this process; ``(0, 1)`` when running
+    alone."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
@@ -616,11 +652,13 @@ def evaluate(
     loss_fn: Callable[[nn.Module, Batch], torch.Tensor] = model_loss,
     precision: Precision | None = None,
 ) -> float:
-    """Mean loss over ``n_batches`` batches (all of a list by default), in eval mode.
+    """Mean loss over ``n_batches`` batches (all of a list by default), in
+    eval mode.
 
-    Under DDP each process takes its shard of every batch (of any size: the shards may
-    differ by a row, or be empty) and the shards' losses are weighted by their numbers
-    of targets, so the result equals one process's.
+    Under DDP each process takes its shard of every batch (of any size: the
+    shards may differ by a row, or be empty) and the shards' losses are
+    weighted by their numbers of targets, so the result equals one
+    process's.
     """
     check.instance("model", model, nn.Module, what="a torch.nn.Module")
     if n_batches is None:
@@ -650,8 +688,9 @@ def evaluate(
 # From chapters/08-training.md, section "The training loop".
 @dataclass
 class TrainHistory:
-    """What a run records: per logged step the loss, learning rate and gradient norm
-    (``steps`` counts finished optimiser steps), the evaluations, tokens and time."""
+    """What a run records: per logged step the loss, learning rate and
+    gradient norm (``steps`` counts finished optimiser steps), the
+    evaluations, tokens and time."""
 
     steps: list[int] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
@@ -668,12 +707,13 @@ class TrainHistory:
 
 
 class NonFiniteLossError(FloatingPointError):
-    """The loss (or the gradient norm) became NaN or infinite; it reached neither the
-    weights nor a checkpoint."""
+    """The loss (or the gradient norm) became NaN or infinite; it reached
+    neither the weights nor a checkpoint."""
 
     def __init__(self, step, values, checkpoint: Path | None, found_at: int):
-        """The first non-finite ``step`` and its ``values`` (loss, gradient norm), the
-        last good ``checkpoint`` (or None) and ``found_at``, the step that read it."""
+        """The first non-finite ``step`` and its ``values`` (loss, gradient
+        norm), the last good ``checkpoint`` (or None) and ``found_at``, the
+        step that read it."""
         self.step, self.checkpoint = int(step), checkpoint
         loss, norm = values.tolist()
         bad_loss = not math.isfinite(loss)
@@ -718,8 +758,9 @@ def _check_train(model, batches, optimizer, loss_fn, o: dict[str, Any]) -> None:
 
 
 def _resume(directory: Path, **objects: Any) -> tuple[dict | None, Path | None]:
-    """Load the newest intact checkpoint of ``directory`` into ``objects``; a damaged
-    one is skipped with a warning. ``(None, None)`` when there is none."""
+    """Load the newest intact checkpoint of ``directory`` into ``objects``;
+    a damaged one is skipped with a warning. ``(None, None)`` when there is
+    none."""
     errors = []
     for _, path in reversed(_saved_checkpoints(directory)):
         try:
@@ -758,18 +799,21 @@ def train(
 ) -> TrainHistory:
     """Train ``model`` (already on its device) for steps ``0 .. n_steps-1``.
 
-    ``batches(step)`` gives the whole (global) batch of a step, on the CPU; under DDP
-    (a process group started by :func:`distributed_setup`) each process trains on its
-    :func:`shard_batch` (shards may differ by a row). The loss of a step is the mean
-    over all its targets, whatever the processes and ``grad_accum`` micro-batches:
-    ``loss_fn`` returns the mean over its batch's targets, weighted here by their share.
-    ``precision`` defaults to ``get_precision``: bf16 or fp16 autocast (fp16 with a
-    ``GradScaler``) on a GPU, fp32 on a CPU. Gradients are clipped to ``max_grad_norm``
-    (None: not clipped). ``resume=True`` continues from the newest intact checkpoint in
-    ``checkpoint_dir``, if any, with this call's settings (:func:`load_checkpoint`).
-    The loss is read every ``log_every`` steps, and before an evaluation or a
-    checkpoint. ``progress``: a tqdm bar (default: in the colab and full profiles).
-    Raises :class:`NonFiniteLossError` on a NaN or infinite loss or gradient norm.
+    ``batches(step)`` gives the whole (global) batch of a step, on the CPU;
+    under DDP (a process group started by :func:`distributed_setup`) each
+    process trains on its :func:`shard_batch` (shards may differ by a row).
+    The loss of a step is the mean over all its targets, whatever the
+    processes and ``grad_accum`` micro-batches: ``loss_fn`` returns the mean
+    over its batch's targets, weighted here by their share. ``precision``
+    defaults to ``get_precision``: bf16 or fp16 autocast (fp16 with a
+    ``GradScaler``) on a GPU, fp32 on a CPU. Gradients are clipped to
+    ``max_grad_norm`` (None: not clipped). ``resume=True`` continues from
+    the newest intact checkpoint in ``checkpoint_dir``, if any, with this
+    call's settings (:func:`load_checkpoint`). The loss is read every
+    ``log_every`` steps, and before an evaluation or a checkpoint.
+    ``progress``: a tqdm bar (default: in the colab and full profiles).
+    Raises :class:`NonFiniteLossError` on a NaN or infinite loss or gradient
+    norm.
     """
     _check_train(model, batches, optimizer, loss_fn, dict(locals()))
     device = next(model.parameters()).device
@@ -799,7 +843,8 @@ def train(
     bar = tqdm(
         steps, "train", n_steps, initial=start, disable=not show, dynamic_ncols=True
     )
-    # Finiteness is tracked on the device, read only when the loss is read anyway.
+    # Finiteness is tracked on the device, read only when the loss is read
+    # anyway.
     healthy = torch.ones((), dtype=torch.bool, device=device)
     # the first bad step (0: none yet), and its (loss, gradient norm)
     first_bad = torch.zeros((), dtype=torch.long, device=device)
@@ -847,7 +892,9 @@ def train(
             if not healthy.item():
                 raise NonFiniteLossError(first_bad, bad_values, last_checkpoint, done)
             loss_value, norm_value = loss_sum.item(), float(norm)
-        else:  # no read, no sync: a non-finite step (and all after it) updates nothing
+        # no read, no sync: a non-finite step (and all after it) updates
+        # nothing
+        else:
             for p in model.parameters():
                 if p.grad is not None:
                     p.grad.nan_to_num_(0.0, 0.0, 0.0).mul_(healthy)
@@ -895,10 +942,12 @@ def _prune(directory: Path, keep: int) -> None:
 
 # From chapters/08-training.md, section "Data parallelism".
 def distributed_setup(backend: str | None = None) -> tuple[int, int, torch.device]:
-    """Join the process group that ``torchrun`` describes in the environment, if any.
+    """Join the process group that ``torchrun`` describes in the
+    environment, if any.
 
-    Returns ``(rank, world_size, device)``: ``(0, 1, get_device())`` without torchrun;
-    under torchrun, CUDA device ``LOCAL_RANK`` with NCCL, or the CPU with gloo.
+    Returns ``(rank, world_size, device)``: ``(0, 1, get_device())`` without
+    torchrun; under torchrun, CUDA device ``LOCAL_RANK`` with NCCL, or the
+    CPU with gloo.
     """
     check.one_of("backend", backend, (None, "nccl", "gloo"), owner="distributed_setup")
     world = int(os.environ.get("WORLD_SIZE", "1"))

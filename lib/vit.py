@@ -1,22 +1,27 @@
 # This file is generated from chapters/10-vit.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
 # From chapters/10-vit.md, section "Patches as tokens".
-"""The Vision Transformer (chapter 10 of the course): images as sequences of patches.
+"""The Vision Transformer (chapter 10 of the course): images as sequences of
+patches.
 
-* :func:`patchify` cuts images into flattened patches with one einops pattern;
-  :class:`PatchEmbedding` projects them (a linear layer: a strided convolution).
-* :class:`ViTConfig` and :class:`ViT`: a CLS token, learned position embeddings,
-  chapter 7's :class:`~lib.models.Encoder` unchanged, a classification head.
+* :func:`patchify` cuts images into flattened patches with one einops
+  pattern; :class:`PatchEmbedding` projects them (a linear layer: a strided
+  convolution).
+* :class:`ViTConfig` and :class:`ViT`: a CLS token, learned position
+  embeddings, chapter 7's :class:`~lib.models.Encoder` unchanged, a
+  classification head.
 * :func:`random_translate` (augmentation); :func:`image_batches` and
-  :func:`classification_loss`, which train an image classifier with chapter 8's
-  :func:`lib.training.train`; :func:`confusion_matrix`, :func:`mean_attention_distance`
-  (how far, in pixels, each head looks).
+  :func:`classification_loss`, which train an image classifier with chapter
+  8's :func:`lib.training.train`; :func:`confusion_matrix`,
+  :func:`mean_attention_distance` (how far, in pixels, each head looks).
 * :func:`config_from_vit`, :func:`vit_rows`, :func:`vit_state_dict`,
-  :func:`load_hf_vit_state_dict`: the weights of ``transformers``' ``ViTModel`` and
-  ``ViTForImageClassification`` (4.x names), through chapter 7's table-driven loader.
+  :func:`load_hf_vit_state_dict`: the weights of ``transformers``'
+  ``ViTModel`` and ``ViTForImageClassification`` (4.x names), through
+  chapter 7's table-driven loader.
 
-Axis names: ``batch``, ``channels``, ``height``, ``width``; ``patches`` (the grid, row
-by row), ``tokens`` (the CLS token, then the patches), ``d_model``, ``heads``.
+Axis names: ``batch``, ``channels``, ``height``, ``width``; ``patches`` (the
+grid, row by row), ``tokens`` (the CLS token, then the patches),
+``d_model``, ``heads``.
 """
 
 from __future__ import annotations
@@ -62,8 +67,9 @@ _IMAGES_HINT = (
 
 
 def _check_images(images: object, p: int, channels: int | None = None) -> None:
-    """``images`` must be a float ``(batch channels height width)`` tensor that patches
-    of side ``p`` tile exactly (with ``channels`` channels, if given)."""
+    """``images`` must be a float ``(batch channels height width)`` tensor
+    that patches of side ``p`` tile exactly (with ``channels`` channels, if
+    given)."""
     check.tensor("images", images, "batch c h w", floating=True, hint=_IMAGES_HINT)
     _, got, h, w = images.shape
     if channels is not None and got != channels:
@@ -74,11 +80,13 @@ def _check_images(images: object, p: int, channels: int | None = None) -> None:
 
 # From chapters/10-vit.md, section "Patches as tokens".
 def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
-    """Cut images into non-overlapping square patches, each flattened to a vector.
+    """Cut images into non-overlapping square patches, each flattened to a
+    vector.
 
-    ``images`` ``(batch channels height width)`` -> ``(batch patches (channels p1 p2))``
-    with ``p1 = p2 = patch_size`` and ``patches = (height/p)·(width/p)`` in row-major
-    order: left to right, then top to bottom.
+    ``images`` ``(batch channels height width)`` -> ``(batch patches
+    (channels p1 p2))`` with ``p1 = p2 = patch_size`` and ``patches =
+    (height/p)·(width/p)`` in row-major order: left to right, then top to
+    bottom.
     """
     _check_images(images, check.positive_int("patch_size", patch_size))
     return _patches(images, patch_size)
@@ -90,12 +98,13 @@ def _patches(images: torch.Tensor, p: int) -> torch.Tensor:
 
 # From chapters/10-vit.md, section "A linear layer on patches is a strided convolution".
 class PatchEmbedding(nn.Module):
-    """Images -> one vector per patch: :func:`patchify`, then one linear layer.
+    """Images -> one vector per patch: :func:`patchify`, then one linear
+    layer.
 
-    ``forward(images)``: ``(batch channels height width)`` ->
-    ``(batch patches d_model)``. The same weights act on every patch, so this equals a
-    convolution with kernel size and stride ``patch_size`` whose kernels, flattened as
-    ``(channels p1 p2)``, are the rows of ``proj.weight``.
+    ``forward(images)``: ``(batch channels height width)`` -> ``(batch
+    patches d_model)``. The same weights act on every patch, so this equals
+    a convolution with kernel size and stride ``patch_size`` whose kernels,
+    flattened as ``(channels p1 p2)``, are the rows of ``proj.weight``.
     """
 
     def __init__(self, in_channels: int, patch_size: int, d_model: int) -> None:
@@ -113,16 +122,18 @@ class PatchEmbedding(nn.Module):
 # From chapters/10-vit.md, section "A class token, positions, and chapter 7's encoder".
 @dataclass(frozen=True)
 class ViTConfig:
-    """A Vision Transformer: the images and their patches, then the encoder's sizes.
+    """A Vision Transformer: the images and their patches, then the
+    encoder's sizes.
 
-    ``image_size`` (an int for square images, or ``(height, width)``), ``patch_size``
-    (square patches that tile the image exactly), ``n_classes``, ``in_channels`` (1 for
-    MNIST, 3 for RGB); the encoder: ``d_model``, ``n_heads``, ``n_layers``, ``d_ff``
-    (None: ``4·d_model``), ``activation`` (exact GELU, as ViT), ``norm_eps`` (1e-6 as in
-    the paper's code; ``transformers`` uses 1e-12), ``dropout`` (after the position
-    embeddings, on the attention weights and after every sublayer),
-    ``attention_dropout`` (on the attention weights, where it differs from ``dropout``;
-    None: ``dropout``), ``attn_backend``.
+    ``image_size`` (an int for square images, or ``(height, width)``),
+    ``patch_size`` (square patches that tile the image exactly),
+    ``n_classes``, ``in_channels`` (1 for MNIST, 3 for RGB); the encoder:
+    ``d_model``, ``n_heads``, ``n_layers``, ``d_ff`` (None: ``4·d_model``),
+    ``activation`` (exact GELU, as ViT), ``norm_eps`` (1e-6 as in the
+    paper's code; ``transformers`` uses 1e-12), ``dropout`` (after the
+    position embeddings, on the attention weights and after every sublayer),
+    ``attention_dropout`` (on the attention weights, where it differs from
+    ``dropout``; None: ``dropout``), ``attn_backend``.
     """
 
     image_size: int | tuple[int, int]
@@ -170,7 +181,8 @@ class ViTConfig:
 
     @property
     def encoder(self) -> TransformerConfig:
-        """Chapter 7's configuration for the encoder (positions are added before it)."""
+        """Chapter 7's configuration for the encoder (positions are added
+        before it)."""
         return TransformerConfig(
             vocab_size=1,  # unused: the encoder takes embedded input
             d_model=self.d_model,
@@ -197,11 +209,12 @@ class ViT(nn.Module):
     """Vision Transformer: ``images (batch channels height width)`` ->
     ``logits (batch classes)``.
 
-    ``embed(images)`` gives the encoder's input ``(batch tokens d_model)``: the class
-    token, then the patch embeddings, plus the position embeddings.
-    ``features(images)`` is the encoder's output ``(batch tokens d_model)`` (after its
-    final norm); the head reads token 0. ``attention_weights(images)`` returns each
-    layer's weights ``(batch heads tokens tokens)``.
+    ``embed(images)`` gives the encoder's input ``(batch tokens d_model)``:
+    the class token, then the patch embeddings, plus the position
+    embeddings. ``features(images)`` is the encoder's output ``(batch tokens
+    d_model)`` (after its final norm); the head reads token 0.
+    ``attention_weights(images)`` returns each layer's weights ``(batch
+    heads tokens tokens)``.
     """
 
     def __init__(self, cfg: ViTConfig) -> None:
@@ -243,7 +256,8 @@ class ViT(nn.Module):
         return self.head(self.features(images)[:, 0])
 
     def attention_weights(self, images: torch.Tensor) -> list[torch.Tensor]:
-        """Each layer's attention weights ``(batch heads tokens tokens)``, in order."""
+        """Each layer's attention weights ``(batch heads tokens tokens)``,
+        in order."""
         x, weights = self.embed(images), []
         for block in self.encoder.blocks:
             x, layer_weights = block.self_attn(x, need_weights=True)
@@ -261,13 +275,15 @@ _HF_VIT_FIELDS = (
 
 
 def config_from_vit(config: object, n_classes: int | None = None) -> ViTConfig:
-    """Our :class:`ViTConfig` of a ``transformers`` ``ViTConfig`` (read by attribute).
+    """Our :class:`ViTConfig` of a ``transformers`` ``ViTConfig`` (read by
+    attribute).
 
-    ``n_classes`` defaults to ``config.num_labels``, the size of its classifier. Both
-    dropout rates are carried: ``hidden_dropout_prob`` (after the embeddings and every
-    sublayer) as ``dropout``, ``attention_probs_dropout_prob`` as
-    ``attention_dropout``. What we do not build (another activation, no qkv biases) is
-    refused, naming the field.
+    ``n_classes`` defaults to ``config.num_labels``, the size of its
+    classifier. Both dropout rates are carried: ``hidden_dropout_prob``
+    (after the embeddings and every sublayer) as ``dropout``,
+    ``attention_probs_dropout_prob`` as ``attention_dropout``. What we do
+    not build (another activation, no qkv biases) is refused, naming the
+    field.
     """
     name = type(config).__name__
     if missing := [field for field in _HF_VIT_FIELDS if not hasattr(config, field)]:
@@ -294,8 +310,9 @@ def config_from_vit(config: object, n_classes: int | None = None) -> ViTConfig:
 
 # From chapters/10-vit.md, section "The same model as Hugging Face's ViTModel".
 def conv_kernels_as_rows(kernel: torch.Tensor) -> torch.Tensor:
-    """A patch convolution's kernels ``(d_model c p1 p2)`` as the rows of our linear
-    layer ``(d_model (c p1 p2))``: the equivalence shown above, read backwards."""
+    """A patch convolution's kernels ``(d_model c p1 p2)`` as the rows of
+    our linear layer ``(d_model (c p1 p2))``: the equivalence shown above,
+    read backwards."""
     check.tensor("kernel", kernel, "d_model c p1 p2")
     return rearrange(kernel, "d c p1 p2 -> d (c p1 p2)")
 
@@ -324,10 +341,11 @@ VIT_BLOCK_NAMES = {
 
 
 def vit_rows(prefix: str = "", head: bool = False, names: str = "4.x") -> list[Row]:
-    """``transformers``' ViT table, with the block names of ``names`` (``"4.x"`` or
-    ``"5.x"``, :data:`VIT_BLOCK_NAMES`). ``{i}`` runs over the blocks, ``{w}`` over
-    ``weight`` and ``bias``. ``prefix`` is ``"vit."`` in ``ViTForImageClassification``,
-    whose ``classifier`` is our ``head`` (``head=True``).
+    """``transformers``' ViT table, with the block names of ``names``
+    (``"4.x"`` or ``"5.x"``, :data:`VIT_BLOCK_NAMES`). ``{i}`` runs over the
+    blocks, ``{w}`` over ``weight`` and ``bias``. ``prefix`` is ``"vit."``
+    in ``ViTForImageClassification``, whose ``classifier`` is our ``head``
+    (``head=True``).
     """
     check.string("prefix", prefix)
     check.boolean("head", head)
@@ -370,8 +388,9 @@ def vit_state_dict(
     their_state_dict: Mapping[str, torch.Tensor], cfg: ViTConfig
 ) -> dict[str, torch.Tensor]:
     """A ``ViTModel`` (built with ``add_pooling_layer=False``) or
-    ``ViTForImageClassification`` state dict as the state dict of ``ViT(cfg)``; from a
-    bare ``ViTModel``, which has no classifier, without our ``head``."""
+    ``ViTForImageClassification`` state dict as the state dict of
+    ``ViT(cfg)``; from a bare ``ViTModel``, which has no classifier, without
+    our ``head``."""
     check.instance("their_state_dict", their_state_dict, Mapping, what="a state dict")
     if any(key.startswith(("pooler.", "vit.pooler.")) for key in their_state_dict):
         raise ValueError(_POOLER)
@@ -399,8 +418,9 @@ def vit_state_dict(
 def load_hf_vit_state_dict(
     model: ViT, their_state_dict: Mapping[str, torch.Tensor]
 ) -> ViT:
-    """Load a ``transformers`` ViT state dict into ``model`` (our head is kept when the
-    reference has none); returns ``model``. Raises ``ValueError`` if it does not fit."""
+    """Load a ``transformers`` ViT state dict into ``model`` (our head is
+    kept when the reference has none); returns ``model``. Raises
+    ``ValueError`` if it does not fit."""
     check.instance("model", model, ViT)
     ours = vit_state_dict(their_state_dict, model.cfg)
     if "head.weight" not in ours:
@@ -412,11 +432,13 @@ def load_hf_vit_state_dict(
 def random_translate(
     images: torch.Tensor, max_shift: int, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """Shift each image by its own random offset in ``-max_shift..max_shift`` pixels,
-    vertically and horizontally, filling the uncovered border with zeros.
+    """Shift each image by its own random offset in
+    ``-max_shift..max_shift`` pixels, vertically and horizontally, filling
+    the uncovered border with zeros.
 
-    ``images`` ``(batch channels height width)`` -> the same shape. ``generator`` (on
-    the CPU) makes the shifts reproducible. ``max_shift=0`` returns ``images`` itself.
+    ``images`` ``(batch channels height width)`` -> the same shape.
+    ``generator`` (on the CPU) makes the shifts reproducible.
+    ``max_shift=0`` returns ``images`` itself.
     """
     _check_images(images, 1)
     check.int_at_least("max_shift", max_shift, 0)
@@ -448,13 +470,15 @@ def image_batches(
     std: float = 1.0,
     seed: int = 0,
 ) -> Callable[[int], dict[str, torch.Tensor]]:
-    """``step -> {"images", "labels"}``: the batches :func:`lib.training.train` takes.
+    """``step -> {"images", "labels"}``: the batches
+    :func:`lib.training.train` takes.
 
-    ``images`` ``(n channels height width)`` (uint8 pixels, or floats in [0, 1]) and
-    ``labels`` ``(n,)`` stay on their device. Each step draws ``batch_size`` of them at
-    random, shifts them by up to ``max_shift`` pixels (:func:`random_translate`),
-    mirrors each with probability 1/2 when ``flip``, and returns ``(x - mean) / std``.
-    The draws depend on ``(seed, step)`` only.
+    ``images`` ``(n channels height width)`` (uint8 pixels, or floats in [0,
+    1]) and ``labels`` ``(n,)`` stay on their device. Each step draws
+    ``batch_size`` of them at random, shifts them by up to ``max_shift``
+    pixels (:func:`random_translate`), mirrors each with probability 1/2
+    when ``flip``, and returns ``(x - mean) / std``. The draws depend on
+    ``(seed, step)`` only.
     """
     check.tensor("images", images, "n c h w")
     check.tensor("labels", labels, "n", integer=True, n=images.shape[0])
@@ -481,8 +505,9 @@ def image_batches(
 def classification_loss(
     model: nn.Module, batch: Mapping[str, torch.Tensor]
 ) -> torch.Tensor:
-    """Cross-entropy of ``model(batch["images"])`` against ``batch["labels"]``: the
-    ``loss_fn`` of :func:`lib.training.train` for image classifiers."""
+    """Cross-entropy of ``model(batch["images"])`` against
+    ``batch["labels"]``: the ``loss_fn`` of :func:`lib.training.train` for
+    image classifiers."""
     return cross_entropy(model(batch["images"]), batch["labels"])
 
 
@@ -490,9 +515,10 @@ def classification_loss(
 def confusion_matrix(
     predictions: torch.Tensor, labels: torch.Tensor, n_classes: int
 ) -> torch.Tensor:
-    """Counts ``(true predicted)``: entry ``[i, j]`` is how many items of class ``i``
-    were predicted as ``j``. ``predictions`` and ``labels``: integer ``(batch,)`` in
-    ``0..n_classes-1`` (empty ones give a matrix of zeros)."""
+    """Counts ``(true predicted)``: entry ``[i, j]`` is how many items of
+    class ``i`` were predicted as ``j``. ``predictions`` and ``labels``:
+    integer ``(batch,)`` in ``0..n_classes-1`` (empty ones give a matrix of
+    zeros)."""
     check.positive_int("n_classes", n_classes)
     for name, t in [("predictions", predictions), ("labels", labels)]:
         if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.is_floating_point():
@@ -511,14 +537,16 @@ def confusion_matrix(
 def mean_attention_distance(
     weights: torch.Tensor, grid: tuple[int, int], patch_size: int = 1
 ) -> torch.Tensor:
-    """Each head's mean attention distance, in pixels (in patches for ``patch_size=1``).
+    """Each head's mean attention distance, in pixels (in patches for
+    ``patch_size=1``).
 
-    ``weights`` ``(batch heads tokens tokens)`` with ``tokens = 1 + grid_h·grid_w``
-    (the class token first, ignored: each query patch's weights on the key patches are
-    renormalised to sum to one). Returns ``(heads,)``: the distance between patch
-    centres weighted by attention, averaged over query patches and the batch. A query
-    whose weights on the patches are all zero counts as distance 0; NaN in ``weights``
-    gives NaN for its head (the weights are not read to check them).
+    ``weights`` ``(batch heads tokens tokens)`` with ``tokens = 1 +
+    grid_h·grid_w`` (the class token first, ignored: each query patch's
+    weights on the key patches are renormalised to sum to one). Returns
+    ``(heads,)``: the distance between patch centres weighted by attention,
+    averaged over query patches and the batch. A query whose weights on the
+    patches are all zero counts as distance 0; NaN in ``weights`` gives NaN
+    for its head (the weights are not read to check them).
     """
     if not isinstance(grid, tuple | list) or len(grid) != 2:
         raise TypeError(f"grid must be (rows, columns) of patches, got {grid!r}")
