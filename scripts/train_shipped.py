@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from lib.datasets import load_mnist, load_tiny_shakespeare  # noqa: E402
 from lib.models import GPT, TransformerConfig  # noqa: E402
+from lib.pretrained import CHECKPOINTS, save_shipped  # noqa: E402
 from lib.tokenizer import CharTokenizer  # noqa: E402
 from lib.training import (  # noqa: E402
     WarmupCosineSchedule,
@@ -68,11 +69,6 @@ def _relative(path: Path) -> str:
     """``path`` from the repository's root when it is inside it (records move with it)."""
     path = path.resolve()
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-
-
-def _into(directory: Path | None) -> dict:
-    """save_shipped's folder: lib/data/checkpoints unless the caller names another."""
-    return {} if directory is None else {"directory": directory}
 
 
 @torch.no_grad()
@@ -140,15 +136,13 @@ def train_vit(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> 
         ),
         device="cpu",
     )
-    from lib.pretrained import save_shipped
-
     save_shipped(  # the pixel mean and std it was trained with are in the record
         model,
         "vit-mnist",
         metrics=metrics,
         record=_relative(out / "metrics.json"),
         command=f"python scripts/train_shipped.py {shlex.join(sys.argv[1:])}",
-        **_into(shipped_dir),
+        directory=shipped_dir or CHECKPOINTS,
     )
     print(f"vit-mnist: {metrics} -> {out}")
     return metrics
@@ -156,8 +150,6 @@ def train_vit(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> 
 
 def package_char_gpt(args: argparse.Namespace, shipped_dir: Path | None) -> dict:
     """Package the last checkpoint of chapter 8's char-GPT run with its record."""
-    from lib.pretrained import save_shipped
-
     record = read_record(args.record)
     sizes = record["config"]["sizes"]
     cfg = TransformerConfig(**record["config"]["model"])
@@ -178,7 +170,7 @@ def package_char_gpt(args: argparse.Namespace, shipped_dir: Path | None) -> dict
         metrics=metrics,
         record=_relative(Path(args.record) / "metrics.json"),
         command=record["command"],
-        **_into(shipped_dir),
+        directory=shipped_dir or CHECKPOINTS,
     )
     print(f"char-gpt-shakespeare: {metrics}")
     return metrics
