@@ -647,8 +647,8 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         heads = f"n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}"
         return (
-            f"d_model={self.d_model}, {heads}, "
-            f"d_head={self.d_head}, scale={self.scale}, backend={self.backend!r}"
+            f"d_model={self.d_model}, {heads}, d_head={self.d_head}, "
+            f"scale={self.scale}, backend={self.backend!r}"
         )
 
     def _project_kv(self, source: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -76,8 +76,8 @@ def _check_knobs(temperature=1.0, top_k=None, top_p=None, generator=None, **logi
 
 _GENERATOR = (torch.Generator, type(None))
 _BAD_LOGITS = (
-    "logits hold NaN or +inf, or a row whose every logit is -inf (every token "
-    "filtered out): no distribution to choose from"
+    "logits hold NaN or +inf, or a row whose every logit is -inf (every "
+    "token filtered out): no distribution to choose from"
 )
 
 

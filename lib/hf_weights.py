@@ -105,7 +105,8 @@ def tied(*copies: torch.Tensor) -> torch.Tensor:
 
 
 # From chapters/07-families.md, section "A loader is a table".
-#: ``(our key(s), their key(s), transform)``: a key pattern, or a tuple of them.
+#: A row of a conversion table, ``(our key(s), their key(s), transform)``,
+#: where each key(s) is one key pattern or a tuple of them.
 Row = tuple[str | tuple[str, ...], str | tuple[str, ...], Callable[..., torch.Tensor]]
 
 
@@ -225,8 +226,8 @@ def convert_state_dict(
     for key, value in ours.items():
         if key in expected and value.shape != expected[key]:
             misshaped.append(
-                f"{key}: the model has {tuple(expected[key])}, the table made "
-                f"{tuple(value.shape)} from {sources[key]}"
+                f"{key}: the model has {tuple(expected[key])}, the table "
+                f"made {tuple(value.shape)} from {sources[key]}"
             )
     if missing or unexpected or misshaped:
         raise StateDictMismatchError(what, missing, unexpected, misshaped)
@@ -270,16 +271,16 @@ def load_checked(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> nn
         first = state_dict[names[0]]
         if any(not torch.equal(state_dict[other], first) for other in names[1:]):
             raise ValueError(
-                f"{name}: {', '.join(names)} are one tied tensor, but the state dict "
-                "gives them different values; build the model untied "
-                "(tie_embeddings=False) or load equal values"
+                f"{name}: {', '.join(names)} are one tied tensor, but the "
+                "state dict gives them different values; build the model "
+                "untied (tie_embeddings=False) or load equal values"
             )
     model.load_state_dict(state_dict, strict=True)
     return model
 
 
 # From chapters/07-families.md, section "A loader is a table".
-#: transformers' activation names -> ours, for a plain FFN and for a gated one.
+#: transformers' activation names -> ours, for plain and for gated FFNs.
 _PLAIN_ACTIVATIONS = {
     "relu": "relu",
     "gelu": "gelu",
@@ -300,8 +301,8 @@ def _activation(config: object, field: str, gated: bool = False) -> str:
     table = _GATED_ACTIVATIONS if gated else _PLAIN_ACTIVATIONS
     if name not in table:
         raise ValueError(
-            f"{type(config).__name__}.{field}={name!r} has no counterpart in a "
-            f"{'gated' if gated else 'plain'} FFN here; known: "
+            f"{type(config).__name__}.{field}={name!r} has no counterpart "
+            f"in a {'gated' if gated else 'plain'} FFN here; known: "
             f"{', '.join(map(repr, table))}"
         )
     return table[name]
@@ -311,8 +312,8 @@ def _require(config: object, field: str, supported: object, why: str) -> None:
     value = getattr(config, field, supported)
     if value != supported:
         raise ValueError(
-            f"{type(config).__name__}.{field}={value!r} is not supported ({why}); "
-            f"only {supported!r} is"
+            f"{type(config).__name__}.{field}={value!r} is not supported "
+            f"({why}); only {supported!r} is"
         )
 
 
@@ -327,15 +328,16 @@ def _dropout(config: object, *fields: str, **fixed: float) -> float:
     if len(set(rates.values())) > 1:
         listed = ", ".join(f"{name}={rate}" for name, rate in rates.items())
         warnings.warn(
-            f"{type(config).__name__} has {listed}, but TransformerConfig has one dropout "
-            f"for embeddings, attention weights and residuals: using {first}",
+            f"{type(config).__name__} has {listed}, but TransformerConfig "
+            "has one dropout for embeddings, attention weights and "
+            f"residuals: using {first}",
             stacklevel=3,
         )
     return first
 
 
 def _token_rows(cfg: TransformerConfig, embedding: str | tuple, head: str) -> list[Row]:
-    """The token embedding and the output head: one tied row, or two rows."""
+    """The token embedding and output head: one tied row, or two rows."""
     if cfg.tie_embeddings:
         ours = ("embed.tokens.weight", "head.weight")
         return [(ours, (*_keys(embedding), head), tied)]
@@ -368,7 +370,8 @@ def config_from_gpt2(config: object) -> TransformerConfig:
     )
 
 
-#: Buffers of older GPT-2 checkpoints: the causal mask and the masked-score constant.
+#: Buffers of older GPT-2 checkpoints, which our model does without: the
+#: causal mask and the masked-score constant.
 GPT2_SKIPPED = (r"transformer\.h\.\d+\.attn\.(bias|masked_bias)",)
 
 
@@ -401,7 +404,7 @@ def gpt2_rows(cfg: TransformerConfig) -> list[Row]:
 def gpt2_state_dict(
     their_state_dict: Mapping[str, torch.Tensor], cfg: TransformerConfig
 ) -> dict[str, torch.Tensor]:
-    """A ``GPT2LMHeadModel`` state dict as the state dict of ``GPT(cfg)``."""
+    """A ``GPT2LMHeadModel`` state dict as one of ``GPT(cfg)``."""
     return convert_state_dict(
         their_state_dict,
         gpt2_rows(cfg),
@@ -485,7 +488,7 @@ def bert_rows(cfg: TransformerConfig) -> list[Row]:
 def bert_state_dict(
     their_state_dict: Mapping[str, torch.Tensor], cfg: TransformerConfig
 ) -> dict[str, torch.Tensor]:
-    """A ``BertForMaskedLM`` state dict as the state dict of ``BERT(cfg)``."""
+    """A ``BertForMaskedLM`` state dict as one of ``BERT(cfg)``."""
     return convert_state_dict(
         their_state_dict,
         bert_rows(cfg),
@@ -503,9 +506,9 @@ def config_from_t5(config: object) -> TransformerConfig:
     gated = bool(getattr(config, "is_gated_act", False))
     if gated and config.dense_act_fn == "gelu_new":
         raise ValueError(
-            "T5Config.dense_act_fn='gelu_new' in a gated FFN (T5 v1.1's 'gated-gelu') "
-            "is not supported: our geglu gates with the exact GELU, T5 v1.1 with its "
-            "tanh approximation"
+            "T5Config.dense_act_fn='gelu_new' in a gated FFN (T5 v1.1's "
+            "'gated-gelu') is not supported: our geglu gates with the "
+            "exact GELU, T5 v1.1 with its tanh approximation"
         )
     return TransformerConfig(
         vocab_size=config.vocab_size,
@@ -618,8 +621,9 @@ def _plain_rope_base(config: object) -> float:
     )
     if not plain:
         raise ValueError(
-            f"{type(config).__name__}.rope_scaling={rope!r} is not supported (plain "
-            "RoPE, no context-extension scaling); only None or rope_type 'default' is"
+            f"{type(config).__name__}.rope_scaling={rope!r} is not "
+            "supported (plain RoPE, no context-extension scaling); only "
+            "None or rope_type 'default' is"
         )
     return float((rope or {}).get("rope_theta") or config.rope_theta)
 
@@ -681,7 +685,7 @@ def llama_rows(cfg: TransformerConfig) -> list[Row]:
 def llama_state_dict(
     their_state_dict: Mapping[str, torch.Tensor], cfg: TransformerConfig
 ) -> dict[str, torch.Tensor]:
-    """A ``LlamaForCausalLM`` state dict as the state dict of ``GPT(cfg)``."""
+    """A ``LlamaForCausalLM`` state dict as one of ``GPT(cfg)``."""
     return convert_state_dict(
         their_state_dict,
         llama_rows(cfg),

@@ -704,7 +704,7 @@ def _attend(mha, q, k, v, mask, is_causal: bool) -> torch.Tensor:
 
 
 def _rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE's half-split rotation of ``x`` ``(... seq d_head)`` (chapter 3)."""
+    """Chapter 3's half-split RoPE rotation of ``x (... seq d_head)``."""
     first, second = x.chunk(2, dim=-1)
     return x * cos + torch.cat((-second, first), dim=-1) * sin
 

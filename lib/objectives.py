@@ -107,7 +107,8 @@ def _lengths(token_ids: torch.Tensor, pad_id: int | None) -> torch.Tensor:
     lengths = is_real.sum(dim=1)
     wrong = (is_real != _real_positions(lengths, seq)).any(dim=1)
     if bool(wrong.any()):
-        row = f"row {int(wrong.nonzero()[0])} has a pad token before a real one"
+        first = int(wrong.nonzero()[0])
+        row = f"row {first} has a pad token before a real one"
         raise ValueError(f"token_ids must be right-padded with pad_id={pad_id}: {row}")
     return lengths
 

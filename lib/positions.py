@@ -581,5 +581,6 @@ class T5RelativePositionBias(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"n_heads={self.n_heads}, num_buckets={self.num_buckets}, "
-            f"max_distance={self.max_distance}, bidirectional={self.bidirectional}"
+            f"max_distance={self.max_distance}, "
+            f"bidirectional={self.bidirectional}"
         )

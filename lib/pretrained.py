@@ -205,7 +205,7 @@ PRETRAINED = {
 
 
 def hub_model(name: str) -> HubModel:
-    """The entry of :data:`PRETRAINED` for a hub name, or for its last part."""
+    """The :data:`PRETRAINED` entry for a hub name, or for its last part."""
     check.string("name", name)
     by_short = {model.short: model for model in PRETRAINED.values()}
     found = PRETRAINED.get(name) or by_short.get(name)
@@ -270,7 +270,7 @@ class ByteTokenizer:
         self._split = re.compile("(" + "|".join(map(re.escape, names)) + ")")
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """The ids of ``text``: its bytes, and the special tokens it names."""
+        """The ids of ``text``: its bytes, and its special tokens' ids."""
         check.string("text", text, utf8=True, owner="ByteTokenizer.encode()")
         pieces = self._split.split(text) if self.specials else [text]
         ids = []
@@ -471,9 +471,9 @@ def load_pretrained(
 # From chapters/07-families.md, section "Checkpoints that ship with the course".
 #: The folder of the checkpoints that ship with the course.
 CHECKPOINTS = DATA_DIR / "checkpoints"
-#: The manifest in it: each checkpoint's file, sha256, size, metrics, command.
+#: The manifest: each checkpoint's file, sha256, size, metrics, command.
 MANIFEST = "manifest.json"
-#: Above this many bytes of float32 weights a checkpoint is stored in float16.
+#: Checkpoints with more float32 weight bytes than this are kept in fp16.
 FP32_LIMIT = 10_000_000
 
 
@@ -499,7 +499,7 @@ def _manifest(directory: Path) -> dict[str, Any]:
 
 
 def shipped_names(directory: str | os.PathLike = CHECKPOINTS) -> list[str]:
-    """The names of the checkpoints listed by the manifest in ``directory``."""
+    """The names of the checkpoints in ``directory``'s manifest."""
     return sorted(_manifest(Path(directory)))
 
 
@@ -598,14 +598,15 @@ def load_shipped(
     path = directory / entry["file"]
     if not path.is_file():
         raise FileNotFoundError(
-            f"{path} is missing (the manifest lists it): restore it from the "
-            "repository, or reinstall the package"
+            f"{path} is missing (the manifest lists it): restore it from "
+            "the repository, or reinstall the package"
         )
     digest = sha256_file(path)
     if digest != (recorded := entry["sha256"]):
         raise ChecksumError(
             f"{path} has sha256 {digest}, the manifest records {recorded}: "
-            "the file is corrupt or was altered; restore it from the repository"
+            "the file is corrupt or was altered; restore it from the "
+            "repository"
         )
     payload = torch.load(path, map_location="cpu", weights_only=True)
     if payload["kind"] == "gpt":

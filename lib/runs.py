@@ -548,7 +548,7 @@ def _pair_batch(sources: list[torch.Tensor], targets: list[torch.Tensor], pad: i
 
 @torch.no_grad()
 def _translate(model: T5, sources: list[str], tokenizer: CharTokenizer, beam_size: int):
-    """Greedy (``beam_size=1``) or beam-search translations of ``sources``."""
+    """Greedy (``beam_size=1``) or beam translations of ``sources``."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -817,15 +817,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="python -m lib.runs",
-        description="Train chapter 8's GPT, BERT or T5 and record the results.",
+        description=("Train chapter 8's GPT, BERT or T5 and record the results."),
     )
     parser.add_argument("--run", choices=RUNS, required=True)
     parser.add_argument(
         "--profile",
         choices=PROFILES,
         default=None,
-        help="sizes (default: TFS_PROFILE, else smoke on a CPU, colab on a GPU older "
-        "than Ampere such as a T4, full on a newer one)",
+        help=(
+            "sizes (default: TFS_PROFILE, else smoke on a CPU, colab on a "
+            "GPU older than Ampere such as a T4, full on a newer one)"
+        ),
     )
     parser.add_argument(
         "--out",
@@ -843,7 +845,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action="append",
         default=[],
         metavar="KEY=NUMBER",
-        help="override one of run_sizes' values (repeatable): --set batch_size=6",
+        help=("override one of run_sizes' values (repeatable): --set batch_size=6"),
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -855,7 +857,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="continue from the newest intact checkpoint in --checkpoint-dir",
+        help=("continue from the newest intact checkpoint in --checkpoint-dir"),
     )
     parser.add_argument("--no-compile", action="store_true", help="no torch.compile")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -885,6 +887,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if rank == 0:
         name = args.name or f"08-training-{args.run}"
         out = args.out or Path("book") / "results" / name
+        since_start = _seconds_since_process_start()
         write_record(
             out,
             name=name,
@@ -897,7 +900,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             extra={
                 "world_size": world,
                 "precision": get_precision(device).name,
-                "seconds_since_process_start": _seconds_since_process_start(),
+                "seconds_since_process_start": since_start,
             },
             device=device,
         )

@@ -72,9 +72,10 @@ class CharTokenizer:
             position = next(p for p, c in enumerate(text) if c not in self.char_to_id)
             char = text[position]
             raise ValueError(
-                f"character {char!r} (U+{ord(char):04X}) at position {position} is not "
-                f"in this tokenizer's alphabet of {self.vocab_size} characters; build "
-                "the CharTokenizer from a text that contains it"
+                f"character {char!r} (U+{ord(char):04X}) at position "
+                f"{position} is not in this tokenizer's alphabet of "
+                f"{self.vocab_size} characters; build the CharTokenizer "
+                "from a text that contains it"
             ) from None
 
     def encode_iterable(self, lines: Iterable[str]) -> Iterator[int]:
@@ -144,7 +145,12 @@ def merge_adjacent_pair(
 
 # From chapters/01-tokenizer.md, section "Pre-tokenization: where merges may not cross".
 GPT2_SPLIT_PATTERN = (
-    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+    r"'s|'t|'re|'ve|'m|'ll|'d"  # the English contractions
+    r"| ?\p{L}+"  # a run of letters, with the space before it
+    r"| ?\p{N}+"  # a run of digits, likewise
+    r"| ?[^\s\p{L}\p{N}]+"  # other symbols: punctuation and the like
+    r"|\s+(?!\S)"  # whitespace, less the space before the next word
+    r"|\s+"  # whatever whitespace is left
 )
 _GPT2_SPLIT = regex.compile(GPT2_SPLIT_PATTERN)
 
@@ -183,8 +189,9 @@ def train_bpe_merges(
             raise TypeError(f"words must be tuples of ids, got {got}")
         if not all(type(i) is int and 0 <= i < first_id for i in word):
             raise ValueError(
-                f"word {word!r} holds an id outside 0..{first_id - 1}: the ids from "
-                f"first_id={first_id} on are the new ids that the merges create"
+                f"word {word!r} holds an id outside 0..{first_id - 1}: the "
+                f"ids from first_id={first_id} on are the new ids that the "
+                "merges create"
             )
         words.append(word)
         freqs.append(check.positive_int(f"the count of word {word!r}", count))
@@ -270,7 +277,7 @@ class BPETokenizer:
 
     # -- state -------------------------------------------------------------
     def _rebuild(self) -> None:
-        """Derive the vocabulary, merge ranks, special-token regex, cache."""
+        """Derive vocabulary, merge ranks, special-token regex, cache."""
         vocab = [bytes([b]) for b in range(256)]
         vocab += [token.encode("utf-8") for token in self.special_tokens]
         self._merge_ids: dict[tuple[int, int], int] = {}
@@ -316,8 +323,8 @@ class BPETokenizer:
             (left, right), merge = pair, f"merge {rank} {tuple(pair)}"
             if not (0 <= left < next_id and 0 <= right < next_id):
                 raise ValueError(
-                    f"{merge} uses an id that does not exist yet (ids before this merge "
-                    f"are 0..{next_id - 1})"
+                    f"{merge} uses an id that does not exist yet (ids "
+                    f"before this merge are 0..{next_id - 1})"
                 )
             if left in special_ids or right in special_ids:
                 raise ValueError(f"{merge} uses a special token's id")
@@ -353,8 +360,9 @@ class BPETokenizer:
         base = 256 + len(specials)
         if vocab_size < base:
             raise ValueError(
-                f"vocab_size={vocab_size} is smaller than the byte alphabet plus the "
-                f"special tokens (256 + {len(specials)} = {base})"
+                f"vocab_size={vocab_size} is smaller than the byte "
+                f"alphabet plus the special tokens (256 + {len(specials)} "
+                f"= {base})"
             )
         chunks = [text]
         # special tokens are cut out: no merge may involve them
@@ -429,7 +437,8 @@ class BPETokenizer:
         lines = check.text_lines("lines", lines, owner=owner, hint=hint)
         spaced = [token for token in self.special_tokens if regex.search(r"\s", token)]
         if spaced:
-            token = f"the special token {spaced[0]!r}, which contains whitespace"
+            bad = spaced[0]
+            token = f"the special token {bad!r}, which contains whitespace"
             cut = "cuts the text at whitespace, so it cannot stream with"
             raise ValueError(f"{owner} {cut} {token}; use encode()")
         return self._encode_stream(lines)
@@ -533,7 +542,8 @@ class BPETokenizer:
 
     def __repr__(self) -> str:
         return (
-            f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
+            f"BPETokenizer(vocab_size={self.vocab_size}, "
+            f"merges={len(self.merges)}, "
             f"special_tokens={list(self.special_tokens)})"
         )
 

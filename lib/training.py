@@ -370,8 +370,9 @@ def _plain_state(value: Any, where: str) -> Any:
         items = [_plain_state(v, f"{where}[{i}]") for i, v in enumerate(value)]
         return items if isinstance(value, list) else tuple(items)
     raise CheckpointError(
-        f"cannot save {where}, a {type(value).__name__} ({value!r:.60}): a checkpoint "
-        "holds tensors, numbers, strings, lists and dicts only (weights_only loading)"
+        f"cannot save {where}, a {type(value).__name__} ({value!r:.60}): a "
+        "checkpoint holds tensors, numbers, strings, lists and dicts only "
+        "(weights_only loading)"
     )
 
 
@@ -463,12 +464,13 @@ def _mismatches(model: nn.Module, saved: Mapping[str, torch.Tensor]) -> list[str
 
 
 def _config_differences(saved: Any, config: Mapping[str, Any] | None) -> list[str]:
-    """The fields in which the saved configuration differs from ``config``."""
+    """The fields where the saved configuration differs from ``config``."""
     if saved is None or config is None:
         return []
     config, absent = _plain_state(dict(config), "config"), "(absent)"
     return [
-        f"{k}: {saved.get(k, absent)!r} in the checkpoint, {config.get(k, absent)!r} now"
+        f"{k}: {saved.get(k, absent)!r} in the checkpoint, "
+        f"{config.get(k, absent)!r} now"
         for k in sorted(saved.keys() | config.keys())
         if saved.get(k, absent) != config.get(k, absent)
     ]
@@ -723,8 +725,9 @@ class NonFiniteLossError(FloatingPointError):
         # found at a later read: that step and those after it were zeroed
         if found_at != step:
             applied = (
-                f"found at step {found_at}: the gradients of step {step} and after "
-                "were zeroed, so no non-finite value reached the weights"
+                f"found at step {found_at}: the gradients of step {step} "
+                "and after were zeroed, so no non-finite value reached "
+                "the weights"
             )
         super().__init__(
             f"the {what} is {self.value} at step {step}; {applied}, and "

@@ -61,8 +61,9 @@ __all__ = [
 
 # From chapters/10-vit.md, section "Patches as tokens".
 _IMAGES_HINT = (
-    "a ViT takes 4-D floating point images (batch, channels, height, width): add the "
-    "channel axis with images[:, None], convert uint8 pixels with images.float() / 255"
+    "a ViT takes 4-D floating point images (batch, channels, height, "
+    "width): add the channel axis with images[:, None], convert uint8 "
+    "pixels with images.float() / 255"
 )
 
 
@@ -200,8 +201,8 @@ class ViTConfig:
 
 # From chapters/10-vit.md, section "A class token, positions, and chapter 7's encoder".
 _RESIZE = (
-    "one position embedding per patch: resize them, or interpolate its positions "
-    "(exercise 1)"
+    "one position embedding per patch: resize them, or interpolate its "
+    "positions (exercise 1)"
 )
 
 
@@ -268,9 +269,9 @@ class ViT(nn.Module):
 
 # From chapters/10-vit.md, section "The same model as Hugging Face's ViTModel".
 _HF_VIT_FIELDS = (
-    "image_size patch_size num_labels num_channels hidden_size num_attention_heads "
-    "num_hidden_layers intermediate_size hidden_act layer_norm_eps hidden_dropout_prob "
-    "attention_probs_dropout_prob"
+    "image_size patch_size num_labels num_channels hidden_size "
+    "num_attention_heads num_hidden_layers intermediate_size hidden_act "
+    "layer_norm_eps hidden_dropout_prob attention_probs_dropout_prob"
 ).split()
 
 
@@ -379,8 +380,8 @@ def vit_rows(prefix: str = "", head: bool = False, names: str = "4.x") -> list[R
 
 # From chapters/10-vit.md, section "The same model as Hugging Face's ViTModel".
 _POOLER = (
-    "the state dict has a pooler, which ViT does not use: build the reference with "
-    "ViTModel(config, add_pooling_layer=False)"
+    "the state dict has a pooler, which ViT does not use: build the "
+    "reference with ViTModel(config, add_pooling_layer=False)"
 )
 
 

@@ -6,6 +6,7 @@ wider than its box (``scrollWidth > clientWidth``: a horizontal scrollbar) is co
 
     python3 tasks.py pages                    # after `python3 tasks.py book`
     python tools/page_overflow.py --widths 1280 1366 --max 0
+    python tools/page_overflow.py --list     # the widest line of each such block
 
 Chromium comes from the system (Debian/Ubuntu: ``apt install chromium``); ``--chromium``
 names another binary. The page is measured as it is: a copy of it, with a small script
@@ -42,7 +43,7 @@ PROBE = (
     report.textContent = JSON.stringify({
       blocks: blocks.length,
       overflowing: wide.length,
-      examples: wide.slice(0, 3).map((b) => {
+      examples: wide.map((b) => {
         const lines = b.textContent.split("\\n");
         return lines.reduce((a, c) => (c.length > a.length ? c : a), "");
       }),
@@ -114,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max", type=int, default=None, help="fail above this count")
     parser.add_argument("--chromium", default=None)
     parser.add_argument("--pages", type=Path, default=PAGES)
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="print the widest line of every overflowing block (default: one a page)",
+    )
     args = parser.parse_args(argv)
     chromium = find_chromium(args.chromium)
     pages = sorted(p for p in args.pages.glob("*.html") if not p.name.startswith("."))
@@ -126,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         total += sum(c["overflowing"] for c in counts)
         cells = "".join(f"{c['overflowing']:>6}/{c['blocks']:<6}" for c in counts)
         print(f"{page.stem:<24}{cells}")
-        for count in counts:
-            for line in count["examples"][:1]:
-                print(f"    e.g. {line[:100]!r}")
+        for width, count in zip(args.widths, counts):
+            for line in count["examples"][: None if args.list else 1]:
+                print(f"    {width} px, {len(line)} chars: {line[:100]!r}")
     print(f"overflowing blocks in all, over {len(args.widths)} widths: {total}")
     return 1 if args.max is not None and total > args.max else 0
 
