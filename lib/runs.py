@@ -378,7 +378,7 @@ def char_gpt_run(
     }
 
 
-# From chapters/08-training.md, section "BERT: pre-training on six novels, then telling them apart".
+# From chapters/08-training.md, section "BERT: pre-training on six books, then telling them apart".
 def _book_batches(books: list[torch.Tensor], batch_size: int, seq_len: int, seed: int):
     """``step -> batch`` of passages: a book drawn uniformly, then a window
     of it."""

@@ -292,8 +292,9 @@ class BPETokenizer:
             if longest_first
             else None
         )
-        # Where encode_iterable may cut a stream (see _SAFE_CUT): never just
-        # before a character that may start a special token.
+        # Where encode_iterable may cut a stream (see _SAFE_CUT): inside a
+        # run of whitespace, never just before a character that may start a
+        # special token.
         first_chars = {regex.escape(t[0], special_only=True) for t in longest_first}
         starts = "".join(sorted(first_chars))
         self._safe_cut = regex.compile(_SAFE_CUT.format(starts=starts))
