@@ -377,7 +377,7 @@ class Pretrained:
 
 def random_model(name: str) -> nn.Module:
     """Our model of ``name``: its published configuration, random weights
-    (:func:`~lib.models.init_weights`), in eval mode. Nothing is downloaded.
+    (each model's own initialisation), in eval mode. Nothing is downloaded.
     """
     config = reference_config(name)
     if hub_model(name).config_class == "ViTConfig":

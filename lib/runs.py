@@ -245,7 +245,10 @@ def _speed(model: nn.Module, history: TrainHistory, seq_len: int) -> dict[str, A
     peak = peak_flops(device)
     if peak is not None:
         flops = training_flops_per_token(model, seq_len) * history.tokens_per_second
-        speed["mfu"] = flops / peak
+        # tokens_per_second counts the tokens of every process: under DDP
+        # they ran on world_size GPUs
+        world = dist.get_world_size() if dist.is_initialized() else 1
+        speed["mfu"] = flops / (peak * world)
     if device.type == "cuda":
         speed["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     return speed

@@ -257,3 +257,22 @@ def test_a_run_checkpoints_and_resumes(tmp_path, monkeypatch):
     again = char_gpt_run("smoke", sizes=sizes, checkpoint_dir=tmp_path, resume=True)
     assert again["curves"] == first["curves"]
     assert again["metrics"]["val_loss"] == first["metrics"]["val_loss"]
+
+
+def test_mfu_divides_by_the_peak_of_every_process(monkeypatch):
+    """Under DDP, tokens_per_second counts every process's tokens (the whole
+    batch of each step), so the MFU divides by the peak of all the GPUs."""
+    import lib.runs as runs
+    from lib.training import TrainHistory
+
+    cfg = TransformerConfig(
+        vocab_size=50, d_model=32, n_heads=2, n_layers=1, max_len=16
+    )
+    model = GPT(cfg)
+    history = TrainHistory(tokens=6_000, train_seconds=2.0)
+    monkeypatch.setattr(runs, "peak_flops", lambda device: 1e9)
+    alone = runs._speed(model, history, 16)["mfu"]
+    assert alone == pytest.approx(training_flops_per_token(model, 16) * 3_000 / 1e9)
+    monkeypatch.setattr(runs.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(runs.dist, "get_world_size", lambda: 4)
+    assert runs._speed(model, history, 16)["mfu"] == pytest.approx(alone / 4)
