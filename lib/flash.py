@@ -468,7 +468,8 @@ def triton_support(
     """Whether the Triton kernels can run on ``device`` with ``dtype``.
 
     ``device`` is by default the current CUDA GPU, else the CPU. Returns
-    ``(True, how)`` or ``(False, why, what to do)``.
+    ``(True, how)``, or ``(False, why)`` where ``why`` also says what to
+    do.
 
     In Triton's interpreter bfloat16 is computed in float32 (the
     interpreter's own bfloat16 arithmetic is wrong, by orders of magnitude
@@ -994,8 +995,9 @@ def _strides(t: torch.Tensor) -> tuple[int, int, int]:
 
 def _launch_options(q, k, causal, block_q, block_k):
     """Kernel keywords, and whether to autotune (not with explicit blocks,
-    nor in the interpreter). The autotuner's key rounds the lengths up to a
-    power of two, so a growing KV cache does not re-tune at every step."""
+    nor in the interpreter). The autotuner's key is the power of two above
+    the longer length, so a growing KV cache does not re-tune at every
+    step."""
     bucket = 1 << max(q.shape[2], k.shape[2], 1).bit_length()
     options = dict(
         HEAD_DIM=q.shape[-1],

@@ -201,8 +201,8 @@ class ViTConfig:
 
 # From chapters/10-vit.md, section "A class token, positions, and chapter 7's encoder".
 _RESIZE = (
-    "one position embedding per patch: resize them, or interpolate its "
-    "positions (exercise 1)"
+    "one position embedding per patch: resize the images, or interpolate "
+    "the position embeddings (exercise 1)"
 )
 
 

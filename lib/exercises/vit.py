@@ -301,9 +301,9 @@ def check_conv_stem(make_conv_stem: Callable[..., nn.Module]) -> None:
         border = border > 1e-4 * border.max().clamp_min(1e-12)
         if not (border[row_major] and border[row_major + 1]):
             raise ExerciseError(
-                f"{what}: a pixel on the border between patches {row_major} and "
-                f"{row_major + 1} reaches only one of their tokens, so the patches do not "
-                "overlap; use 3×3 kernels with stride 2 and padding 1, not a p×p kernel"
+                f"{what}: a pixel half a patch inside patch {row_major} does not reach "
+                f"token {row_major + 1} as well, so the patches do not overlap; use 3×3 "
+                "kernels with stride 2 and padding 1, not a p×p kernel"
             )
 
         # Not an affine map: stacked convolutions without ReLU collapse into one.
