@@ -402,14 +402,14 @@ def register_attention_backend(
 
     ``fn(q, k, v, mask=None, bias=None, dropout_p=0.0, *, scale=None,
     causal=False)``
-    receives ``q`` ``(batch heads q_pos d_head)``, ``k`` and ``v``
-    ``(batch kv_heads k_pos d_head)`` (``heads`` a multiple of
-    ``kv_heads``), a boolean ``mask`` (True = may attend) and/or an additive
-    float ``bias``, both broadcasting to ``(batch heads q_pos k_pos)``, the
-    score ``scale`` (None: ``1/sqrt(d_head)``), ``causal`` (bottom-right
-    aligned) and the dropout probability on the weights. It returns
-    ``(batch heads q_pos d_head)``, with zeros for a query whose keys are
-    all masked.
+    receives ``q`` ``(batch heads q_pos d_head)``, ``k`` ``(batch kv_heads
+    k_pos d_head)`` and ``v`` ``(batch kv_heads k_pos d_v)`` (``heads`` a
+    multiple of ``kv_heads``), a boolean ``mask`` (True = may attend)
+    and/or an additive float ``bias``, both broadcasting to ``(batch heads
+    q_pos k_pos)``, the score ``scale`` (None: ``1/sqrt(d_head)``),
+    ``causal`` (bottom-right aligned) and the dropout probability on the
+    weights. It returns ``(batch heads q_pos d_v)``, with zeros for a query
+    whose keys are all masked.
     """
     owner = "register_attention_backend()"
     check.string("name", name, nonempty=True, owner=owner)

@@ -490,10 +490,12 @@ def t5_relative_position_bucket(
     """T5's bucket of each relative position ``key_pos - query_pos`` (< 0:
     the past).
 
-    Within a direction, ``num_buckets`` buckets are split in two: distances
-    below ``max_exact = num_buckets // 2`` get a bucket each; larger ones
-    share buckets whose width grows logarithmically, up to ``max_distance``;
-    every distance from ``max_distance`` on lands in the last bucket.
+    Within a direction (all ``num_buckets`` when causal, half of them when
+    bidirectional), the buckets are split in two: distances below
+    ``max_exact`` (half a direction's buckets) get a bucket each; larger
+    ones share buckets whose width grows logarithmically, up to
+    ``max_distance``; every distance from ``max_distance`` on lands in the
+    last bucket.
     ``bidirectional=True`` gives half of the buckets to each direction
     (future keys in the upper half); ``bidirectional=False`` (causal) sends
     every future key to bucket 0, as it will be masked anyway. Shapes:
