@@ -559,7 +559,9 @@ def speculative_generate(
     prompt and up to ``max_new_tokens`` new ids, ending at the first of
     ``stop_ids``. The random choices are made by ``sampler`` (default
     :class:`TorchSampler` of ``generator``). ``return_stats`` also returns
-    counts: target and draft calls, proposed and accepted tokens.
+    counts: target and draft calls; drafted (``proposed``), ``examined``
+    and ``accepted`` tokens (drafts after a rejection are never examined,
+    so ``accepted / examined`` estimates the acceptance rate).
     """
     ids, squeeze = _check_prompt(prompt_ids, target, max_new_tokens)
     _check_prompt(prompt_ids, draft, max_new_tokens)
@@ -573,7 +575,13 @@ def speculative_generate(
     sampler = TorchSampler(generator) if sampler is None else sampler
     if not all(callable(getattr(sampler, m, None)) for m in ("categorical", "accept")):
         raise TypeError("sampler needs categorical(probs) and accept(probability)")
-    stats = {"target_calls": 0, "draft_calls": 0, "proposed": 0, "accepted": 0}
+    stats = {
+        "target_calls": 0,
+        "draft_calls": 0,
+        "proposed": 0,
+        "examined": 0,
+        "accepted": 0,
+    }
 
     def probs(logits: torch.Tensor) -> torch.Tensor:
         # the loop reads every distribution anyway
@@ -637,6 +645,8 @@ def speculative_generate(
         else:
             accepted.append(sampler.categorical(target_probs[gamma]))
         n_kept = len(accepted) - 1  # proposals accepted as they were
+        # tested: up to and including the first rejected one
+        stats["examined"] += min(len(accepted), gamma)
         stats["accepted"] += n_kept
 
         # Roll both caches back to the tokens that stay: what came before

@@ -598,7 +598,7 @@ def test_speculative_stats_crops_and_calls():
     # a draft that is the target is always right: 5 tokens per call, no rollback
     assert stats["accepted"] == stats["proposed"]
     assert stats["target_calls"] == 4
-    assert stats["draft_calls"] == stats["proposed"] == 16
+    assert stats["draft_calls"] == stats["proposed"] == stats["examined"] == 16
     assert not [entry for entry in target.log if entry[0] == "crop"]
 
     target, draft = ToyLM(vocab_size=13, seed=20), ToyLM(vocab_size=13, seed=21)
@@ -613,6 +613,9 @@ def test_speculative_stats_crops_and_calls():
     )
     assert len(out) == 42
     assert stats["accepted"] < stats["proposed"]
+    # the drafts after a rejection are never examined; one rejection a call at most
+    assert stats["accepted"] < stats["examined"] < stats["proposed"]
+    assert stats["examined"] - stats["accepted"] <= stats["target_calls"]
     assert 40 == stats["accepted"] + stats["target_calls"]  # one own token per call
     # rejected proposals were rolled back
     assert [entry for entry in target.log if entry[0] == "crop"]
@@ -625,7 +628,13 @@ def test_speculative_with_nothing_to_generate():
     prompt = torch.tensor([1, 2])
     out, stats = speculative_generate(model, model, prompt, 0, return_stats=True)
     assert torch.equal(out, torch.tensor([1, 2])) and model.calls == []
-    assert stats == {"target_calls": 0, "draft_calls": 0, "proposed": 0, "accepted": 0}
+    assert stats == {
+        "target_calls": 0,
+        "draft_calls": 0,
+        "proposed": 0,
+        "examined": 0,
+        "accepted": 0,
+    }
 
 
 def test_speculative_checks_the_vocabularies():
