@@ -1,7 +1,7 @@
 """Benchmark: lib's MultiHeadAttention (SDPA backend) against torch.nn.MultiheadAttention.
 
 Forward and backward of self-attention at batch 8, length 256, d_model 256, 8 heads, fp32, on
-the CPU (or the device given by TFS_DEVICE). Prints the median of several repeats after a
+the best device here (CUDA, MPS, then the CPU; TFS_DEVICE forces one). Prints the median of several repeats after a
 warm-up, and the ratio lib / torch; it never asserts on time.
 
     python bench/bench_attention.py [--repeats 20] [--batch 8] [--seq 256] [--d-model 256] [--heads 8]

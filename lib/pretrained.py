@@ -44,6 +44,7 @@ from lib.datasets import DATA_DIR, ChecksumError, sha256_file
 from lib.hf_weights import REFERENCE_FAMILIES, from_reference, load_checked
 from lib.models import GPT, T5, TransformerConfig, count_parameters
 from lib.tokenizer import CharTokenizer
+from lib.utils import get_device
 from lib.vit import ViT, ViTConfig, config_from_vit, load_hf_vit_state_dict
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
@@ -461,7 +462,7 @@ def load_pretrained(
     if verbose:
         print(notice)
     if device is not None:
-        ours = ours.to(device)
+        ours = ours.to(get_device(str(device)))
     real = reference is not None
     return Pretrained(
         ours, tokenizer, model.name, real, source, model.licence, labels, notice
@@ -483,7 +484,8 @@ class Shipped:
     ``tokenizer`` (a :class:`~lib.tokenizer.CharTokenizer`, or None),
     ``name``, and ``entry``, its record in the manifest (``file``,
     ``sha256``, ``bytes``, ``kind``, ``dtype``, ``parameters``, ``metrics``,
-    ``record``, ``command``)."""
+    ``record``, ``command``, and ``inputs``: how to prepare what the model
+    reads, such as the pixel mean and std a ViT was trained with)."""
 
     model: nn.Module
     tokenizer: CharTokenizer | None
@@ -531,6 +533,7 @@ def save_shipped(
     metrics: Mapping[str, Any] | None = None,
     record: str | None = None,
     command: str | None = None,
+    inputs: Mapping[str, Any] | None = None,
     directory: str | os.PathLike = CHECKPOINTS,
 ) -> Path:
     """Write ``model`` (a :class:`~lib.models.GPT` or :class:`~lib.vit.ViT`)
@@ -541,7 +544,8 @@ def save_shipped(
     state dict (float32, or float16 above :data:`FP32_LIMIT` bytes) and the
     characters of ``tokenizer``. The manifest records the file's sha256 and
     size, the parameter count, ``metrics`` (JSON values), ``record`` (the
-    run's record) and ``command`` (what trained it).
+    run's record), ``command`` (what trained it) and ``inputs`` (JSON
+    values: what a user must do to the inputs, such as normalising images).
     """
     kinds = {"gpt": GPT, "vit": ViT}
     kind = next((k for k, c in kinds.items() if isinstance(model, c)), None)
@@ -553,6 +557,7 @@ def save_shipped(
     check.instance("tokenizer", tokenizer, (CharTokenizer, type(None)))
     entry = dict(kind=kind, parameters=count_parameters(model))
     entry |= dict(metrics=dict(metrics or {}), record=record, command=command)
+    entry["inputs"] = dict(inputs or {})
     # a value that JSON cannot hold fails here, before anything is written
     json.dumps(entry)
     state, entry["dtype"] = _stored_state(model)
@@ -616,5 +621,7 @@ def load_shipped(
     load_checked(model, payload["state_dict"])
     chars = payload["chars"]
     tokenizer = None if chars is None else CharTokenizer("".join(chars))
-    model = model.to("cpu" if device is None else device).eval()
+    # get_device names a device this machine lacks, in words
+    where = "cpu" if device is None else get_device(str(device))
+    model = model.to(where).eval()
     return Shipped(model, tokenizer, name, entry)

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 export TFS_PROFILE=full
 n_gpus=$(python -c "import torch; print(torch.cuda.device_count())")
 if [ "$n_gpus" -eq 0 ]; then
-    echo "no CUDA GPU here: the full runs are meant for a GPU (use --profile smoke on a CPU)" >&2
+    echo "no CUDA GPU here: the full runs are meant for a GPU (on a CPU: python -m lib.runs --run gpt --profile smoke)" >&2
     exit 1
 elif [ "$n_gpus" -gt 1 ]; then
     launch=(torchrun --standalone --nproc_per_node="$n_gpus" -m lib.runs --)

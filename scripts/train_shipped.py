@@ -15,10 +15,12 @@ transformer that works:
         --set seq_len=128 --set batch_size=32 --set lr=0.002 --set warmup=100 \\
         --set eval_every=500 --set eval_iters=20 --checkpoint-dir RUN_DIR --quiet
     python scripts/train_shipped.py char-gpt --checkpoint-dir RUN_DIR
-    python scripts/train_shipped.py vit-mnist
+    python scripts/train_shipped.py vit-mnist --steps 2500 --patch-size 7 --d-model 96 \\
+        --n-layers 4
 
-Each writes a record under ``book/results/`` (:func:`lib.utils.write_record`) and the
-checkpoint with its sha256 in ``lib/data/checkpoints/manifest.json``. ``--dry-run``
+(the shipped ViT's sizes: the script's defaults make another, larger one). Each writes
+a record under ``book/results/`` (:func:`lib.utils.write_record`) and the checkpoint with
+its sha256 in ``lib/data/checkpoints/manifest.json``. ``--dry-run``
 trains for a few steps into a temporary folder (the tests run it).
 """
 
@@ -136,10 +138,17 @@ def train_vit(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> 
         ),
         device="cpu",
     )
-    save_shipped(  # the pixel mean and std it was trained with are in the record
+    save_shipped(
         model,
         "vit-mnist",
         metrics=metrics,
+        # what a user must do to an image before the model reads it
+        inputs=dict(
+            pixels="in [0, 1] (lib.datasets.load_mnist's uint8 / 255), then "
+            "(x - mean) / std",
+            mean=mean,
+            std=std,
+        ),
         record=_relative(out / "metrics.json"),
         command=f"python scripts/train_shipped.py {shlex.join(sys.argv[1:])}",
         directory=shipped_dir or CHECKPOINTS,

@@ -474,3 +474,30 @@ def test_every_checkpoint_the_course_ships_loads(name):
     shipped = load_shipped(name)  # its sha256 checked against the manifest
     assert not shipped.model.training
     assert count_parameters(shipped.model) == shipped.entry["parameters"]
+
+
+def test_the_shipped_vit_says_how_to_prepare_its_images():
+    """The manifest's ``inputs`` are what the shipped ViT needs: with them it
+    scores its recorded accuracy on the held-out images, without them it fails."""
+    from lib.datasets import load_mnist
+
+    shipped = load_shipped("vit-mnist")
+    inputs = shipped.entry["inputs"]
+    images_u8, labels = load_mnist()
+    # chapter 10's split: the first 1,000 of a seed-0 permutation are held out
+    held_out = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
+    held_out = held_out[:1_000]
+    pixels = images_u8[held_out].float().div(255).unsqueeze(1)
+    with torch.no_grad():
+        prepared = shipped.model((pixels - inputs["mean"]) / inputs["std"])
+        raw = shipped.model(pixels)
+    accuracy = (prepared.argmax(-1) == labels[held_out]).float().mean().item()
+    raw_accuracy = (raw.argmax(-1) == labels[held_out]).float().mean().item()
+    assert accuracy == pytest.approx(shipped.entry["metrics"]["val_accuracy"], abs=1e-3)
+    assert raw_accuracy < 0.5
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_device_this_machine_lacks_is_named():
+    with pytest.raises(RuntimeError, match="'cuda' was asked for, but CUDA is not"):
+        load_shipped("vit-mnist", device="cuda")

@@ -248,6 +248,10 @@ def test_train_shipped_dry_run_trains_records_and_packages(tmp_path: Path):
     assert record["metrics"]["steps"] == 4 and record["device"] == "cpu"
     shipped = load_shipped("vit-mnist", directory=tmp_path / "checkpoints")
     assert shipped.entry["record"].endswith("10-vit-mnist-cpu/metrics.json")
+    # the pixel statistics it was trained with, for whoever loads it
+    extra = record["extra"]
+    assert shipped.entry["inputs"]["mean"] == extra["mean"]
+    assert shipped.entry["inputs"]["std"] == extra["std"]
     assert shipped.model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
     assert not (ROOT / "book" / "results" / "10-vit-mnist-cpu" / "train.csv").samefile(
         tmp_path / "10-vit-mnist-cpu" / "train.csv"
