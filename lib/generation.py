@@ -110,7 +110,8 @@ def _check_prompt(prompt_ids, model, max_new_tokens) -> tuple[torch.Tensor, bool
     takes the three)."""
     if not callable(getattr(model, "step", None)):
         raise TypeError(f"model needs step(ids, cache), got {type(model).__name__}")
-    check.tensor("prompt_ids", prompt_ids, integer=True)
+    hint = "a list of ids becomes one with torch.tensor(ids)"
+    check.tensor("prompt_ids", prompt_ids, integer=True, hint=hint)
     shape = tuple(prompt_ids.shape)
     if prompt_ids.dim() not in (1, 2):
         raise ValueError(f"prompt_ids must be (batch, seq) or (seq,), got {shape}")
@@ -119,6 +120,20 @@ def _check_prompt(prompt_ids, model, max_new_tokens) -> tuple[torch.Tensor, bool
     ids = prompt_ids if prompt_ids.dim() == 2 else rearrange(prompt_ids, "seq -> 1 seq")
     _check_ids_in_vocab(ids, _vocab_size(model), "prompt_ids")
     check.int_at_least("max_new_tokens", max_new_tokens, 0)
+    # a decoder-only model's prompt and new tokens share its position
+    # table: refuse now, not after hundreds of tokens (the last new token is
+    # never fed back)
+    cfg = getattr(model, "cfg", None)
+    positions = getattr(cfg, "positions", None)
+    needed = ids.shape[1] + max_new_tokens - 1
+    if positions in ("learned", "sinusoidal", "rope") and needed > cfg.max_len:
+        raise ValueError(
+            f"a prompt of {ids.shape[1]} tokens and max_new_tokens="
+            f"{max_new_tokens} need {needed} positions, but the model's "
+            f"{positions} position table has max_len={cfg.max_len}: lower "
+            "max_new_tokens or shorten the prompt, or build the model with "
+            "a larger max_len"
+        )
     return ids.long(), prompt_ids.dim() == 1
 
 

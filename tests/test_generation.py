@@ -29,6 +29,7 @@ from lib.generation import (
     top_k_filter,
     top_p_filter,
 )
+from lib.models import GPT, TransformerConfig
 
 
 @pytest.fixture(autouse=True)
@@ -833,3 +834,30 @@ def test_every_generation_function_names_the_bad_argument(index):
     call, error, match = _generation_calls()[index]
     with pytest.raises(error, match=match):
         call()
+
+
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_decoding_refuses_more_positions_than_the_table_up_front(positions):
+    """A prompt of 3 and 6 new tokens feed 8 positions (the last new token is
+    not fed back): that fits max_len=8; 7 new tokens do not, and every
+    decoding loop says so before it starts."""
+    cfg = TransformerConfig(
+        vocab_size=20, d_model=16, n_heads=2, n_layers=1, max_len=8, positions=positions
+    )
+    model = GPT(cfg).eval()
+    prompt = torch.tensor([1, 2, 3])
+    assert generate(model, prompt, 6, temperature=0).shape == (9,)
+    assert beam_search(model, prompt, 6, beam_size=2).shape == (9,)
+    for decode in (
+        lambda: generate(model, prompt, 7, temperature=0),
+        lambda: beam_search(model, prompt, 7, beam_size=2),
+        lambda: speculative_generate(model, model, prompt, 7, temperature=0),
+    ):
+        with pytest.raises(ValueError, match="need 9 positions.*max_len=8"):
+            decode()
+
+
+def test_a_list_prompt_is_told_to_become_a_tensor():
+    model = GPT(TransformerConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1))
+    with pytest.raises(TypeError, match=r"torch.tensor\(ids\)"):
+        generate(model, [1, 2], 3)
