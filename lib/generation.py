@@ -124,13 +124,13 @@ def _check_prompt(prompt_ids, model, max_new_tokens) -> tuple[torch.Tensor, bool
     # table: refuse now, not after hundreds of tokens (the last new token is
     # never fed back)
     cfg = getattr(model, "cfg", None)
-    positions = getattr(cfg, "positions", None)
+    limit = getattr(cfg, "max_positions", None)
     needed = ids.shape[1] + max_new_tokens - 1
-    if positions in ("learned", "sinusoidal", "rope") and needed > cfg.max_len:
+    if limit is not None and needed > limit:
         raise ValueError(
             f"a prompt of {ids.shape[1]} tokens and max_new_tokens="
             f"{max_new_tokens} need {needed} positions, but the model's "
-            f"{positions} position table has max_len={cfg.max_len}: lower "
+            f"{cfg.positions} position table has max_len={limit}: lower "
             "max_new_tokens or shorten the prompt, or build the model with "
             "a larger max_len"
         )

@@ -198,6 +198,13 @@ class TransformerConfig:
     def decoder_layers(self) -> int:
         return self.n_decoder_layers or self.n_layers
 
+    @property
+    def max_positions(self) -> int | None:
+        """The positions a table holds (learned, sinusoidal, RoPE):
+        ``max_len``; None for relative schemes (ALiBi, T5) and none."""
+        bounded = self.positions in ("learned", "sinusoidal", "rope")
+        return self.max_len if bounded else None
+
 
 # From chapters/07-families.md, section "The parts".
 def _check_ids(ids: object, vocab_size: int, name: str = "ids") -> torch.Tensor:
@@ -807,7 +814,7 @@ class GPT(nn.Module):
 def _check_positions(cfg: TransformerConfig, end: int, owner: str) -> None:
     """Positions ``0..end-1`` fit the position table (learned, sinusoidal,
     RoPE)."""
-    if end > cfg.max_len and cfg.positions in ("learned", "sinusoidal", "rope"):
+    if cfg.max_positions is not None and end > cfg.max_positions:
         table = f"max_len={cfg.max_len} of its {cfg.positions} position table"
         raise ValueError(f"{owner}: positions up to {end - 1} exceed {table}")
 

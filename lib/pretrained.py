@@ -556,8 +556,12 @@ def save_shipped(
         raise ValueError(f"name: lower-case letters, digits, - and ., got {name!r}")
     check.instance("tokenizer", tokenizer, (CharTokenizer, type(None)))
     entry = dict(kind=kind, parameters=count_parameters(model))
-    entry |= dict(metrics=dict(metrics or {}), record=record, command=command)
-    entry["inputs"] = dict(inputs or {})
+    entry |= dict(
+        metrics=dict(metrics or {}),
+        record=record,
+        command=command,
+        inputs=dict(inputs or {}),
+    )
     # a value that JSON cannot hold fails here, before anything is written
     json.dumps(entry)
     state, entry["dtype"] = _stored_state(model)

@@ -439,3 +439,24 @@ def test_lazily_loaded_backends_are_valid_config_names_in_a_fresh_process():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "flash_torch"
+
+
+def test_max_positions_bounds_only_tables_indexed_by_position():
+    """Learned, sinusoidal and RoPE tables hold max_len positions; ALiBi, T5's
+    buckets and no positions at all have no such bound."""
+    from lib.models import POSITION_KINDS
+
+    limits = {
+        kind: TransformerConfig(
+            vocab_size=10, d_model=8, n_heads=2, n_layers=1, positions=kind, max_len=12
+        ).max_positions
+        for kind in POSITION_KINDS
+    }
+    assert limits == {
+        "learned": 12,
+        "sinusoidal": 12,
+        "rope": 12,
+        "alibi": None,
+        "t5": None,
+        "none": None,
+    }
