@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.tangle import is_chapter, write_notebook
+from tools.tangle import NOTEBOOK_DIR, is_chapter, write_notebook
 
 # Tests run the small CPU profile unless the caller asked for another one explicitly.
 os.environ.setdefault("TFS_PROFILE", "smoke")
@@ -23,6 +23,17 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 # slow the tiny models of the tests down many times over.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def notebook_dir() -> Path:
+    """Where the chapters are converted (and, with nbmake's ``--overwrite``, executed):
+    ``_build/notebooks`` for the smoke profile, whose executed notebooks the book renders;
+    a folder of their own for another profile or a dry run, which must not replace them."""
+    profile = os.environ.get("TFS_PROFILE", "smoke")
+    dry = os.environ.get("TFS_DRY", "") not in ("", "0")
+    if profile == "smoke" and not dry:
+        return NOTEBOOK_DIR
+    return NOTEBOOK_DIR.with_name(f"notebooks-{profile}{'-dry' if dry else ''}")
 
 
 def pytest_collect_file(file_path: Path, parent):
@@ -36,7 +47,7 @@ def pytest_collect_file(file_path: Path, parent):
 
         def collect(self):
             yield NotebookItem.from_parent(
-                self, filename=str(write_notebook(self.path))
+                self, filename=str(write_notebook(self.path, notebook_dir()))
             )
 
     return ChapterNotebook.from_parent(parent, path=file_path)

@@ -55,7 +55,10 @@ __all__ = [
     "get_profile",
     "PROFILES",
     "is_smoke",
+    "DRY_ENV",
+    "is_dry",
     "pick",
+    "assert_trained",
     "get_device",
     "get_precision",
     "autocast",
@@ -72,6 +75,7 @@ __all__ = [
 ]
 
 PROFILE_ENV = "TFS_PROFILE"
+DRY_ENV = "TFS_DRY"
 DEVICE_ENV = "TFS_DEVICE"
 Profile = Literal["smoke", "colab", "full"]
 PROFILES: tuple[Profile, ...] = ("smoke", "colab", "full")
@@ -106,15 +110,45 @@ def is_smoke() -> bool:
     return get_profile() == "smoke"
 
 
-def pick(*, smoke: T, full: T, colab: T = _UNSET, profile: str | None = None) -> T:
+def is_dry() -> bool:
+    """True in a dry run (``TFS_DRY=1``): a profile's shapes on any machine, loops cut.
+
+    A dry run executes a chapter with the sizes, lengths, tokenizers and data paths that
+    its profile chooses (``TFS_PROFILE=colab TFS_DRY=1`` runs what a Colab reader runs),
+    but every loop count given to :func:`pick` as ``dry=`` takes that value instead (one
+    or two steps), so the colab and full profiles execute on a CPU in CI before a reader
+    runs them. Claims that need the full training are reported, not asserted
+    (:func:`assert_trained`).
+    """
+    value = os.environ.get(DRY_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"{DRY_ENV}={os.environ[DRY_ENV]!r}: use 1 (a dry run) or 0")
+
+
+def pick(
+    *,
+    smoke: T,
+    full: T,
+    colab: T = _UNSET,
+    dry: T = _UNSET,
+    profile: str | None = None,
+) -> T:
     """Choose a value by run profile: ``pick(smoke=64, full=1024, colab=512)``.
 
-    Without ``colab=``, the ``colab`` profile takes the ``full`` value. ``profile``
-    names the profile to choose for (to size another profile's run, say for an
-    estimate); by default the active one, :func:`get_profile`.
+    Without ``colab=``, the ``colab`` profile takes the ``full`` value. ``dry=`` marks
+    a loop count (steps, repetitions, a sweep): a dry run (:func:`is_dry`) takes it in
+    place of the profile's value; sizes and shapes have no ``dry=`` and keep their
+    profile's value in a dry run too. ``profile`` names the profile to choose for (to
+    size another profile's run, say for an estimate); by default the active one,
+    :func:`get_profile`, and then a dry run's ``dry=`` applies.
     """
     if profile is None:
         profile = get_profile()
+        if dry is not _UNSET and is_dry():
+            return dry
     elif profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}, got {profile!r}")
     if profile == "smoke":
@@ -122,6 +156,20 @@ def pick(*, smoke: T, full: T, colab: T = _UNSET, profile: str | None = None) ->
     if profile == "colab" and colab is not _UNSET:
         return colab
     return full
+
+
+def assert_trained(condition: bool, claim: str) -> None:
+    """Assert a claim that holds only after the profile's whole training run.
+
+    In a dry run the loops were cut to a step or two, so the claim is printed as not
+    checked instead of asserted; in every real run it is asserted, with ``claim`` as the
+    message when it fails.
+    """
+    if is_dry():
+        print(f"[dry run] not checked (training was cut short): {claim}")
+        return
+    if not condition:
+        raise AssertionError(claim)
 
 
 def get_device(prefer: str | None = None) -> torch.device:

@@ -58,16 +58,18 @@ def is_chapter(path: Path) -> bool:
     )
 
 
-def write_notebook(chapter: Path) -> Path:
-    """Convert a chapter to ``_build/notebooks/NN-name.ipynb`` and return that path.
+def write_notebook(chapter: Path, directory: Path | None = None) -> Path:
+    """Convert a chapter to ``_build/notebooks/NN-name.ipynb`` (or into ``directory``) and
+    return that path.
 
     Written under a temporary name and moved into place, so parallel test workers converting
     the same chapter never read half a file.
     """
     import jupytext
 
-    NOTEBOOK_DIR.mkdir(parents=True, exist_ok=True)
-    target = NOTEBOOK_DIR / (chapter.stem + ".ipynb")
+    directory = NOTEBOOK_DIR if directory is None else directory
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / (chapter.stem + ".ipynb")
     partial = target.with_name(f"{target.stem}.{os.getpid()}.part")
     partial.write_text(
         jupytext.writes(jupytext.read(chapter), fmt="ipynb"), encoding="utf-8"
