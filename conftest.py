@@ -36,6 +36,14 @@ def notebook_dir() -> Path:
     return NOTEBOOK_DIR.with_name(f"notebooks-{profile}{'-dry' if dry else ''}")
 
 
+def pytest_configure(config):
+    # nbmake writes each executed chapter back over its converted copy in
+    # notebook_dir(): the book build takes the smoke run's outputs from there
+    # (tools/book_cache.py) instead of executing every chapter a second time.
+    if hasattr(config.option, "overwrite"):
+        config.option.overwrite = True
+
+
 def pytest_collect_file(file_path: Path, parent):
     if not is_chapter(file_path):
         return None

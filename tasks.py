@@ -8,6 +8,7 @@
     python3 tasks.py notebooks  # regenerate notebooks/ (the Colab notebooks) and their links
     python3 tasks.py compat   # the transformers comparisons under its lowest and newest versions
     python3 tasks.py dry      # every chapter in the colab profile's shapes, loops cut (CPU)
+    python3 tasks.py install test  # only install what a command needs (CI's first phase)
     python3 tasks.py pages    # code blocks wider than the column, in headless Chromium
     python3 tasks.py lint     # ruff: lint and format check of lib/, tests/ and the chapters
     python3 tasks.py fmt      # ruff: format lib/, tests/ and the chapters' code cells
@@ -289,10 +290,16 @@ def cmd_book(strict: bool, verbose: bool = False) -> None:
     # jupyter-book 1.x has no `python -m` entry point: call its CLI from this interpreter,
     # with Sphinx's colour codes switched off (jupyter-book does not do it for a pipe).
     cli = "from sphinx.util.console import nocolor; nocolor(); from jupyter_book.cli.main import main; main()"
+    # chapters that `tasks.py test` executed since their last change (and lib's) are
+    # rendered from those outputs: CI executes each chapter once (tools/book_cache.py)
+    from tools.book_cache import prime
+
+    for name, what in prime(env["TFS_PROFILE"]).items():
+        say(f"{name}: {what}")
     say(
-        f"rendering the book in the {env['TFS_PROFILE']} profile: chapters changed since the "
-        "last build in this profile are executed (a few minutes; one line each), the "
-        "others come from the profile's cache"
+        f"rendering the book in the {env['TFS_PROFILE']} profile: a chapter that neither "
+        "the tests nor an earlier build executed since its last change is executed now "
+        "(one line each, with its time)"
     )
     start = time.monotonic()
     code = echo_build([sys.executable, "-c", cli, "build", ".", *flags], env)
@@ -658,6 +665,12 @@ def main() -> None:
     )
     dry.add_argument("chapters", nargs="*", help="chapter files (default: all)")
     dry.add_argument("--profile", choices=["colab", "full"], default="colab")
+    install = sub.add_parser(
+        "install", help="only install what a command needs (an extra: test, book, ...)"
+    )
+    install.add_argument(
+        "extra", choices=["test", "book", "notebooks", "chapters"], default="test"
+    )
     sub.add_parser("lint", help="ruff lint and format check")
     sub.add_parser("fmt", help="ruff format, chapters included")
     args, unknown = parser.parse_known_args()
@@ -678,6 +691,8 @@ def main() -> None:
         cmd_pages(unknown)
     elif args.command == "compat":
         cmd_compat(args.which, unknown)
+    elif args.command == "install":
+        ensure_installed(args.extra)
     elif args.command == "dry":
         cmd_dry(args.profile, args.chapters, unknown)
     elif args.command == "tangle":

@@ -104,10 +104,13 @@ def _check_ids_in_vocab(ids: torch.Tensor, vocab_size: int | None, name: str) ->
         raise ValueError(f"{message}: min {low}, max {high}")
 
 
-def _check_prompt(prompt_ids, model, max_new_tokens) -> tuple[torch.Tensor, bool]:
-    """The prompt as ``(batch seq)`` int64, and whether it came as
-    ``(seq,)``; the model and ``max_new_tokens`` too (every decoding loop
-    takes the three)."""
+def _check_prompt(
+    prompt_ids, model, max_new_tokens, crop=None
+) -> tuple[torch.Tensor, bool, int | None]:
+    """The prompt as ``(batch seq)`` int64, whether it came as ``(seq,)``,
+    and the window to crop the context to (the position table's length,
+    or None: no cropping needed); the model, ``max_new_tokens`` and
+    ``crop`` too (None: this loop cannot crop)."""
     if not callable(getattr(model, "step", None)):
         raise TypeError(f"model needs step(ids, cache), got {type(model).__name__}")
     hint = "a list of ids becomes one with torch.tensor(ids)"
@@ -120,21 +123,30 @@ def _check_prompt(prompt_ids, model, max_new_tokens) -> tuple[torch.Tensor, bool
     ids = prompt_ids if prompt_ids.dim() == 2 else rearrange(prompt_ids, "seq -> 1 seq")
     _check_ids_in_vocab(ids, _vocab_size(model), "prompt_ids")
     check.int_at_least("max_new_tokens", max_new_tokens, 0)
+    if crop is not None:
+        check.boolean("crop", crop)
     # a decoder-only model's prompt and new tokens share its position
-    # table: refuse now, not after hundreds of tokens (the last new token is
-    # never fed back)
+    # table: crop, or refuse now, not after hundreds of tokens (the last
+    # new token is never fed back)
     cfg = getattr(model, "cfg", None)
     limit = getattr(cfg, "max_positions", None)
     needed = ids.shape[1] + max_new_tokens - 1
-    if limit is not None and needed > limit:
+    if limit is None or needed <= limit:
+        return ids.long(), prompt_ids.dim() == 1, None
+    if not crop:
+        hint = (
+            f"pass crop=True to decode with the last {limit} ids as context, "
+            if crop is False
+            else ""
+        )
         raise ValueError(
             f"a prompt of {ids.shape[1]} tokens and max_new_tokens="
             f"{max_new_tokens} need {needed} positions, but the model's "
-            f"{cfg.positions} position table has max_len={limit}: lower "
-            "max_new_tokens or shorten the prompt, or build the model with "
-            "a larger max_len"
+            f"{cfg.positions} position table has max_len={limit}: {hint}"
+            "lower max_new_tokens or shorten the prompt, or build the "
+            "model with a larger max_len"
         )
-    return ids.long(), prompt_ids.dim() == 1
+    return ids.long(), prompt_ids.dim() == 1, limit
 
 
 def _first_step(model: Any, ids: torch.Tensor, ids_to_check: dict) -> tuple:
@@ -296,6 +308,17 @@ def _sample(logits, temperature, top_k, top_p, generator) -> torch.Tensor:
 
 
 # From chapters/07-families.md, section "The generation loop".
+def _advance(step, new_ids, cache, context, window):
+    """Logits ``(batch new vocab)`` and cache after ``new_ids`` ``(batch
+    new)``: one cached step while the context fits ``window`` (None:
+    always), else a fresh pass over the last ``window`` ids of ``context``
+    ``(batch seq)``, which ends with ``new_ids``."""
+    if window is None or cache.seq_len + new_ids.shape[1] <= window:
+        return step(new_ids, cache)
+    return step(context[:, -window:], None)
+
+
+# From chapters/07-families.md, section "The generation loop".
 def generate(
     model: Any,
     prompt_ids: torch.Tensor,
@@ -307,6 +330,7 @@ def generate(
     stop_ids: Iterable[int] = (),
     pad_id: int | None = None,
     generator: torch.Generator | None = None,
+    crop: bool = True,
 ) -> torch.Tensor:
     """Greedy decoding (``temperature=0``) or sampling, with the model's
     cache.
@@ -321,14 +345,25 @@ def generate(
 
     The prompt goes through ``model.step`` (checked); the loop's own tokens
     through ``model.step_unchecked`` where the model has one.
+
+    Past the model's position table (learned, sinusoidal, RoPE:
+    ``model.cfg.max_positions``), ``crop=True`` keeps the last ``max_len``
+    ids as context, as nanoGPT does. The cache cannot slide with that
+    window (every cached key was computed at a position the slide shifts),
+    so once it is full each new token is a fresh pass over ``max_len``
+    tokens instead of one cached step: O(max_len) tokens per step instead
+    of 1. ``crop=False`` refuses such a call up front. Within the table,
+    or without one (ALiBi, T5), the cached loop is unchanged.
     """
-    ids, squeeze = _check_prompt(prompt_ids, model, max_new_tokens)
+    ids, squeeze, window = _check_prompt(prompt_ids, model, max_new_tokens, crop)
     _check_knobs(temperature, top_k, top_p, generator)
     stops, fill, to_check = _stop_and_pad(stop_ids, pad_id, ids, model)
     if max_new_tokens == 0:
         return _output(ids.clone(), squeeze)
 
-    logits, cache = _first_step(model, ids, to_check)
+    # the ids the model sees: all of them, or the last `window`
+    context = ids if window is None else ids[:, -window:]
+    logits, cache = _first_step(model, context, to_check)
     step = _unchecked(model)
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     # rows given unusable logits, read at the end
@@ -345,7 +380,10 @@ def generate(
             if bool(finished.all()):
                 break
         if position + 1 < max_new_tokens:
-            logits, cache = step(rearrange(token, "batch -> batch 1"), cache)
+            column = rearrange(token, "batch -> batch 1")
+            if window is not None:
+                context = torch.cat([context, column], dim=1)[:, -window:]
+            logits, cache = _advance(step, column, cache, context, window)
     if bool(bad.any()):
         raise ValueError(f"{_BAD_LOGITS}: model.step gave them for rows {_rows(bad)}")
     generated = rearrange(torch.stack(new_tokens), "new batch -> batch new")
@@ -376,6 +414,7 @@ def beam_search(
     stop_ids: Iterable[int] = (),
     pad_id: int | None = None,
     return_scores: bool = False,
+    crop: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The most probable continuation found by a beam of ``beam_size``
     hypotheses.
@@ -393,8 +432,13 @@ def beam_search(
     ids; a pad id is always a token of the vocabulary); with
     ``return_scores``, also the normalised scores ``(batch,)``. Logits with
     NaN or +inf, or a row all ``-inf``, are a ``ValueError``.
+
+    ``crop``: as in :func:`generate`, past the position table each beam
+    sees its last ``max_len`` ids, in a fresh pass over them per step
+    (O(max_len) tokens per beam and step instead of 1); ``crop=False``
+    refuses up front.
     """
-    ids, squeeze = _check_prompt(prompt_ids, model, max_new_tokens)
+    ids, squeeze, window = _check_prompt(prompt_ids, model, max_new_tokens, crop)
     check.positive_int("beam_size", beam_size)
     alpha = check.finite_float("length_alpha", length_alpha)
     check.boolean("return_scores", return_scores)
@@ -404,7 +448,8 @@ def beam_search(
         out = _output(ids.clone(), squeeze)
         return (out, torch.zeros(batch, device=device)) if return_scores else out
 
-    logits, cache = _first_step(model, ids, to_check)
+    context = ids if window is None else ids[:, -window:]
+    logits, cache = _first_step(model, context, to_check)
     step = _unchecked(model)
     vocab = logits.shape[-1]
     log_probs = rearrange(_last_log_probs(logits), "b vocab -> b 1 vocab")
@@ -477,7 +522,7 @@ def beam_search(
         done_rows = torch.tensor(done, device=device)
         scores = scores.masked_fill(rearrange(done_rows, "b -> b 1"), float("-inf"))
         cache = cache.select(rows)
-        logits, cache = step(rearrange(tokens, "b beams -> (b beams) 1"), cache)
+        logits, cache = _advance(step, new_column, cache, sequences, window)
         live = rearrange(~done_rows, "b -> b 1").expand(-1, beam_size)
         log_probs = _last_log_probs(logits)  # ((batch beams) vocab)
         log_probs = rearrange(log_probs, "(b beams) vocab -> b beams vocab", b=batch)
@@ -577,8 +622,13 @@ def speculative_generate(
     counts: target and draft calls; drafted (``proposed``), ``examined``
     and ``accepted`` tokens (drafts after a rejection are never examined,
     so ``accepted / examined`` estimates the acceptance rate).
+
+    It does not crop: a prompt and ``max_new_tokens`` that outgrow either
+    model's position table are refused up front (the target scores several
+    proposals in one pass, and past its table each would need a window of
+    its own).
     """
-    ids, squeeze = _check_prompt(prompt_ids, target, max_new_tokens)
+    ids, squeeze, _ = _check_prompt(prompt_ids, target, max_new_tokens)
     _check_prompt(prompt_ids, draft, max_new_tokens)
     hint = "speculative_generate decodes one sequence (batch 1)"
     check.tensor("prompt_ids", ids, "batch seq", batch=1, hint=hint)

@@ -8,12 +8,13 @@ course ships (chapter 7).
   small, DistilGPT2, BERT-base, T5-small, ViT-B/16), loads the published
   model and its tokenizer with ``transformers`` and returns ours
   (:class:`Pretrained`), converted by :func:`lib.hf_weights.from_reference`
-  or :func:`lib.vit.load_hf_vit_state_dict`. Offline (``HF_HUB_OFFLINE`` or
-  ``TRANSFORMERS_OFFLINE`` set, or no answer from the hub within a few
-  seconds: :func:`offline_reason`) it reads the local cache, and failing
-  that builds the same configuration with random weights
-  (:func:`random_model`) and a :class:`ByteTokenizer`, and says so in one
-  line.
+  or :func:`lib.vit.load_hf_vit_state_dict`. When the hub cannot be used
+  (:func:`hub_problem`: ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` set,
+  no network, or no answer within a few seconds) it reads the local cache,
+  and failing that builds the same configuration with random weights
+  (:func:`random_model`) and a :class:`ByteTokenizer`, and says in one line
+  why: offline, the hub too slow (and how to wait longer), or a download
+  that failed.
 * :func:`save_shipped`, :func:`load_shipped`, :func:`shipped_names`: small
   trained models that ship in ``lib/data/checkpoints/``, each checked
   against the sha256 digest that ``manifest.json`` records with its size and
@@ -24,14 +25,16 @@ course ships (chapter 7).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import importlib
 import json
 import os
 import re
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +47,7 @@ from lib.datasets import DATA_DIR, ChecksumError, sha256_file
 from lib.hf_weights import REFERENCE_FAMILIES, from_reference, load_checked
 from lib.models import GPT, T5, TransformerConfig, count_parameters
 from lib.tokenizer import CharTokenizer
-from lib.utils import get_device
+from lib.utils import get_device, relative_command
 from lib.vit import ViT, ViTConfig, config_from_vit, load_hf_vit_state_dict
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
@@ -55,7 +58,11 @@ __all__ = [
     "reference_config",
     "ByteTokenizer",
     "OFFLINE_VARIABLES",
-    "offline_reason",
+    "OFFLINE",
+    "TOO_SLOW",
+    "FAILED",
+    "hub_problem",
+    "HUB_TIMEOUTS",
     "Pretrained",
     "random_model",
     "load_pretrained",
@@ -237,7 +244,9 @@ class ByteTokenizer:
     ``encode(text, add_special_tokens=True)``, ``decode(ids,
     skip_special_tokens=False)``, ``vocab_size``, ``pad_token_id``,
     ``eos_token_id``, ``mask_token`` and ``mask_token_id`` (None when
-    absent). An id that is neither a byte nor special decodes as U+FFFD.
+    absent). Decoded, an id that is neither a byte nor special reads
+    ``<id>`` (``<41959>``), and a byte outside a valid UTF-8 character
+    ``\\xNN``, so that a random model's output stays readable.
     """
 
     def __init__(
@@ -293,13 +302,13 @@ class ByteTokenizer:
             if 0 <= token_id - self.offset < 256:
                 run.append(token_id - self.offset)
                 continue
-            pieces.append(run.decode("utf-8", errors="replace"))
+            pieces.append(run.decode("utf-8", errors="backslashreplace"))
             run = bytearray()
             if token_id not in self._token_of:
-                pieces.append("\ufffd")
+                pieces.append(f"<{token_id}>")
             elif not skip_special_tokens:
                 pieces.append(self._token_of[token_id])
-        pieces.append(run.decode("utf-8", errors="replace"))
+        pieces.append(run.decode("utf-8", errors="backslashreplace"))
         return "".join(pieces)
 
     def __repr__(self) -> str:
@@ -311,12 +320,18 @@ class ByteTokenizer:
 # From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
 #: The variables that switch the hub off (``transformers`` obeys them too).
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+#: The kinds of problem: the hub switched off or out of reach, too slow to
+#: answer, or a download that failed for another reason.
+OFFLINE = "offline"
+TOO_SLOW = "hub too slow"
+FAILED = "download failed"
 
 
-def _probe(url: str, timeout: float) -> str | None:
+def _probe(url: str, timeout: float) -> tuple[str, str] | None:
     """None when ``url`` answers a HEAD request within ``timeout`` s, else
-    why not."""
-    outcome: list[str | None] = []
+    ``(kind, detail)``."""
+    outcome: list[tuple[str, str] | None] = []
+    late = (TOO_SLOW, f"no answer in {timeout:g} s")
 
     def ask() -> None:
         request = urllib.request.Request(url, method="HEAD")
@@ -326,20 +341,24 @@ def _probe(url: str, timeout: float) -> str | None:
         # an HTTP error is an answer too: the hub is reachable
         except urllib.error.HTTPError:
             outcome.append(None)
-        # no name, no route, refused, timed out
-        except (OSError, ValueError):
-            outcome.append("no network")
+        # no name, no route, refused; or the socket's own timeout, which
+        # urllib wraps (as the reason of a URLError) while connecting
+        except (OSError, ValueError) as error:
+            reason = getattr(error, "reason", error)
+            timed_out = isinstance(reason, TimeoutError)
+            outcome.append(late if timed_out else (OFFLINE, "no network"))
 
     # aside, so that a name lookup that hangs costs `timeout` seconds too
     thread = threading.Thread(target=ask, daemon=True)
     thread.start()
     thread.join(timeout)
-    return outcome[0] if outcome else f"no answer in {timeout:g} s"
+    return outcome[0] if outcome else late
 
 
-def offline_reason(timeout: float = 3.0) -> str | None:
-    """Why the hub cannot be used now (``"HF_HUB_OFFLINE=1"``, ``"no
-    network"``, ...), or None when it can.
+def hub_problem(timeout: float = 3.0) -> tuple[str, str] | None:
+    """None when the hub can be used now; else why not, as ``(kind,
+    detail)``: ``("offline", "HF_HUB_OFFLINE=1")``, ``("offline", "no
+    network")`` or ``("hub too slow", "no answer in 3 s")``.
 
     A set offline variable (:data:`OFFLINE_VARIABLES`) decides with no
     request; otherwise one HEAD request to ``HF_ENDPOINT`` (default
@@ -350,9 +369,82 @@ def offline_reason(timeout: float = 3.0) -> str | None:
     for variable in OFFLINE_VARIABLES:
         value = os.environ.get(variable, "")
         if value.strip().lower() in ("1", "true", "yes", "on"):
-            return f"{variable}={value}"
+            return OFFLINE, f"{variable}={value}"
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     return _probe(endpoint, timeout)
+
+
+# From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
+#: huggingface_hub's waits for the hub, in seconds (10 by default).
+HUB_TIMEOUTS = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")
+# The errors that mean the hub was too slow, or out of reach: Python's,
+# and those of each HTTP library huggingface_hub has used.
+_SLOW = (
+    "builtins.TimeoutError",  # socket.timeout is the same class
+    "requests.exceptions.Timeout",
+    "httpx.TimeoutException",
+    "httpx2.TimeoutException",
+)
+_UNREACHABLE = (
+    "builtins.ConnectionRefusedError",
+    "socket.gaierror",  # no such name
+    "requests.exceptions.ConnectionError",
+    "httpx.ConnectError",
+    "httpx2.ConnectError",
+    "huggingface_hub.utils.OfflineModeIsEnabled",
+)
+
+
+def _classes(paths: Sequence[str]) -> tuple[type, ...]:
+    """The classes named ``module.Class`` that this environment has."""
+    found = []
+    for path in paths:
+        module, _, name = path.rpartition(".")
+        try:
+            found.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):  # not installed, or renamed
+            continue
+    return tuple(found)
+
+
+def _failure(error: BaseException) -> tuple[str, str]:
+    """``(kind, detail)`` of a download that raised ``error``, from every
+    link of its chain (the errors it was raised from, or while handling)."""
+    chain, link = [], error
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or link.__context__
+    for kind, paths in ((TOO_SLOW, _SLOW), (OFFLINE, _UNREACHABLE)):
+        classes = _classes(paths)
+        found = [link for link in chain if isinstance(link, classes)]
+        if found:
+            return kind, type(found[0]).__name__
+    for link in chain:  # an HTTP error says its status
+        response = getattr(link, "response", None)
+        status = getattr(response, "status_code", None)
+        if isinstance(status, int):
+            return FAILED, f"HTTP {status}"
+    return FAILED, type(chain[-1]).__name__
+
+
+@contextlib.contextmanager
+def _hub_waits(seconds: float) -> Iterator[None]:
+    """huggingface_hub's waits (:data:`HUB_TIMEOUTS`) at least ``seconds``
+    while the context lasts."""
+    try:
+        from huggingface_hub import constants
+    except ImportError:  # no transformers either: the download says so
+        yield
+        return
+    names = [name for name in HUB_TIMEOUTS if hasattr(constants, name)]
+    saved = {name: getattr(constants, name) for name in names}
+    for name, value in saved.items():
+        setattr(constants, name, max(value, seconds))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(constants, name, value)
 
 
 # From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
@@ -420,34 +512,44 @@ def load_pretrained(
     timeout: float = 3.0,
     verbose: bool = True,
 ) -> Pretrained:
-    """``name``'s published weights in our classes; offline, random weights.
+    """``name``'s published weights in our classes; without them, random
+    weights.
 
     ``name``: a key of :data:`PRETRAINED` or its last part (``"gpt2"``).
-    With the hub reachable (:func:`offline_reason`, which waits at most
-    ``timeout`` s), ``transformers`` downloads the model and tokenizer;
-    offline it reads only its local cache. The model is converted by
-    :func:`~lib.hf_weights.from_reference` (a ViT by
+    With the hub usable (:func:`hub_problem`, which waits at most
+    ``timeout`` s for its answer), ``transformers`` downloads the model and
+    tokenizer, each request waiting at least ``timeout`` s too
+    (:data:`HUB_TIMEOUTS`); otherwise it reads only its local cache. The
+    model is converted by :func:`~lib.hf_weights.from_reference` (a ViT by
     :func:`~lib.vit.load_hf_vit_state_dict`). When nothing could be loaded,
     the model is :func:`random_model`'s and the tokenizer a
     :class:`ByteTokenizer`. ``verbose`` prints one line saying which
-    happened. The model goes to ``device`` (default: it stays on the CPU).
+    happened and, for random weights, why: ``offline (...)``, ``hub too
+    slow (...)`` with a longer ``timeout`` to retry with, or ``download
+    failed (...)``. The model goes to ``device`` (default: the CPU).
     """
     model = hub_model(name)
-    reason = offline_reason(timeout)
+    problem = hub_problem(timeout)
     try:
-        reference, tokenizer = _download(model, local_only=reason is not None)
-    # offline with nothing in the cache, or a download that failed
+        with _hub_waits(timeout):
+            reference, tokenizer = _download(model, local_only=problem is not None)
+    # nothing in the cache, or a download that failed
     except Exception as error:
         reference, tokenizer = None, None
-        reason = reason or f"download failed: {type(error).__name__}"
+        problem = problem or _failure(error)
     labels = None
     if reference is None:
         ours = random_model(model.name)
         if model.byte_tokens is not None:
             tokenizer = ByteTokenizer(**model.byte_tokens)
         tokens = "" if tokenizer is None else ", byte tokens"
-        notice = f"offline ({reason}): random {model.short}{tokens}"
+        kind, detail = problem
+        notice = f"{kind} ({detail}): random {model.short}{tokens}"
         notice += "; output is noise"
+        if kind == TOO_SLOW:
+            longer = max(30.0, 10 * timeout)
+            retry = f"load_pretrained({model.short!r}, timeout={longer:g})"
+            notice += f"; to wait longer: {retry}"
         source = f"random weights in the configuration of {model.name}"
     else:
         if model.config_class == "ViTConfig":
@@ -456,7 +558,7 @@ def load_pretrained(
             labels = dict(reference.config.id2label)
         else:
             ours = from_reference(reference)
-        cached = " (local cache)" if reason else ""
+        cached = " (local cache)" if problem else ""
         notice = f"{model.name}: published weights{cached}, {model.licence}"
         source = f"huggingface.co/{model.name}: {model.source}"
     if verbose:
@@ -544,8 +646,9 @@ def save_shipped(
     state dict (float32, or float16 above :data:`FP32_LIMIT` bytes) and the
     characters of ``tokenizer``. The manifest records the file's sha256 and
     size, the parameter count, ``metrics`` (JSON values), ``record`` (the
-    run's record), ``command`` (what trained it) and ``inputs`` (JSON
-    values: what a user must do to the inputs, such as normalising images).
+    run's record), ``command`` (what trained it, relative to the project:
+    :func:`lib.utils.relative_command`) and ``inputs`` (JSON values: what a
+    user must do to the inputs, such as normalising images).
     """
     kinds = {"gpt": GPT, "vit": ViT}
     kind = next((k for k, c in kinds.items() if isinstance(model, c)), None)
@@ -559,7 +662,8 @@ def save_shipped(
     entry |= dict(
         metrics=dict(metrics or {}),
         record=record,
-        command=command,
+        # no path of this machine (lib.utils.relative_command)
+        command=None if command is None else relative_command(command),
         inputs=dict(inputs or {}),
     )
     # a value that JSON cannot hold fails here, before anything is written

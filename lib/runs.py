@@ -6,11 +6,12 @@ data.
 
 * Sizes: :func:`run_sizes`, by profile with :func:`lib.utils.pick`, any of
   them overridden.
-* Runs: :func:`char_gpt_run` (Tiny Shakespeare), :func:`bert_run` (six
-  books, with :class:`lib.models.SequenceClassifier`), :func:`t5_run`
-  (English to French, split by :func:`split_pairs_by_source`). Text becomes
-  ids with chapter 1's ``CharTokenizer``; special tokens take the ids after
-  its characters. Each run returns plain data: ``run``, ``config``,
+* Runs: :func:`char_gpt_run` (Tiny Shakespeare; its final held-out loss
+  :func:`char_gpt_val_loss`), :func:`bert_run` (six books, with
+  :class:`lib.models.SequenceClassifier`), :func:`t5_run` (English to
+  French, split by :func:`split_pairs_by_source`). Text becomes ids with
+  chapter 1's ``CharTokenizer``; special tokens take the ids after its
+  characters. Each run returns plain data: ``run``, ``config``,
   ``metrics``, ``curves`` and ``samples``.
 * Cost: :func:`run_flops`, :func:`estimate_run_seconds`.
 * :func:`main`: ``python -m lib.runs --run gpt|bert|t5``, or ``torchrun
@@ -78,6 +79,7 @@ __all__ = [
     "RUNS",
     "run_sizes",
     "split_pairs_by_source",
+    "char_gpt_val_loss",
     "char_gpt_run",
     "bert_run",
     "t5_run",
@@ -319,6 +321,30 @@ def _sample(model: GPT, tokenizer: CharTokenizer, prompt, n_new: int, seed: int)
     return tokenizer.decode(ids[0].tolist())
 
 
+def _shakespeare_ids() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
+    """Tiny Shakespeare as ids: its tokenizer, the first 90 % (to train on)
+    and the last 10 % (held out)."""
+    text = load_tiny_shakespeare()
+    tokenizer = CharTokenizer(text)
+    ids = torch.tensor(tokenizer.encode(text))
+    split = int(0.9 * len(ids))
+    return tokenizer, ids[:split], ids[split:]
+
+
+def char_gpt_val_loss(
+    model: GPT, sizes: Mapping[str, Any], val_ids: torch.Tensor | None = None
+) -> float:
+    """The final held-out loss of :func:`char_gpt_run` for its ``model`` of
+    ``sizes``: the mean over every character of the last 10 % (``val_ids``,
+    read here by default), each predicted once, in windows of ``seq_len``
+    (a shipped checkpoint is re-evaluated with it)."""
+    check.instance("model", model, GPT, what="a lib.models.GPT")
+    val_ids = _shakespeare_ids()[2] if val_ids is None else val_ids
+    seq_len, batch_size = sizes["seq_len"], sizes["batch_size"]
+    windows = lm_eval_batches(val_ids, 4 * batch_size, seq_len)
+    return evaluate(model, windows)
+
+
 def char_gpt_run(
     profile: str | None = None,
     *,
@@ -338,11 +364,7 @@ def char_gpt_run(
         "gpt", profile, sizes, device, compile, progress, seed, checkpoint_dir, resume
     )
     seq_len, batch_size = sizes["seq_len"], sizes["batch_size"]
-    text = load_tiny_shakespeare()
-    tokenizer = CharTokenizer(text)
-    ids = torch.tensor(tokenizer.encode(text))
-    split = int(0.9 * len(ids))
-    train_ids, val_ids = ids[:split], ids[split:]
+    tokenizer, train_ids, val_ids = _shakespeare_ids()
     cfg = _run_config("gpt", sizes, tokenizer.vocab_size)
     model = GPT(cfg).to(device)
     prompt = torch.tensor([tokenizer.encode("\n")], device=device)
@@ -363,7 +385,7 @@ def char_gpt_run(
         progress=progress,
         **_saving(checkpoint_dir, resume, sizes["eval_every"]),
     )
-    val_loss = evaluate(model, lm_eval_batches(val_ids, 4 * batch_size, seq_len))
+    val_loss = char_gpt_val_loss(model, sizes, val_ids)
     return {
         "run": "gpt",
         "config": {"sizes": sizes, "model": asdict(cfg)},

@@ -654,13 +654,14 @@ def evaluate(
     loss_fn: Callable[[nn.Module, Batch], torch.Tensor] = model_loss,
     precision: Precision | None = None,
 ) -> float:
-    """Mean loss over ``n_batches`` batches (all of a list by default), in
-    eval mode.
+    """Mean loss per target over ``n_batches`` batches (all of a list by
+    default), in eval mode.
 
-    Under DDP each process takes its shard of every batch (of any size: the
-    shards may differ by a row, or be empty) and the shards' losses are
-    weighted by their numbers of targets, so the result equals one
-    process's.
+    Each batch's mean loss weighs its number of targets (``IGNORE_INDEX``
+    left out; its rows when it has no ``targets``), so batches of any sizes
+    give the mean over all their targets. Under DDP each process takes its
+    shard of every batch (the shards may differ by a row, or be empty),
+    weighted the same way, so the result equals one process's.
     """
     check.instance("model", model, nn.Module, what="a torch.nn.Module")
     if n_batches is None:
@@ -673,18 +674,24 @@ def evaluate(
     rank, world = _distributed()
     was_training = model.training
     model.eval()
-    total = torch.zeros((), device=device)
+    # (the loss summed over the targets, the number of targets)
+    totals = torch.zeros(2, device=device)
     for i in range(n_batches):
         whole = batches(i) if callable(batches) else batches[i]
         shard = shard_batch(whole, rank, world, even=False)
-        if _rows(shard):
+        # none: an empty shard, or every target ignored
+        if n_targets := _n_targets(shard):
             with autocast(device, precision):
                 loss = loss_fn(model, _to_device(shard, device)).float()
-            total += loss * (_n_targets(shard) / max(_n_targets(whole), 1))
+            totals[0] += loss * n_targets
+            totals[1] += n_targets
     if world > 1:
-        dist.all_reduce(total)
+        dist.all_reduce(totals)
     model.train(was_training)
-    return total.item() / n_batches
+    loss_sum, n_targets = totals.tolist()
+    if not n_targets:
+        raise ValueError("evaluate: no targets in the batches (all ignored)")
+    return loss_sum / n_targets
 
 
 # From chapters/08-training.md, section "The training loop".

@@ -38,6 +38,7 @@ import os
 import platform
 import random
 import re
+import shlex
 import subprocess
 import time
 from collections.abc import Mapping
@@ -67,6 +68,9 @@ __all__ = [
     "set_threads",
     "set_plot_style",
     "git_commit",
+    "PROJECT_ROOT",
+    "looks_absolute",
+    "relative_command",
     "RECORD_SCHEMA",
     "RECORD_KEYS",
     "RecordError",
@@ -344,6 +348,72 @@ def git_commit() -> str:
     return commit + ("-dirty" if changes else "")
 
 
+#: The course's checkout: the paths of a recorded command are written relative to it.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+# a path that names a place on one machine: from its root (a lone "/" is a
+# division), its home or a drive
+_ABSOLUTE = re.compile(r"/(?!\s|$)|~|[A-Za-z]:[\\/]")
+_PYTHON = re.compile(r"python[0-9.]*(\.exe)?")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def looks_absolute(text: str) -> bool:
+    """Whether ``text`` reads as an absolute path on some machine: it starts with ``/``
+    (and is more than ``/``), ``~`` or a drive letter (``C:\\``, ``C:/``)."""
+    return isinstance(text, str) and _ABSOLUTE.match(text) is not None
+
+
+def relative_command(command: str, root: str | os.PathLike = PROJECT_ROOT) -> str:
+    """``command`` with no path of this machine in it, as records and manifests state it.
+
+    Each word that is an absolute path (:func:`looks_absolute`; also the value of
+    ``--option=/...`` or ``NAME=/...``) is rewritten:
+
+    * the program (the first word after any ``NAME=value``) becomes its name, as it is
+      found on the PATH, and any Python interpreter ``python``
+      (``/opt/venv/bin/python3.11 -m lib.runs`` -> ``python -m lib.runs``);
+    * a path inside ``root`` (the project) becomes relative to it
+      (``/home/me/course/book/results/x`` -> ``book/results/x``);
+    * any other path, which says nothing on another machine, is replaced by a
+      placeholder in capitals, as in a usage line: the option's name
+      (``--checkpoint-dir /scratch/run`` -> ``--checkpoint-dir CHECKPOINT_DIR``), else
+      ``PATH``. Run from the project, the command still works: that folder is made in it.
+
+    A command with nothing to rewrite is returned as it is.
+    """
+    try:
+        words = shlex.split(command)
+    except (AttributeError, ValueError) as err:
+        raise ValueError(
+            f"command must be a shell command line ({err}): {command!r}"
+        ) from None
+    root = Path(root).resolve()
+    program = next((i for i, w in enumerate(words) if not _ASSIGNMENT.match(w)), None)
+
+    def rewritten(path: str, i: int, option: str) -> str:
+        if i == program:
+            name = re.split(r"[\\/]", path.rstrip("\\/"))[-1]
+            return "python" if _PYTHON.fullmatch(name) else name
+        where = Path(os.path.expanduser(path))
+        if where.is_absolute() and where.resolve().is_relative_to(root):
+            return where.resolve().relative_to(root).as_posix()
+        return option.lstrip("-").replace("-", "_").upper() or "PATH"
+
+    new = []
+    for i, word in enumerate(words):
+        before = words[i - 1] if i else ""
+        option = before if before.startswith("-") and "=" not in before else ""
+        if looks_absolute(word):
+            word = rewritten(word, i, option)
+        elif re.match(r"(-[^=]+|[A-Za-z_][A-Za-z0-9_]*)=", word):
+            name, value = word.split("=", 1)
+            if looks_absolute(value):
+                word = f"{name}={rewritten(value, -1, name)}"
+        new.append(word)
+    return command if new == words else shlex.join(new)
+
+
 # --- recorded results -----------------------------------------------------------------
 
 RECORD_SCHEMA = 1
@@ -451,15 +521,18 @@ def write_record(
     samples: Any = None,
     extra: Mapping[str, Any] | None = None,
     device: torch.device | str | None = None,
+    commit: str | None = None,
 ) -> Path:
     """Write ``out_dir/metrics.json`` (keys :data:`RECORD_KEYS`, ``schema`` 1) and, when
     there are ``curves`` ``{curve: {column: [values]}}``, one ``<curve>.csv`` each and
     ``curves.png``. Returns the path of ``metrics.json``.
 
     The environment (date, commit, device, GPU, torch, Triton, Python, profile) is filled
-    in. Values are made plain JSON (NumPy and torch numbers, tensors, tuples, paths);
-    NaN, infinities and other objects are refused with a :class:`RecordError` naming the
-    key, before anything is written.
+    in; ``commit`` defaults to :func:`git_commit` now (a process that writes several
+    records reads it once, before it writes the first). ``command`` is written by
+    :func:`relative_command`: no path of this machine. Values are made plain JSON (NumPy
+    and torch numbers, tensors, tuples, paths); NaN, infinities and other objects are
+    refused with a :class:`RecordError` naming the key, before anything is written.
     """
     if not isinstance(name, str) or not name:
         raise RecordError(f"name must be a non-empty string, got {name!r}")
@@ -480,10 +553,10 @@ def write_record(
     record = {
         "schema": RECORD_SCHEMA,
         "name": name,
-        "command": command,
+        "command": relative_command(command),
         "wall_seconds": wall_seconds,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "commit": git_commit(),
+        "commit": git_commit() if commit is None else commit,
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if on_gpu else None,
         "torch": torch.__version__,

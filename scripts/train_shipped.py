@@ -13,8 +13,8 @@ transformer that works:
     python -m lib.runs --run gpt --profile smoke --name 08-training-gpt-cpu \\
         --steps 4000 --set d_model=128 --set n_heads=4 --set n_layers=4 \\
         --set seq_len=128 --set batch_size=32 --set lr=0.002 --set warmup=100 \\
-        --set eval_every=500 --set eval_iters=20 --checkpoint-dir RUN_DIR --quiet
-    python scripts/train_shipped.py char-gpt --checkpoint-dir RUN_DIR
+        --set eval_every=500 --set eval_iters=20 --checkpoint-dir CHECKPOINT_DIR --quiet
+    python scripts/train_shipped.py char-gpt --checkpoint-dir CHECKPOINT_DIR
     python scripts/train_shipped.py vit-mnist --steps 2500 --patch-size 7 --d-model 96 \\
         --n-layers 4
 
@@ -22,11 +22,23 @@ transformer that works:
 a record under ``book/results/`` (:func:`lib.utils.write_record`) and the checkpoint with
 its sha256 in ``lib/data/checkpoints/manifest.json``. ``--dry-run``
 trains for a few steps into a temporary folder (the tests run it).
+
+    python scripts/train_shipped.py evaluate
+
+re-evaluates the shipped checkpoints as they are, with no training (under a minute on a
+CPU): each one's held-out numbers (the GPT's loss per character,
+:func:`lib.runs.char_gpt_val_loss`; the ViT's accuracy and loss on its 1,000 images),
+written into its record and its manifest entry. The record then names this command and
+the commit it ran on (it refuses a tree with uncommitted changes unless
+``--allow-dirty``); its curves, samples and training time stay the training's, and
+``extra["training"]`` keeps the training's command, commit, date and wall time. The
+checkpoint files are not changed: their sha256 is checked to stay the same.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import tempfile
@@ -40,16 +52,30 @@ sys.path.insert(0, str(ROOT))
 
 from lib.datasets import load_mnist, load_tiny_shakespeare  # noqa: E402
 from lib.models import GPT, TransformerConfig  # noqa: E402
-from lib.pretrained import CHECKPOINTS, save_shipped  # noqa: E402
+from lib.pretrained import (  # noqa: E402
+    CHECKPOINTS,
+    load_shipped,
+    save_shipped,
+    shipped_names,
+)
+from lib.runs import char_gpt_val_loss  # noqa: E402
 from lib.tokenizer import CharTokenizer  # noqa: E402
 from lib.training import (  # noqa: E402
     WarmupCosineSchedule,
+    evaluate,
     load_checkpoint,
     make_optimizer,
     make_scheduler,
     train,
 )
-from lib.utils import read_record, set_threads, write_record  # noqa: E402
+from lib.utils import (  # noqa: E402
+    PROFILE_ENV,
+    git_commit,
+    read_record,
+    relative_command,
+    set_threads,
+    write_record,
+)
 from lib.vit import ViT, ViTConfig, classification_loss, image_batches  # noqa: E402
 
 RESULTS = ROOT / "book" / "results"
@@ -79,6 +105,16 @@ def accuracy(model: torch.nn.Module, x, y, mean: float, std: float) -> float:
     predictions = torch.cat([model((c - mean) / std).argmax(-1) for c in x.split(500)])
     model.train()
     return (predictions == y).float().mean().item()
+
+
+def vit_held_out(model: torch.nn.Module, x, y, mean: float, std: float) -> dict:
+    """The ViT's held-out numbers: ``val_accuracy`` (the share of the images ``x`` it
+    labels ``y``) and ``val_loss`` (the mean cross-entropy per image)."""
+    val = [{"images": (x - mean) / std, "labels": y}]
+    return dict(
+        val_accuracy=accuracy(model, x, y, mean, std),
+        val_loss=evaluate(model, val, loss_fn=classification_loss),
+    )
 
 
 def train_vit(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> dict:
@@ -113,10 +149,8 @@ def train_vit(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> 
         eval_every=max(1, args.steps // 10),
         progress=not args.quiet,
     )
-    val_accuracy = accuracy(model, val_x, val_y, mean, std)
     metrics = dict(
-        val_accuracy=val_accuracy,
-        val_loss=history.eval_losses[-1],
+        **vit_held_out(model, val_x, val_y, mean, std),
         parameters=sum(p.numel() for p in model.parameters()),
         train_seconds=history.train_seconds,
         steps=args.steps,
@@ -178,14 +212,95 @@ def package_char_gpt(args: argparse.Namespace, shipped_dir: Path | None) -> dict
         tokenizer=tokenizer,
         metrics=metrics,
         record=_relative(Path(args.record) / "metrics.json"),
-        command=record["command"],
+        command=_training(record)["command"],
         directory=shipped_dir or CHECKPOINTS,
     )
     print(f"char-gpt-shakespeare: {metrics}")
     return metrics
 
 
+# what a re-evaluated record keeps of its training, in extra["training"]
+TRAINING_KEYS = ("command", "commit", "date", "wall_seconds", "device", "torch")
+
+
+def _training(record: dict) -> dict:
+    """The training's command, commit, date, wall time and environment: the record's
+    own, or, once it has been re-evaluated, those it kept in ``extra["training"]``."""
+    kept = record["extra"].get("training") or {k: record[k] for k in TRAINING_KEYS}
+    return {**kept, "command": relative_command(kept["command"])}
+
+
+def evaluate_shipped(args: argparse.Namespace, argv: list[str]) -> dict:
+    """Re-evaluate each checkpoint of ``args.directory``'s manifest, as it is: write its
+    held-out numbers into its record and its manifest entry, nothing else (no training;
+    the checkpoint file keeps its bytes)."""
+    commit = git_commit()  # once: the records written below change the tree
+    if not args.allow_dirty and (commit.endswith("-dirty") or commit == "unknown"):
+        raise SystemExit(
+            f"the checkout is at {commit}: a record names the commit it was made "
+            "from, so commit first (or pass --allow-dirty)"
+        )
+    command = f"python scripts/train_shipped.py {shlex.join(argv)}"
+    directory = Path(args.directory)
+    results = {}
+    for name in shipped_names(directory):
+        shipped = load_shipped(name, directory=directory)  # sha256 checked
+        entry = shipped.entry
+        record_path = ROOT / entry["record"]
+        record = read_record(record_path)
+        began = time.time()
+        if entry["kind"] == "gpt":
+            sizes = record["config"]["sizes"]
+            new = dict(val_loss=char_gpt_val_loss(shipped.model, sizes))
+        else:
+            _, _, val_x, val_y = mnist_split()
+            mean, std = entry["inputs"]["mean"], entry["inputs"]["std"]
+            new = vit_held_out(shipped.model, val_x, val_y, mean, std)
+        seconds = time.time() - began
+        for key, value in new.items():
+            print(f"{name}: {key} {record['metrics'].get(key)} -> {value}")
+        profile = os.environ.get(PROFILE_ENV)
+        os.environ[PROFILE_ENV] = record["profile"]  # the training's sizes
+        try:
+            write_record(
+                record_path.parent,
+                name=record["name"],
+                command=command,
+                wall_seconds=seconds,
+                metrics={**record["metrics"], **new},
+                curves=record["curves"],
+                config=record["config"],
+                samples=record["samples"],
+                extra={**record["extra"], "training": _training(record)},
+                device="cpu",
+                commit=commit,
+            )
+        finally:
+            if profile is None:
+                os.environ.pop(PROFILE_ENV)
+            else:
+                os.environ[PROFILE_ENV] = profile
+        save_shipped(
+            shipped.model,
+            name,
+            tokenizer=shipped.tokenizer,
+            metrics={**entry["metrics"], **new},
+            record=entry["record"],
+            command=entry["command"],
+            inputs=entry["inputs"],
+            directory=directory,
+        )
+        if load_shipped(name, directory=directory).entry["sha256"] != entry["sha256"]:
+            raise SystemExit(
+                f"{directory / entry['file']} was written with other bytes than it "
+                "had: restore it from git (the numbers above are the checkpoint's)"
+            )
+        results[name] = new
+    return results
+
+
 def main(argv: list[str] | None = None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="model", required=True)
     vit = sub.add_parser("vit-mnist", help="train and package the MNIST ViT")
@@ -200,6 +315,20 @@ def main(argv: list[str] | None = None) -> dict:
     gpt = sub.add_parser("char-gpt", help="package chapter 8's char-GPT run")
     gpt.add_argument("--checkpoint-dir", type=Path, required=True)
     gpt.add_argument("--record", type=Path, default=GPT_RECORD)
+    again = sub.add_parser(
+        "evaluate", help="re-evaluate the shipped checkpoints, as they are"
+    )
+    again.add_argument(
+        "--directory",
+        type=Path,
+        default=CHECKPOINTS,
+        help="the checkpoints and their manifest (default: lib/data/checkpoints)",
+    )
+    again.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="record a tree with uncommitted changes (its commit ends in -dirty)",
+    )
     for each in (vit, gpt):
         each.add_argument("--quiet", action="store_true")
         each.add_argument(
@@ -212,6 +341,8 @@ def main(argv: list[str] | None = None) -> dict:
         )
     args = parser.parse_args(argv)
     set_threads()
+    if args.model == "evaluate":
+        return evaluate_shipped(args, argv)
     if args.dry_run:
         scratch = args.scratch or Path(tempfile.mkdtemp(prefix="shipped-"))
         if args.model == "vit-mnist":

@@ -839,25 +839,200 @@ def test_every_generation_function_names_the_bad_argument(index):
 @pytest.mark.parametrize("positions", ["learned", "rope"])
 def test_decoding_refuses_more_positions_than_the_table_up_front(positions):
     """A prompt of 3 and 6 new tokens feed 8 positions (the last new token is
-    not fed back): that fits max_len=8; 7 new tokens do not, and every
-    decoding loop says so before it starts."""
+    not fed back): that fits max_len=8; 7 new tokens do not, and with
+    ``crop=False`` (speculative decoding: always) every decoding loop says so
+    before it starts."""
     cfg = TransformerConfig(
         vocab_size=20, d_model=16, n_heads=2, n_layers=1, max_len=8, positions=positions
     )
     model = GPT(cfg).eval()
     prompt = torch.tensor([1, 2, 3])
-    assert generate(model, prompt, 6, temperature=0).shape == (9,)
-    assert beam_search(model, prompt, 6, beam_size=2).shape == (9,)
+    assert generate(model, prompt, 6, temperature=0, crop=False).shape == (9,)
+    assert beam_search(model, prompt, 6, beam_size=2, crop=False).shape == (9,)
     for decode in (
-        lambda: generate(model, prompt, 7, temperature=0),
-        lambda: beam_search(model, prompt, 7, beam_size=2),
+        lambda: generate(model, prompt, 7, temperature=0, crop=False),
+        lambda: beam_search(model, prompt, 7, beam_size=2, crop=False),
         lambda: speculative_generate(model, model, prompt, 7, temperature=0),
     ):
         with pytest.raises(ValueError, match="need 9 positions.*max_len=8"):
             decode()
+    with pytest.raises(ValueError, match="max_len=8: pass crop=True to decode with"):
+        generate(model, prompt, 7, crop=False)
 
 
 def test_a_list_prompt_is_told_to_become_a_tensor():
     model = GPT(TransformerConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1))
     with pytest.raises(TypeError, match=r"torch.tensor\(ids\)"):
         generate(model, [1, 2], 3)
+
+
+# -- issue 28: past the position table, the context is cropped -----------------------
+
+
+class TabledToyLM(ToyLM):
+    """A ToyLM that says it has a learned table of ``max_len`` positions (its logits
+    read row t of ``position`` at position t, so a window that slides changes them)."""
+
+    def __init__(self, max_len, **kwargs):
+        super().__init__(**kwargs)
+        self.cfg = SimpleNamespace(
+            max_positions=max_len, max_len=max_len, positions="learned"
+        )
+
+
+class CroppedByHand:
+    """The reference for cropping: no cache reused and no table declared; each new
+    position's logits come from ``logits_of`` (``(batch seq) -> (batch seq vocab)``)
+    run on the last ``window`` ids up to it."""
+
+    def __init__(self, logits_of, window, vocab_size):
+        self.logits_of, self.window, self.vocab_size = logits_of, window, vocab_size
+
+    def step(self, ids, cache):
+        history = ids if cache is None else torch.cat([cache.ids, ids], dim=1)
+        ends = range(history.shape[1] - ids.shape[1] + 1, history.shape[1] + 1)
+        logits = [
+            self.logits_of(history[:, :end][:, -self.window :])[:, -1] for end in ends
+        ]
+        return torch.stack(logits, dim=1), HistoryCache(history)
+
+
+def _greedy_by_hand(logits_of, prompt, n_new, window):
+    ids = prompt
+    for _ in range(n_new):
+        logits = logits_of(ids[:, -window:])[:, -1]
+        ids = torch.cat([ids, logits.argmax(dim=-1, keepdim=True)], dim=1)
+    return ids
+
+
+def _sample_by_hand(logits_of, prompt, n_new, window, temperature, seed):
+    generator = torch.Generator().manual_seed(seed)
+    ids = prompt
+    for _ in range(n_new):
+        logits = logits_of(ids[:, -window:])[:, -1]
+        probs = (logits.double() / temperature).softmax(dim=-1)
+        ids = torch.cat([ids, torch.multinomial(probs, 1, generator=generator)], dim=1)
+    return ids
+
+
+def _all_decoders_match_the_cropping_by_hand(
+    model, logits_of, window, vocab, prompt, n_new
+):
+    """Greedy, sampling and beam search of ``model`` (cropped by lib.generation) equal
+    the same decoding with the context cropped by hand."""
+    n_prompt = prompt.shape[1]
+    greedy = generate(model, prompt, n_new, temperature=0)
+    assert greedy.shape == (prompt.shape[0], n_prompt + n_new)
+    assert torch.equal(greedy, _greedy_by_hand(logits_of, prompt, n_new, window))
+
+    sampled = generate(
+        model,
+        prompt,
+        n_new,
+        temperature=0.9,
+        generator=torch.Generator().manual_seed(3),
+    )
+    by_hand = _sample_by_hand(logits_of, prompt, n_new, window, 0.9, seed=3)
+    assert torch.equal(sampled, by_hand)
+
+    reference = CroppedByHand(logits_of, window, vocab)
+    for stop_ids in ((), (2,)):
+        kwargs = dict(beam_size=3, stop_ids=stop_ids, return_scores=True)
+        out, scores = beam_search(model, prompt, n_new, **kwargs)
+        ref_out, ref_scores = beam_search(reference, prompt, n_new, **kwargs)
+        assert torch.equal(out, ref_out)
+        assert torch.allclose(scores, ref_scores)
+        if not stop_ids:
+            assert out.shape == (prompt.shape[0], n_prompt + n_new)
+
+
+@pytest.mark.parametrize("n_prompt", [2, 9])  # shorter, and longer, than the table
+def test_toy_decoding_past_the_table_crops_the_context(n_prompt):
+    model = TabledToyLM(6, vocab_size=7, seed=5)
+    prompt = torch.randint(
+        0, 7, (2, n_prompt), generator=torch.Generator().manual_seed(6)
+    )
+    _all_decoders_match_the_cropping_by_hand(model, model.full_logits, 6, 7, prompt, 15)
+
+
+def test_cropping_costs_a_full_window_per_token_only_once_the_table_is_full():
+    """The calls to ``step``: the prompt, then one cached token per step while the
+    context fits the 6 positions, then a fresh pass over 6 ids per token. Within the
+    table, the cached loop is the one without cropping."""
+    model = TabledToyLM(6, vocab_size=7, seed=5)
+    prompt = torch.tensor([[1, 2], [3, 4]])
+    out = generate(model, prompt, 15, temperature=0)
+    assert model.calls == [(2, 2)] + [(2, 1)] * 4 + [(2, 6)] * 10
+    assert out.shape == (2, 17)
+
+    model.calls.clear()
+    within = generate(model, prompt, 5, temperature=0)  # 2 + 5 - 1 = 6 positions
+    assert model.calls == [(2, 2)] + [(2, 1)] * 4
+    assert torch.equal(within, generate(model, prompt, 5, temperature=0, crop=False))
+    assert torch.equal(within, out[:, :7])
+
+    model.calls.clear()
+    beam_search(model, prompt, 9, beam_size=3)
+    assert model.calls == [(2, 2)] + [(6, 1)] * 4 + [(6, 6)] * 4
+    for decode in (generate, beam_search):
+        with pytest.raises(TypeError, match="crop must be True or False"):
+            decode(model, prompt, 3, crop=1)
+
+
+@pytest.mark.parametrize("positions", ["learned", "sinusoidal", "rope"])
+def test_gpt_decoding_past_the_table_equals_the_cropped_forward(positions):
+    cfg = TransformerConfig(
+        vocab_size=20, d_model=16, n_heads=2, n_layers=2, max_len=8, positions=positions
+    )
+    torch.manual_seed(0)
+    model = GPT(cfg).eval().double()  # float64: cached and full passes agree to 1e-15
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for n_prompt in (3, 11):
+            prompt = torch.randint(0, 20, (2, n_prompt), generator=gen)
+            _all_decoders_match_the_cropping_by_hand(model, model, 8, 20, prompt, 14)
+
+
+@needs_models
+def test_t5_has_no_table_and_decodes_past_max_len_uncropped():
+    from lib.models import T5
+
+    config = TransformerConfig(
+        vocab_size=37, d_model=32, n_heads=4, n_layers=2, n_decoder_layers=2,
+        positions="t5", bias=False, max_len=8,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = T5(config).eval().double()
+    src = torch.randint(1, 37, (3, 5), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        bound = model.bind(src)
+        start = torch.full((3, 1), bound.start_id)
+        greedy = generate(bound, start, 12, temperature=0)
+        assert torch.equal(
+            greedy, generate(bound, start, 12, temperature=0, crop=False)
+        )
+        ids = start  # the whole target, never cropped
+        for _ in range(12):
+            next_id = model(src, ids)[:, -1].argmax(dim=-1, keepdim=True)
+            ids = torch.cat([ids, next_id], dim=1)
+        assert torch.equal(greedy, ids)
+
+
+def test_speculative_decoding_refuses_tables_it_would_outgrow():
+    """Speculative decoding never crops: target and draft tables of different
+    lengths are each checked, up front."""
+    small, large = (
+        GPT(
+            TransformerConfig(
+                vocab_size=20, d_model=16, n_heads=2, n_layers=1, max_len=n
+            )
+        )
+        for n in (8, 16)
+    )
+    prompt = torch.tensor([1, 2, 3])
+    for target, draft in ((small, large), (large, small)):
+        assert speculative_generate(target, draft, prompt, 6, temperature=0).shape == (
+            9,
+        )
+        with pytest.raises(ValueError, match="need 9 positions.*max_len=8: lower"):
+            speculative_generate(target, draft, prompt, 7, temperature=0)

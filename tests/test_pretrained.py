@@ -8,14 +8,20 @@
   compared on random weights through ``load_pretrained``'s own online branch (only the
   download is replaced), with the published widths, vocabularies, heads and positions but
   two blocks per stack instead of 6 to 12, which keeps the test to seconds on a CPU.
-* The offline decision: an offline variable, a probe that fails, a probe that hangs, a
-  download that fails; the one line printed; random weights of the same configuration.
+* Why the published weights could not be had, in the one line printed: an offline
+  variable or no network ("offline"), a probe or a download that timed out ("hub too
+  slow", with the longer ``timeout`` to retry with, which also raises huggingface_hub's
+  own waits), any other failure ("download failed"). The download's errors are the
+  classes that huggingface_hub and its HTTP library raise (requests before
+  huggingface_hub 1.0, httpx or httpx2 after), chained as ``transformers`` chains them;
+  those a version lacks are skipped. Random weights of the same configuration.
 * Shipped checkpoints in a temporary folder: round trips, float16, and the errors for a
   missing, unknown or altered file.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import threading
@@ -26,6 +32,7 @@ import urllib.request
 import pytest
 import torch
 import transformers
+from huggingface_hub.utils import LocalEntryNotFoundError, OfflineModeIsEnabled
 
 from lib import pretrained
 from lib.datasets import ChecksumError, sha256_file
@@ -35,9 +42,9 @@ from lib.pretrained import (
     PRETRAINED,
     ByteTokenizer,
     hub_model,
+    hub_problem,
     load_pretrained,
     load_shipped,
-    offline_reason,
     random_model,
     reference_config,
     save_shipped,
@@ -71,7 +78,9 @@ def no_network(monkeypatch):
     """The probe fails and the local cache is empty: every download raises."""
     for variable in pretrained.OFFLINE_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setattr(pretrained, "_probe", lambda url, timeout: "no network")
+    monkeypatch.setattr(
+        pretrained, "_probe", lambda url, timeout: ("offline", "no network")
+    )
     asked = []
 
     def download(model, local_only):
@@ -206,13 +215,13 @@ def test_an_offline_variable_decides_without_a_request(monkeypatch):
     monkeypatch.setattr(pretrained, "_probe", no_request)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert offline_reason() == "HF_HUB_OFFLINE=1"
+    assert hub_problem() == ("offline", "HF_HUB_OFFLINE=1")
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "true")
-    assert offline_reason() == "TRANSFORMERS_OFFLINE=true"
+    assert hub_problem() == ("offline", "TRANSFORMERS_OFFLINE=true")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")  # not set to a true value
     with pytest.raises(AssertionError, match="the hub was asked"):
-        offline_reason()
+        hub_problem()
 
 
 def test_the_probe_asks_the_endpoint_and_obeys_the_timeout(monkeypatch):
@@ -221,9 +230,9 @@ def test_the_probe_asks_the_endpoint_and_obeys_the_timeout(monkeypatch):
     asked = []
     monkeypatch.setattr(pretrained, "_probe", lambda url, t: asked.append((url, t)))
     monkeypatch.setenv("HF_ENDPOINT", "https://mirror.example")
-    assert offline_reason(0.5) is None and asked == [("https://mirror.example", 0.5)]
+    assert hub_problem(0.5) is None and asked == [("https://mirror.example", 0.5)]
     with pytest.raises(ValueError, match="timeout"):
-        offline_reason(0)
+        hub_problem(0)
 
 
 def test_a_hanging_probe_gives_up_after_its_timeout(monkeypatch):
@@ -236,7 +245,10 @@ def test_a_hanging_probe_gives_up_after_its_timeout(monkeypatch):
     monkeypatch.setattr(urllib.request, "urlopen", hang)
     start = time.perf_counter()
     try:
-        assert pretrained._probe("https://huggingface.co", 0.2) == "no answer in 0.2 s"
+        assert pretrained._probe("https://huggingface.co", 0.2) == (
+            "hub too slow",
+            "no answer in 0.2 s",
+        )
         assert (
             time.perf_counter() - start < 10
         )  # the timeout, not the minute of hanging
@@ -246,13 +258,32 @@ def test_a_hanging_probe_gives_up_after_its_timeout(monkeypatch):
 
 def test_a_refused_connection_is_no_network_and_an_http_error_an_answer(monkeypatch):
     # port 9 (discard) of this machine: nothing listens there, the connection is refused
-    assert pretrained._probe("http://127.0.0.1:9", 2.0) == "no network"
+    assert pretrained._probe("http://127.0.0.1:9", 2.0) == ("offline", "no network")
 
     def forbidden(request, timeout):
         raise urllib.error.HTTPError(request.full_url, 403, "Forbidden", {}, None)
 
     monkeypatch.setattr(urllib.request, "urlopen", forbidden)
     assert pretrained._probe("https://huggingface.co", 2.0) is None
+
+
+@pytest.mark.parametrize(
+    "timed_out",
+    [
+        urllib.error.URLError(TimeoutError("timed out")),  # while connecting
+        TimeoutError("The read operation timed out"),  # while reading the answer
+    ],
+    ids=["connecting", "reading"],
+)
+def test_a_probe_that_times_out_says_the_hub_is_too_slow(timed_out, monkeypatch):
+    def slow(request, timeout):
+        raise timed_out
+
+    monkeypatch.setattr(urllib.request, "urlopen", slow)
+    assert pretrained._probe("https://huggingface.co", 2.0) == (
+        "hub too slow",
+        "no answer in 2 s",
+    )
 
 
 def test_offline_gives_random_weights_of_the_configuration_and_one_line(
@@ -287,7 +318,7 @@ def test_offline_gives_random_weights_of_the_configuration_and_one_line(
 def test_a_failed_download_online_falls_back_and_says_why(online, monkeypatch, capsys):
     def refused(model, local_only):
         assert not local_only  # online: a real download was tried
-        raise ConnectionError("reset by peer")
+        raise ConnectionResetError("reset by peer")
 
     monkeypatch.setattr(pretrained, "_download", refused)
     tiny = ViT(ViTConfig(image_size=16, patch_size=8, n_classes=3, d_model=8))
@@ -295,7 +326,7 @@ def test_a_failed_download_online_falls_back_and_says_why(online, monkeypatch, c
     loaded = load_pretrained("google/vit-base-patch16-224", verbose=True)
     assert not loaded.real and loaded.model is tiny and loaded.tokenizer is None
     assert capsys.readouterr().out == (
-        "offline (download failed: ConnectionError): random vit-base-patch16-224; "
+        "download failed (ConnectionResetError): random vit-base-patch16-224; "
         "output is noise\n"
     )
 
@@ -317,6 +348,186 @@ def test_hf_hub_offline_reads_only_the_cache(monkeypatch, capsys):
         "output is noise"
     )
     assert loaded.tokenizer.mask_token_id == 103
+
+
+def _as_transformers_raises(root: BaseException, *, cause: bool = True) -> OSError:
+    """``root`` as ``transformers`` reports it: its own ``OSError``, raised from
+    huggingface_hub's ``LocalEntryNotFoundError`` (``cause``: ``raise ... from``),
+    itself raised from ``root``; or (not ``cause``) raised while handling ``root``, as
+    transformers 4.46 reports an HTTP error."""
+    if not cause:
+        wrapped = OSError("There was a specific connection error")
+        wrapped.__context__ = root
+        return wrapped
+    hub = LocalEntryNotFoundError("cannot find the requested files in the local cache")
+    hub.__cause__ = root
+    wrapped = OSError("We couldn't connect to 'https://huggingface.co'")
+    wrapped.__cause__ = hub
+    return wrapped
+
+
+def _module(*names):
+    """The first of the modules ``names`` that is installed, or None."""
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
+
+
+# huggingface_hub's HTTP library: requests before 1.0, httpx in 1.x, httpx2 from 2.0
+# (each test below runs with those installed)
+REQUESTS, HTTPX = _module("requests"), _module("httpx2", "httpx")
+
+
+def _http_status_error(status: int):
+    if REQUESTS is not None:
+        response = REQUESTS.Response()
+        response.status_code = status
+        return REQUESTS.HTTPError(f"{status} Server Error", response=response)
+    request = HTTPX.Request("GET", "https://huggingface.co")
+    response = HTTPX.Response(status, request=request)
+    return HTTPX.HTTPStatusError(
+        f"{status} Server Error", request=request, response=response
+    )
+
+
+RETRY = "to wait longer: load_pretrained('bert-base-uncased', timeout=30)"
+
+# name: (the library the case needs, None when it is not installed, True for none;
+# the error the HTTP layer raised; whether transformers raises its own error from it,
+# else while handling it; the kind and detail the notice gives)
+FAILURES = {
+    "requests read timeout": (
+        REQUESTS,
+        lambda: REQUESTS.exceptions.ReadTimeout("read timed out"),
+        True,
+        ("hub too slow", "ReadTimeout"),
+    ),
+    # also a requests ConnectionError: a timeout is a slow hub first
+    "requests connect timeout": (
+        REQUESTS,
+        lambda: REQUESTS.exceptions.ConnectTimeout("connect timed out"),
+        True,
+        ("hub too slow", "ConnectTimeout"),
+    ),
+    "socket timeout": (
+        True,
+        lambda: TimeoutError("timed out"),
+        True,
+        ("hub too slow", "TimeoutError"),
+    ),
+    "httpx read timeout": (
+        HTTPX,
+        lambda: HTTPX.ReadTimeout("timed out"),
+        True,
+        ("hub too slow", "ReadTimeout"),
+    ),
+    "httpx connect error": (
+        HTTPX,
+        lambda: HTTPX.ConnectError("[Errno -3] Temporary failure in name resolution"),
+        True,
+        ("offline", "ConnectError"),
+    ),
+    "requests connection error": (
+        REQUESTS,
+        lambda: REQUESTS.exceptions.ConnectionError("Max retries exceeded"),
+        True,
+        ("offline", "ConnectionError"),
+    ),
+    "offline mode": (
+        True,
+        lambda: OfflineModeIsEnabled("HF_HUB_OFFLINE=1"),
+        True,
+        ("offline", "OfflineModeIsEnabled"),
+    ),
+    "HTTP 503": (
+        REQUESTS or HTTPX,
+        lambda: _http_status_error(503),
+        False,
+        ("download failed", "HTTP 503"),
+    ),
+    "disk full": (
+        True,
+        lambda: OSError(28, "No space left on device"),
+        True,
+        ("download failed", "OSError"),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param(
+            name,
+            marks=pytest.mark.skipif(library is None, reason="library not installed"),
+        )
+        for name, (library, *_) in FAILURES.items()
+    ],
+)
+def test_a_failed_download_says_why(failure, online, monkeypatch):
+    _, make, cause, (kind, detail) = FAILURES[failure]
+    error = _as_transformers_raises(make(), cause=cause)
+
+    def download(model, local_only):
+        assert not local_only
+        raise error
+
+    monkeypatch.setattr(pretrained, "_download", download)
+    monkeypatch.setattr(pretrained, "random_model", lambda name: torch.nn.Identity())
+    loaded = load_pretrained("bert-base-uncased", verbose=False)
+    assert not loaded.real
+    expected = (
+        f"{kind} ({detail}): random bert-base-uncased, byte tokens; output is noise"
+    )
+    if kind == "hub too slow":  # and how to wait longer
+        expected += "; " + RETRY
+    assert loaded.notice == expected
+
+
+def test_a_slow_probe_reads_the_cache_and_says_how_to_wait_longer(monkeypatch):
+    for variable in pretrained.OFFLINE_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(
+        pretrained, "_probe", lambda url, t: ("hub too slow", f"no answer in {t:g} s")
+    )
+    asked = []
+
+    def cached(model, local_only):
+        asked.append(local_only)
+        raise LocalEntryNotFoundError("not in the local cache")
+
+    monkeypatch.setattr(pretrained, "_download", cached)
+    monkeypatch.setattr(pretrained, "random_model", lambda name: torch.nn.Identity())
+    assert load_pretrained("bert-base-uncased", verbose=False).notice == (
+        "hub too slow (no answer in 3 s): random bert-base-uncased, byte tokens; "
+        "output is noise; " + RETRY
+    )
+    notice = load_pretrained("bert-base-uncased", timeout=30, verbose=False).notice
+    assert notice.endswith("timeout=300)") and asked == [True, True]
+
+
+def test_the_timeout_raises_huggingface_hubs_own_waits_for_the_download(
+    online, monkeypatch
+):
+    from huggingface_hub import constants
+
+    before = [getattr(constants, name) for name in pretrained.HUB_TIMEOUTS]
+    seen = []
+
+    def download(model, local_only):
+        seen.append([getattr(constants, name) for name in pretrained.HUB_TIMEOUTS])
+        raise OSError("stop here")
+
+    monkeypatch.setattr(pretrained, "_download", download)
+    monkeypatch.setattr(pretrained, "random_model", lambda name: torch.nn.Identity())
+    load_pretrained("bert-base-uncased", timeout=45, verbose=False)
+    load_pretrained("bert-base-uncased", timeout=0.5, verbose=False)
+    # raised to 45 s for the first; never lowered; restored after each
+    assert seen == [[45, 45], before] and max(before) < 45
+    assert [getattr(constants, name) for name in pretrained.HUB_TIMEOUTS] == before
 
 
 def test_random_model_builds_the_published_configuration_untrained():
@@ -347,7 +558,10 @@ def test_byte_tokenizer_round_trip_and_special_tokens():
     assert bert.decode(ids) == f"[CLS]{text}[SEP]"
     assert bert.decode(ids, skip_special_tokens=True) == "Le café est ."
     assert bert.encode(text, add_special_tokens=False) == ids[1:-1]
-    assert bert.decode(torch.tensor([1000 + 104, 29999])) == "h\ufffd"  # not a byte
+    # an id that is not a byte, and bytes that are not UTF-8, stay readable
+    assert bert.decode(torch.tensor([1000 + 104, 29999])) == "h<29999>"
+    assert bert.decode([1000 + 0xE9, 1000 + 0x21]) == "\\xe9!"
+    assert bert.decode([1000 + 0xC3, 1000 + 0xA9]) == "é"  # a whole character
     assert (bert.mask_token, bert.pad_token_id, bert.eos_token_id) == (
         "[MASK]",
         0,

