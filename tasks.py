@@ -30,6 +30,8 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +49,11 @@ if sys.version_info < (3, 10):  # noqa: UP036 - this file runs before any instal
 
 def say(message: str) -> None:
     print(f"[tasks] {message}", flush=True)
+
+
+def shown(path: Path) -> str:
+    """A path as a message gives it: relative to the checkout where it lies inside."""
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
 
 
 def run(*cmd: str | Path, env: dict[str, str] | None = None, check: bool = True) -> int:
@@ -67,8 +74,8 @@ def in_managed_env() -> bool:
     )
 
 
-def venv_python() -> Path:
-    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+def venv_python(venv: Path = VENV) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
 def reexec_in_venv() -> None:
@@ -86,8 +93,141 @@ def reexec_in_venv() -> None:
     )
 
 
-def pip(*args: str, check: bool = True) -> int:
-    return run(sys.executable, "-m", "pip", "install", "--quiet", *args, check=check)
+# pip's own output is hundreds of lines (or, under --quiet, minutes of silence). `pip`
+# below shows instead what it installs, then one progress line every few seconds (packages
+# collected and downloaded, then installed) read from pip's normal output, and writes that
+# output whole to _build/logs/pip-<what>.log.
+PIP_LOGS = ROOT / "_build" / "logs"
+PROGRESS_EVERY = 10.0  # seconds between two progress lines of a long install
+# Measured on a fast connection (2 cores, PyPI plus a local mirror), from an environment
+# holding only torch; a slow connection takes longer, an update of a filled one seconds.
+INSTALL_MINUTES = {"chapters": 3, "test": 3, "book": 4, "notebooks": 4}
+
+
+class PipProgress:
+    """Counts what ``pip install`` reports, one line of its output at a time."""
+
+    COLLECT = re.compile(r"^(?:Collecting|Processing|Obtaining) ")
+    DOWNLOAD = re.compile(r"^\s*Downloading \S+ \(([\d.]+) ([kMG]B)\)")
+    SATISFIED = re.compile(r"^Requirement already satisfied: ")
+    INSTALLING = re.compile(r"^Installing collected packages: (.+)")
+    DONE = re.compile(r"^Successfully installed (.+)")
+
+    def __init__(self) -> None:
+        self.collected = self.downloaded = self.satisfied = 0
+        self.megabytes = 0.0
+        self.warnings = 0
+        self.installing: list[str] = []
+        self.installed: list[str] = []
+
+    def feed(self, line: str) -> str | None:
+        """Count one line; return what to show at once (the start of the installation, an
+        error), else None."""
+        if self.COLLECT.match(line):
+            self.collected += 1
+        elif match := self.DOWNLOAD.match(line):
+            self.downloaded += 1
+            unit = {"kB": 1e-3, "MB": 1.0, "GB": 1e3}[match.group(2)]
+            self.megabytes += float(match.group(1)) * unit
+        elif self.SATISFIED.match(line):
+            self.satisfied += 1
+        elif match := self.INSTALLING.match(line):
+            self.installing = match.group(1).strip().split(", ")
+            names = ", ".join(self.installing[:6])
+            more = len(self.installing) - 6
+            return f"installing {len(self.installing)}: {names}" + (
+                f" and {more} more" if more > 0 else ""
+            )
+        elif match := self.DONE.match(line):
+            self.installed = match.group(1).split()
+        elif line.startswith("ERROR:"):
+            return line.rstrip()
+        elif line.startswith("WARNING:"):
+            self.warnings += 1
+        return None
+
+    def status(self, seconds: float) -> str:
+        """The progress line: what pip is at, ``seconds`` after it started."""
+        if self.installing:
+            return f"{seconds:.0f} s: still installing {len(self.installing)} packages"
+        return (
+            f"{seconds:.0f} s: {self.collected} collected ({self.downloaded} downloaded, "
+            f"{self.megabytes:.0f} MB), {self.satisfied} already installed"
+        )
+
+    def summary(self, seconds: float) -> str:
+        done = f"{len(self.installed)} installed" if self.installed else "nothing new"
+        warned = (
+            f"; its {self.warnings} warnings are in the log" if self.warnings else ""
+        )
+        return f"{done} in {seconds:.0f} s{warned}"
+
+
+def pip(
+    *args: str | Path,
+    log: str,
+    python: str | Path | None = None,
+    check: bool = True,
+) -> int:
+    """``pip install *args`` with ``python`` (this one by default), reporting progress in a
+    few lines; pip's whole output goes to ``_build/logs/pip-<log>.log``, and its last
+    lines are shown when it fails."""
+    import collections
+    import queue
+    import threading
+
+    cmd = [str(python or sys.executable), "-m", "pip", "install"]
+    cmd += ["--progress-bar", "off", *map(str, args)]
+    PIP_LOGS.mkdir(parents=True, exist_ok=True)
+    log_file = PIP_LOGS / f"pip-{log}.log"
+    say(f"pip install {' '.join(map(str, args))}  (log: {shown(log_file)})")
+    progress, tail = PipProgress(), collections.deque(maxlen=30)
+    lines: queue.Queue[str | None] = queue.Queue()
+    start = last = time.monotonic()
+    with open(log_file, "w", encoding="utf-8") as out:
+        out.write(" ".join(cmd) + "\n")
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+        )
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        while True:
+            try:
+                line = lines.get(timeout=1.0)
+            except queue.Empty:
+                line = ""
+            if line is None:
+                break
+            now = time.monotonic()
+            news = None
+            if line:
+                out.write(line)
+                tail.append(line.rstrip())
+                news = progress.feed(line)
+            if news or now - last >= PROGRESS_EVERY:
+                print(f"[tasks]   {news or progress.status(now - start)}", flush=True)
+                last = now
+        code = proc.wait()
+    seconds = time.monotonic() - start
+    if code == 0:
+        say(f"  {progress.summary(seconds)}")
+        return code
+    print("\n".join(tail), flush=True)
+    if check:
+        sys.exit(f"[tasks] pip failed (exit {code}); its whole output: {log_file}")
+    return code
 
 
 def torch_ok() -> bool:
@@ -185,9 +325,61 @@ def ensure_torch() -> None:
         candidate=pip_candidate,
         cpu_index_reachable=lambda: url_answers(CPU_INDEX + "/torch/"),
     )
-    kind = "the default (CUDA) build" if has_gpu else "a CPU-only build"
-    say(f"installing {kind} of PyTorch: pip install {' '.join(args)}")
-    pip(*args)
+    kind = (
+        "the default build, with CUDA: several GB"
+        if has_gpu
+        else "a CPU-only build: about 200 MB to download, 750 MB on disk"
+    )
+    say(f"installing PyTorch, {kind} (a few minutes on a first install)")
+    pip(*args, log="torch")
+
+
+def project_requirements(extra: str | None = None) -> list[str]:
+    """The requirements of the package (``extra=None``) or of one of its extras, with the
+    extras an extra includes expanded and those whose environment marker rules this
+    machine out left out, read from pyproject.toml (without tomllib: Python 3.10 lacks it)."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    name = re.search(r'^name = "([^"]+)"', text, re.MULTILINE)
+
+    def array(key: str) -> list[str]:
+        block = re.search(rf"^{re.escape(key)} = \[(.*?)^\]", text, re.MULTILINE | re.S)
+        if block is None or name is None:
+            sys.exit(f"[tasks] pyproject.toml: no {key} = [...] list")
+        # the quoted strings, not what a comment quotes
+        return [s for s in re.findall(r'"([^"]*)"|#[^\n]*', block.group(1)) if s]
+
+    found: list[str] = []
+    for req in array(extra or "dependencies"):
+        included = re.fullmatch(rf"{re.escape(name.group(1))}\[(\w+)\]", req)
+        if included:
+            more = project_requirements(included.group(1))
+            found += [r for r in more if r not in found]
+        elif marker_holds(req.partition(";")[2]) and req not in found:
+            found.append(req)
+    return found
+
+
+def marker_holds(marker: str) -> bool:
+    """Whether an environment marker of the kind pyproject.toml uses (``platform_system ==
+    'Linux' and platform_machine == 'x86_64'``) holds here; any other marker counts as
+    holding, and so does none."""
+    values = {
+        "platform_system": platform.system(),
+        "platform_machine": platform.machine(),
+        "sys_platform": sys.platform,
+    }
+    if " or " in marker:
+        return True
+    for clause in filter(str.strip, marker.split(" and ")):
+        test = re.fullmatch(r"\s*(\w+)\s*(==|!=)\s*['\"]([^'\"]*)['\"]\s*", clause)
+        if test and test.group(1) in values:
+            if (values[test.group(1)] == test.group(3)) != (test.group(2) == "=="):
+                return False
+    return True
+
+
+def requirement_name(requirement: str) -> str:
+    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0]
 
 
 def ensure_installed(extra: str) -> None:
@@ -201,7 +393,17 @@ def ensure_installed(extra: str) -> None:
     if stamp.exists() and torch_ok():
         return
     ensure_torch()
-    pip("-e", f".[{extra}]")
+    names = [requirement_name(r) for r in project_requirements()]
+    names += [requirement_name(r) for r in project_requirements(extra)]
+    minutes = INSTALL_MINUTES.get(extra, 3)
+    say(
+        f"installing the `{extra}` extra into {sys.prefix} (a first install: about "
+        f"{minutes} minutes; an update of an installed one: seconds):"
+    )
+    listed = ", ".join(n for n in dict.fromkeys(names) if n != "torch")
+    for line in textwrap.wrap(f"{listed}, and what they need", 80):
+        print(f"[tasks]   {line}", flush=True)
+    pip("-e", f".[{extra}]", log=extra)
     stamp_dir.mkdir(exist_ok=True)
     stamp.touch()
 
@@ -436,13 +638,20 @@ COMPAT_TESTS = [
     "tests/test_vit.py",
     "tests/test_pretrained.py",
 ]
+COMPAT_DIR = ROOT / "_build" / "compat"
+COMPAT_STAMP = ".tfs-complete"
 
 
 def transformers_versions() -> dict[str, str]:
     """``{"lowest": "transformers==4.46.*", "newest": "transformers"}``: the lowest release
-    line the ``chapters`` extra admits, and the newest release (pip's choice)."""
-    spec = re.search(
-        r'"transformers>=([\d.]+)[^"]*"', (ROOT / "pyproject.toml").read_text()
+    line the ``chapters`` extra admits, and the newest (the one this environment has)."""
+    spec = next(
+        (
+            re.match(r"transformers>=([\d.]+)", r)
+            for r in project_requirements("chapters")
+            if r.startswith("transformers>=")
+        ),
+        None,
     )
     if spec is None:
         sys.exit(
@@ -452,40 +661,87 @@ def transformers_versions() -> dict[str, str]:
     return {"lowest": f"transformers=={major_minor}.*", "newest": "transformers"}
 
 
+def site_dirs() -> list[str]:
+    """This environment's site-packages (purelib, and platlib where it differs)."""
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
+
+
+def compat_key(requirement: str) -> str:
+    """What a compat environment is built from, hashed: its requirement, the Python that
+    runs it, and the environment it borrows the rest from."""
+    parts = [requirement, platform.python_version(), sys.executable, *site_dirs()]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
+
+
+def compat_env(name: str, requirement: str) -> Path:
+    """A virtual environment with ``requirement`` and only what it needs that this one
+    lacks or has in another version: ``_build/compat/<name>-<key>``, built once and reused
+    while its key (``compat_key``) holds; a stale or half-built one is removed.
+
+    It borrows everything else from this environment through a ``.pth`` file that adds
+    this one's site-packages after its own: torch, numpy, pytest and the editable ``lib``
+    are this environment's (no copy shadows them), and pip, run with its Python, sees them
+    installed and adds only transformers 4.x, its tokenizers and its huggingface_hub.
+    (pip, not a faster installer such as uv: uv would not see the borrowed packages and
+    would install all of transformers' dependencies, numpy among them, into the compat
+    environment, shadowing this one's; with pip the first build takes about 15 s.)"""
+    target = COMPAT_DIR / f"{name}-{compat_key(requirement)}"
+    stamp = target / COMPAT_STAMP
+    if stamp.exists() and stamp.read_text(encoding="utf-8") == requirement:
+        return target
+    # the directory holds the current environment only
+    for old in COMPAT_DIR.glob("*") if COMPAT_DIR.exists() else []:
+        shutil.rmtree(old, ignore_errors=True)
+    say(f"building {shown(target)} for {requirement} (once; about 15 s)")
+    run(sys.executable, "-m", "venv", "--without-pip", target)
+    python = venv_python(target)
+    ask = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    own = subprocess.run(
+        [str(python), "-c", ask],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    borrowed = "; ".join(f"site.addsitedir({p!r})" for p in site_dirs())
+    (Path(own) / "_tfs_borrow.pth").write_text(f"import site; {borrowed}\n")
+    pip(requirement, log=f"compat-{name}", python=python)
+    stamp.write_text(requirement, encoding="utf-8")
+    return target
+
+
 def cmd_compat(which: list[str], pytest_args: list[str]) -> None:
     """Run the equivalence tests under the lowest supported and the newest transformers.
 
-    Each version is installed with its own dependencies (tokenizers, huggingface_hub, ...)
-    into ``_build/compat/<name>`` and put first on ``PYTHONPATH``, so the project's
-    environment keeps its own copy."""
+    The newest is the one this environment has (the ``test`` extra installs the newest
+    release into a new environment; ``pip install -U transformers`` updates an older one).
+    The lowest runs in ``compat_env``'s cached environment, with this one's torch."""
     versions = transformers_versions()
     if unknown := sorted(set(which) - set(versions)):
         sys.exit(f"[tasks] compat: {unknown} unknown; choose from {sorted(versions)}")
     ensure_installed("test")
+    start = time.monotonic()
+    workers = cpu_count()
+    parallel = ["-n", str(workers)] if workers > 1 else []
     for name in which or list(versions):
-        target = ROOT / "_build" / "compat" / name
-        stamp = target / ".installed"
-        if not stamp.exists() or stamp.read_text() != versions[name]:
-            shutil.rmtree(target, ignore_errors=True)
-            pip("--target", str(target), "--upgrade", versions[name])
-            stamp.write_text(versions[name])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(target), str(ROOT), env.get("PYTHONPATH", "")) if p
-        )
-        version = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import transformers; print(transformers.__version__)",
-            ],
-            env=env,
+        if name == "newest":
+            python, where = Path(sys.executable), f"this environment, {sys.prefix}"
+        else:
+            env_dir = compat_env(name, versions[name])
+            python, where = venv_python(env_dir), shown(env_dir)
+        probe = "import transformers, torch; print(transformers.__version__, torch.__file__)"
+        version, torch_file = subprocess.run(
+            [str(python), "-c", probe],
+            cwd=ROOT,
             capture_output=True,
             text=True,
             check=True,
-        ).stdout.strip()
-        say(f"equivalence tests under transformers {version} ({name})")
-        run(sys.executable, "-m", "pytest", "-q", *COMPAT_TESTS, *pytest_args, env=env)
+        ).stdout.split()
+        if not any(Path(torch_file).is_relative_to(d) for d in site_dirs()):
+            sys.exit(f"[tasks] compat: {where} has a torch of its own ({torch_file})")
+        say(f"equivalence tests under transformers {version} ({name}: {where})")
+        run(python, "-m", "pytest", "-q", *parallel, *COMPAT_TESTS, *pytest_args)
+    say(f"compat finished in {time.monotonic() - start:.0f} s")
 
 
 def dry_report(report: Path, profile: str) -> list[str]:

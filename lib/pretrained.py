@@ -245,8 +245,9 @@ class ByteTokenizer:
     skip_special_tokens=False)``, ``vocab_size``, ``pad_token_id``,
     ``eos_token_id``, ``mask_token`` and ``mask_token_id`` (None when
     absent). Decoded, an id that is neither a byte nor special reads
-    ``<id>`` (``<41959>``), and a byte outside a valid UTF-8 character
-    ``\\xNN``, so that a random model's output stays readable.
+    ``<id>`` (``<41959>``, set off by a space from the text before it), and
+    a byte outside a valid UTF-8 character ``\\xNN``, so that a random
+    model's output stays readable.
     """
 
     def __init__(
@@ -297,19 +298,19 @@ class ByteTokenizer:
         """The text of ``ids`` (a list or a tensor ``(seq,)``)."""
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
-        pieces, run = [], bytearray()  # run: the bytes not yet decoded
+        text, run = "", bytearray()  # run: the bytes not yet decoded
         for token_id in ids:
             if 0 <= token_id - self.offset < 256:
                 run.append(token_id - self.offset)
                 continue
-            pieces.append(run.decode("utf-8", errors="backslashreplace"))
+            text += run.decode("utf-8", errors="backslashreplace")
             run = bytearray()
             if token_id not in self._token_of:
-                pieces.append(f"<{token_id}>")
+                # set off by a space: a line wraps between two such ids
+                text += f"{' ' if text[-1:].strip() else ''}<{token_id}>"
             elif not skip_special_tokens:
-                pieces.append(self._token_of[token_id])
-        pieces.append(run.decode("utf-8", errors="backslashreplace"))
-        return "".join(pieces)
+                text += self._token_of[token_id]
+        return text + run.decode("utf-8", errors="backslashreplace")
 
     def __repr__(self) -> str:
         specials = ", ".join(self.specials)

@@ -70,6 +70,7 @@ from lib.utils import (
     get_device,
     get_precision,
     get_profile,
+    is_dry,
     pick,
     write_record,
 )
@@ -385,7 +386,9 @@ def char_gpt_run(
         progress=progress,
         **_saving(checkpoint_dir, resume, sizes["eval_every"]),
     )
-    val_loss = char_gpt_val_loss(model, sizes, val_ids)
+    # a dry run (lib.utils.is_dry) checks this on the first 8 windows
+    final_ids = val_ids[: 8 * seq_len + 1] if is_dry() else val_ids
+    val_loss = char_gpt_val_loss(model, sizes, final_ids)
     return {
         "run": "gpt",
         "config": {"sizes": sizes, "model": asdict(cfg)},

@@ -24,7 +24,8 @@ Recorded results
 ----------------
 Every recorded run (``book/results/<name>/``) is written by :func:`write_record` and read
 by :func:`read_record`: one ``metrics.json`` of one schema (:data:`RECORD_KEYS`), one CSV
-per curve and a ``curves.png``.
+per curve and a ``curves.png``. Its command names no path of the machine that ran it
+(:func:`relative_command`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""tasks.py: how PyTorch is chosen on a first install, the book's profile, the workflows."""
+"""tasks.py: how PyTorch is chosen on a first install, how installs are told, the compat
+environment, the book's profile, the workflows, the lab."""
 
 from __future__ import annotations
 
@@ -210,3 +211,185 @@ def test_compat_runs_both_versions_by_default_and_refuses_an_unknown_one():
     assert done.returncode != 0 and "['bogus'] unknown" in done.stderr
     versions = tasks.transformers_versions()
     assert versions == {"lowest": "transformers==4.46.*", "newest": "transformers"}
+
+
+def test_the_extras_are_read_as_tomllib_reads_them():
+    """tasks.py reads pyproject.toml without tomllib (Python 3.10 has none)."""
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    project = project["project"]
+
+    def expand(extra):
+        listed = (
+            project["optional-dependencies"][extra]
+            if extra
+            else project["dependencies"]
+        )
+        found = []
+        for line in listed:
+            req = Requirement(line)
+            if req.name == project["name"]:
+                for included in req.extras:
+                    found += [r for r in expand(included) if r not in found]
+            elif (req.marker is None or req.marker.evaluate()) and line not in found:
+                found.append(line)
+        return found
+
+    for extra in [None, *project["optional-dependencies"]]:
+        assert tasks.project_requirements(extra) == expand(extra), extra
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "",
+        "platform_system == 'Linux' and platform_machine == 'x86_64'",
+        "platform_system == 'Windows'",
+        "platform_system != 'Darwin'",
+        'sys_platform == "linux"',
+    ],
+)
+def test_environment_markers_are_judged_as_pip_judges_them(marker):
+    from packaging.markers import Marker
+
+    assert tasks.marker_holds(marker) == (not marker or Marker(marker).evaluate())
+
+
+PIP_OUTPUT = """\
+Obtaining file:///work/main
+Requirement already satisfied: torch>=2.4 in ./.venv/lib/python3.11/site-packages
+Collecting einops>=0.7 (from transformers-from-scratch==0.1.0)
+  Downloading einops-0.8.2-py3-none-any.whl (64 kB)
+Processing /opt/files/numpy-2.4.6-cp311-cp311-manylinux_2_28_x86_64.whl
+Collecting regex>=2023.0 (from transformers-from-scratch==0.1.0)
+  Downloading regex-2026.11.19-cp311-cp311-manylinux_2_28_x86_64.whl (5.5 MB)
+WARNING: Location 'file:///somewhere/simple/regex/' is ignored
+Installing collected packages: regex, numpy, einops, transformers-from-scratch
+Successfully installed einops-0.8.2 numpy-2.4.6 regex-2026.11.19 transformers-from-scratch-0.1.0
+"""
+
+
+def test_an_install_is_told_in_a_few_lines_of_counts():
+    progress = tasks.PipProgress()
+    lines = PIP_OUTPUT.splitlines(keepends=True)
+    assert [progress.feed(line) for line in lines[:8]] == [None] * 8
+    assert progress.status(12) == (
+        "12 s: 4 collected (2 downloaded, 6 MB), 1 already installed"
+    )
+    assert progress.feed(lines[8]) == (
+        "installing 4: regex, numpy, einops, transformers-from-scratch"
+    )
+    assert progress.status(40) == "40 s: still installing 4 packages"
+    assert progress.feed(lines[9]) is None
+    assert progress.summary(41) == "4 installed in 41 s; its 1 warnings are in the log"
+    assert progress.feed("ERROR: No matching distribution\n") == (
+        "ERROR: No matching distribution"
+    )
+
+
+@pytest.mark.skipif(
+    sys.platform == "win32", reason="the stand-in pip is a shell script"
+)
+def test_pip_shows_progress_while_it_waits_and_its_last_lines_when_it_fails(
+    tmp_path, monkeypatch, capsys
+):
+    fake = tmp_path / "python"  # called as `python -m pip install ...`
+    fake.write_text(
+        "#!/bin/sh\necho 'Collecting einops'\necho 'Installing collected packages: "
+        "einops'\nsleep 1\necho 'Successfully installed einops-0.8.2'\n"
+        "if [ \"$6\" = fail ]; then echo 'ERROR: it broke'; exit 1; fi\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(tasks, "PIP_LOGS", tmp_path / "logs")
+    monkeypatch.setattr(tasks, "PROGRESS_EVERY", 0.3)
+    assert tasks.pip("ok", "einops", log="demo", python=fake) == 0
+    out = capsys.readouterr().out
+    assert "[tasks]   installing 1: einops" in out
+    assert "still installing 1 packages" in out  # the heartbeat during the sleep
+    assert "[tasks]   1 installed in 1 s" in out
+    assert "Successfully installed" not in out  # pip's own lines: in the log only
+    log = (tmp_path / "logs" / "pip-demo.log").read_text()
+    assert "Successfully installed einops-0.8.2" in log
+    with pytest.raises(SystemExit, match="pip failed .exit 1.; its whole output: "):
+        tasks.pip("fail", log="demo", python=fake)
+    assert "Successfully installed einops" in capsys.readouterr().out  # the tail
+
+
+def test_compat_builds_its_environment_once_and_takes_torch_from_this_one(
+    tmp_path, monkeypatch
+):
+    installs = []
+    monkeypatch.setattr(tasks, "COMPAT_DIR", tmp_path / "compat")
+    monkeypatch.setattr(tasks, "pip", lambda *args, **kw: installs.append(args))
+    monkeypatch.setattr(tasks.sys, "executable", sys.executable)
+    env = tasks.compat_env("lowest", "transformers==4.46.*")
+    assert env.parent == tmp_path / "compat" and env.name.startswith("lowest-")
+    assert tasks.compat_env("lowest", "transformers==4.46.*") == env  # reused
+    assert installs == [("transformers==4.46.*",)]
+    # its Python finds torch, pytest and lib here, in this environment's copies
+    probe = (
+        "import importlib.util as u; "
+        "print(*(u.find_spec(m).origin for m in ('torch', 'pytest', 'lib')))"
+    )
+    found = subprocess.run(
+        [str(tasks.venv_python(env)), "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    here = [Path(d) for d in tasks.site_dirs()]
+    assert all(Path(f).is_relative_to(d) for f in found[:2] for d in here[:1]), found
+    assert Path(found[2]) == ROOT / "lib" / "__init__.py"  # the editable lib
+    # half built (no stamp): built again; a new requirement: a new one, the old removed
+    (env / tasks.COMPAT_STAMP).unlink()
+    assert tasks.compat_env("lowest", "transformers==4.46.*") == env
+    newer = tasks.compat_env("lowest", "transformers==4.47.*")
+    assert newer != env and not env.exists() and len(installs) == 3
+
+
+def test_jupyterlab_finds_jupyterlab_myst_compatible():
+    """With the notebooks extra installed: `jupyter labextension list` marks no extension
+    "not compatible" (jupyterlab-myst and JupyterLab's @jupyter/ydoc agree)."""
+    pytest.importorskip("jupyterlab")
+    pytest.importorskip("jupyterlab_myst")
+    done = subprocess.run(
+        [sys.executable, "-m", "jupyter", "labextension", "list"],
+        capture_output=True,
+        text=True,
+    )
+    listed = done.stdout + done.stderr
+    assert "jupyterlab-myst" in listed and "not compatible" not in listed, listed
+
+
+@pytest.mark.parametrize(
+    "chapter",
+    [*sorted((ROOT / "chapters").glob("*.md")), ROOT / "tools" / "chapter_template.md"],
+    ids=lambda path: path.stem,
+)
+def test_a_chapter_saved_from_jupyterlab_is_unchanged(chapter):
+    """JupyterLab sets a notebook's kernelspec from the kernel it starts (ipykernel's
+    python3: "Python 3 (ipykernel)") and its language_info; Jupytext writes the .md back,
+    keeping the kernelspec. A chapter opened and saved in the lab reads the same, except
+    that a newer Jupytext writes its own version into the header."""
+    import re
+
+    import jupytext
+    from ipykernel.kernelspec import get_kernel_dict
+
+    text = chapter.read_text(encoding="utf-8")
+    notebook = jupytext.reads(text, fmt="md:myst")
+    spec = get_kernel_dict()
+    notebook.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": spec["display_name"],
+        "language": spec["language"],
+    }
+    notebook.metadata["language_info"] = {"name": "python", "version": "3.11.7"}
+    saved = jupytext.writes(notebook, fmt="md:myst")
+    version = re.compile(r"jupytext_version: \S+")
+    if jupytext.__version__ not in version.search(text).group(0):
+        saved = version.sub(version.search(text).group(0), saved)
+    assert saved == text
