@@ -776,6 +776,10 @@ def cmd_dry(profile: str, chapters: list[str], pytest_args: list[str]) -> None:
     ensure_installed("test")
     env = dict(os.environ)
     env.update(TFS_PROFILE=profile, TFS_DRY="1", HF_HUB_OFFLINE="1")
+    # one torch thread per chapter: the colab and full profiles keep torch's default
+    # pool, which on a CPU shared with the other worker makes small ops many times
+    # slower (chapter 7's decoding: 26 s with two threads, 1.5 s with one)
+    env.setdefault("TFS_THREADS", "1")
     targets = chapters or [str(p.relative_to(ROOT)) for p in toc_chapters()]
     report = ROOT / "_build" / f"dry-{profile}.xml"
     report.parent.mkdir(exist_ok=True)
