@@ -251,6 +251,9 @@ def test_a_notebook_runs_in_a_fresh_environment_with_only_torch(tmp_path):
         "TFS_PROFILE": "smoke",
         "MPLBACKEND": "Agg",
     }
+    # What Colab has before the notebook runs: installed without byte-compiling (pip
+    # compiles every module of torch by default, about a third of this test's time;
+    # Python compiles what the notebook imports as it goes)
     pip = [
         str(python),
         "-m",
@@ -258,6 +261,7 @@ def test_a_notebook_runs_in_a_fresh_environment_with_only_torch(tmp_path):
         "install",
         "--quiet",
         "--disable-pip-version-check",
+        "--no-compile",
     ]
 
     def run(*cmd: str, cwd: Path = tmp_path) -> subprocess.CompletedProcess[str]:

@@ -7,6 +7,7 @@ import copy
 import math
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -639,6 +640,11 @@ def test_gpu_seconds():
 
 # --- data parallel: two CPU processes with gloo ------------------------------------------------
 
+# On Linux the processes are forked from this one, which has imported torch and lib
+# already: a spawned process imports them again (about 3 s of CPU each, most of these
+# tests' time). Elsewhere (macOS, Windows) they are spawned.
+START_METHOD = "fork" if sys.platform.startswith("linux") else "spawn"
+
 
 def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
     os.environ.update(
@@ -678,7 +684,9 @@ def test_two_process_ddp_equals_one_process_on_the_combined_batch(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_ddp_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    mp.start_processes(
+        _ddp_worker, args=(2, port, str(tmp_path)), nprocs=2, start_method=START_METHOD
+    )
     parallel = torch.load(tmp_path / "ddp.pt", weights_only=True)
     model = tiny_gpt(dropout=0.0)
     model_loss(model, BATCHES(0)).backward()
@@ -988,7 +996,9 @@ def test_padded_targets_give_the_same_step_on_3_processes_as_on_one(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_t5_worker, args=(3, port, str(tmp_path)), nprocs=3, join=True)
+    mp.start_processes(
+        _t5_worker, args=(3, port, str(tmp_path)), nprocs=3, start_method=START_METHOD
+    )
     parallel = torch.load(tmp_path / "t5.pt", weights_only=True)
     single = _t5_step_and_evaluations(_tiny_t5())
     assert parallel["loss"] == pytest.approx(single["loss"], rel=1e-6)
