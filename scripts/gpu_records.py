@@ -70,7 +70,8 @@ OPTIONAL = ("throughput",)  # runs only when named
 ALIASES = {"training": ("gpt", "bert", "t5")}
 MIN_START_S = 2.0  # a step that would get less than this is skipped, not started
 KILL_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL
-DRY_CHAPTER = "02-embeddings.md"  # the notebooks step's one chapter in a dry run
+# the notebooks step's one chapter in a dry run: the quickest in the smoke profile
+DRY_CHAPTER = "03-positions.md"
 # Two training steps, one evaluation: the smallest run that still writes every part of
 # a record (curves, samples). T5 decodes its test sentences greedily, and fewer of them.
 DRY_RUN_SIZES = {

@@ -229,6 +229,51 @@ def ignore_untracked(directory: str, names: list[str]) -> list[str]:
     ]
 
 
+def _requirements(names: list[str]) -> list:
+    """The installed distributions ``names`` and every one they require, extras
+    included (this environment's)."""
+    from importlib.metadata import distribution
+
+    from packaging.utils import canonicalize_name
+
+    found: dict[str, tuple] = {}
+    todo = [(name, frozenset()) for name in names]
+    while todo:
+        name, extras = todo.pop()
+        key = canonicalize_name(name)
+        if key in found and extras <= found[key][1]:
+            continue
+        extras |= found[key][1] if key in found else frozenset()
+        dist = distribution(name)
+        found[key] = (dist, extras)
+        for text in dist.requires or []:
+            req = Requirement(text)
+            environments = [{"extra": extra} for extra in extras] or [{"extra": ""}]
+            if req.marker is None or any(map(req.marker.evaluate, environments)):
+                todo.append((req.name, frozenset(req.extras)))
+    return [dist for dist, _ in found.values()]
+
+
+def _install_from_here(names: list[str], site: Path) -> None:
+    """Install ``names``, with all they require, into another environment's
+    site-packages ``site`` as they are installed here: each file of their records
+    hard-linked (copied where no link can be made). What pip installs from the same
+    wheels, without unpacking and byte-compiling torch again (pip and Python replace a
+    file rather than write into it, so this environment's files are never changed)."""
+    for dist in _requirements(names):
+        assert dist.files is not None, f"{dist.metadata['Name']} has no record of files"
+        for file in dist.files:
+            source = Path(dist.locate_file(file))
+            if ".." in file.parts or not source.is_file():
+                continue  # scripts and data outside site-packages, files never made
+            target = site / file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(source, target)
+            except OSError:  # another file system
+                shutil.copy2(source, target)
+
+
 @pytest.mark.slow
 def test_a_notebook_runs_in_a_fresh_environment_with_only_torch(tmp_path):
     """As a new Colab user: a new virtual environment with torch (Colab's is preinstalled)
@@ -238,8 +283,15 @@ def test_a_notebook_runs_in_a_fresh_environment_with_only_torch(tmp_path):
     checkout = tmp_path / "course"
     shutil.copytree(ROOT, checkout, ignore=ignore_untracked)
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    # pip, torch (Colab's is preinstalled) and a notebook runner (Colab has Jupyter;
+    # here nbmake runs the kernel), the versions this machine's tests use
+    _install_from_here(["pip", "torch", "nbmake"], Path(site))
     env = {
         k: v
         for k, v in os.environ.items()
@@ -251,18 +303,6 @@ def test_a_notebook_runs_in_a_fresh_environment_with_only_torch(tmp_path):
         "TFS_PROFILE": "smoke",
         "MPLBACKEND": "Agg",
     }
-    # What Colab has before the notebook runs: installed without byte-compiling (pip
-    # compiles every module of torch by default, about a third of this test's time;
-    # Python compiles what the notebook imports as it goes)
-    pip = [
-        str(python),
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-compile",
-    ]
 
     def run(*cmd: str, cwd: Path = tmp_path) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
@@ -273,8 +313,6 @@ def test_a_notebook_runs_in_a_fresh_environment_with_only_torch(tmp_path):
         )
         return done
 
-    run(*pip, f"torch=={torch.__version__}")  # the version this machine's tests use
-    run(*pip, "nbmake>=1.5")  # Colab has Jupyter; here nbmake runs the kernel
     listed = run(str(python), "-m", "pip", "list", "--format=json").stdout
     assert "transformers-from-scratch" not in listed and "tokenizers" not in listed
 

@@ -127,8 +127,16 @@ def test_workflows_run_ci_and_publish_the_book():
     assert "run: .ci/run" in ci and "pull_request" in ci and "cache: pip" in ci
     assert '"3.10"' in ci  # the lowest Python that pyproject.toml admits
     assert 'requires-python = ">=3.10"' in (ROOT / "pyproject.toml").read_text()
-    assert "tasks.py book" in pages and "deploy-pages" in pages
-    assert "upload-pages-artifact" in pages and "_build/html" in pages
+    # pages.yml publishes what book-online.yml builds, online, with the hub's cache
+    online = (workflows / "book-online.yml").read_text(encoding="utf-8")
+    assert "uses: ./.github/workflows/book-online.yml" in pages
+    assert "publish: true" in pages and "deploy-pages" in pages
+    assert "tasks.py book" in online and "actions/cache" in online
+    assert "upload-pages-artifact" in online and "_build/html" in online
+    assert "schedule:" in online and "workflow_dispatch:" in online
+    assert "HF_HUB_OFFLINE" not in online  # online on purpose
+    assert 'HF_HUB_OFFLINE: "1"' in ci  # the tests are offline
+    assert "export HF_HUB_OFFLINE=1" in (ROOT / ".ci" / "run").read_text()
 
 
 def test_workflows_are_valid_against_githubs_schema():
