@@ -99,9 +99,10 @@ def reexec_in_venv() -> None:
 # output whole to _build/logs/pip-<what>.log.
 PIP_LOGS = ROOT / "_build" / "logs"
 PROGRESS_EVERY = 10.0  # seconds between two progress lines of a long install
-# Measured on a fast connection (2 cores, PyPI plus a local mirror), from an environment
-# holding only torch; a slow connection takes longer, an update of a filled one seconds.
-INSTALL_MINUTES = {"chapters": 3, "test": 3, "book": 4, "notebooks": 4}
+# A first install's minutes, rounded up: on 2 cores with a local mirror of PyPI torch took
+# 17 s and the test extra after it 41 s (95 packages, 330 MB), the notebooks extra 3.5 min
+# on a busy machine; a slow connection takes longer, an update of an installed one seconds.
+INSTALL_MINUTES = {"chapters": 2, "test": 2, "book": 3, "notebooks": 4}
 
 
 class PipProgress:
@@ -401,7 +402,8 @@ def ensure_installed(extra: str) -> None:
         f"{minutes} minutes; an update of an installed one: seconds):"
     )
     listed = ", ".join(n for n in dict.fromkeys(names) if n != "torch")
-    for line in textwrap.wrap(f"{listed}, and what they need", 80):
+    wrapped = textwrap.wrap(f"{listed}, and what they need", 80, break_on_hyphens=False)
+    for line in wrapped:
         print(f"[tasks]   {line}", flush=True)
     pip("-e", f".[{extra}]", log=extra)
     stamp_dir.mkdir(exist_ok=True)
@@ -582,8 +584,9 @@ LAB_CONFIG = ROOT / "_build" / "jupyter-config"
 
 def write_lab_config(config_dir: Path = LAB_CONFIG) -> Path:
     """JupyterLab settings of this project: Markdown and MyST files open as Jupytext
-    notebooks. (jupyterlab-myst, in the ``notebooks`` extra, renders the MyST roles and
-    directives of their Markdown cells: ``{cite}``, ``{numref}``, ``{figure}``, maths.)"""
+    notebooks. (jupyterlab-myst, in the ``notebooks`` extra, renders the MyST directives
+    and maths of their Markdown cells; a ``{cite}`` shows its bare key and a ``{numref}``
+    to a figure made by code does not resolve: the lab has no bibliography or build.)"""
     overrides = config_dir / "labconfig" / "default_setting_overrides.json"
     overrides.parent.mkdir(parents=True, exist_ok=True)
     viewers = {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}
@@ -760,9 +763,7 @@ def dry_report(report: Path, profile: str) -> list[str]:
         if case.find("skipped") is not None:
             outcome = "skipped"
         seconds = float(case.get("time", 0.0))
-        lines.append(
-            f"[dry] chapters/{stem} ({profile}): {outcome} in {seconds:.0f} s"
-        )
+        lines.append(f"[dry] chapters/{stem} ({profile}): {outcome} in {seconds:.0f} s")
     return sorted(lines)
 
 

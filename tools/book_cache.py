@@ -40,8 +40,10 @@ def cache_dir(profile: str) -> Path:
 
 def executed_dir(profile: str) -> Path:
     """Where the tests leave the chapters they executed in a profile (conftest.py)."""
-    return NOTEBOOK_DIR if profile == "smoke" else NOTEBOOK_DIR.with_name(
-        f"notebooks-{profile}"
+    return (
+        NOTEBOOK_DIR
+        if profile == "smoke"
+        else NOTEBOOK_DIR.with_name(f"notebooks-{profile}")
     )
 
 
