@@ -824,10 +824,13 @@ def cmd_notebooks(check: bool) -> None:
 
 
 def notebooks() -> list[str]:
-    """Convert the chapters to ipynb under _build/notebooks so ruff can read their code."""
+    """Convert the chapters to ipynb under _build/notebooks-lint so ruff can read their
+    code (not _build/notebooks, where the tests leave the executed chapters that the
+    book renders)."""
     from tools.tangle import chapter_files, write_notebook
 
-    return [str(write_notebook(chapter)) for chapter in chapter_files()]
+    folder = ROOT / "_build" / "notebooks-lint"
+    return [str(write_notebook(chapter, folder)) for chapter in chapter_files()]
 
 
 def cmd_lint() -> None:

@@ -91,3 +91,19 @@ def test_a_change_to_lib_counts_as_a_change(tmp_path):
 def test_the_executed_notebooks_of_each_profile():
     assert book_cache.executed_dir("smoke").name == "notebooks"
     assert book_cache.executed_dir("colab").name == "notebooks-colab"
+
+
+def test_lint_converts_the_chapters_elsewhere(monkeypatch):
+    """`tasks.py lint` runs between the tests and the book in CI: its copies of the
+    chapters must not replace the executed notebooks that the book renders."""
+    import tasks
+    from tools import tangle
+
+    folders = []
+    monkeypatch.setattr(
+        tangle, "write_notebook", lambda chapter, folder=None: folders.append(folder)
+    )
+    tasks.notebooks()
+    assert folders and all(
+        f is not None and f != tangle.NOTEBOOK_DIR for f in folders
+    ), folders
