@@ -7,7 +7,6 @@ import copy
 import math
 import os
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -640,10 +639,10 @@ def test_gpu_seconds():
 
 # --- data parallel: two CPU processes with gloo ------------------------------------------------
 
-# On Linux the processes are forked from this one, which has imported torch and lib
-# already: a spawned process imports them again (about 3 s of CPU each, most of these
-# tests' time). Elsewhere (macOS, Windows) they are spawned.
-START_METHOD = "fork" if sys.platform.startswith("linux") else "spawn"
+# The processes are spawned, not forked: a process forked from a pytest worker whose
+# torch has started its thread pool can hang on a lock held by a thread it did not
+# inherit (seen here: a forked gloo worker waited forever on a futex under xdist).
+START_METHOD = "spawn"
 
 
 def _ddp_worker(rank: int, world: int, port: int, out: str) -> None:
