@@ -17,7 +17,10 @@ from tools.tangle import NOTEBOOK_DIR, is_chapter, write_notebook
 
 # Tests run the small CPU profile unless the caller asked for another one explicitly.
 os.environ.setdefault("TFS_PROFILE", "smoke")
-os.environ.setdefault("MPLBACKEND", "Agg")
+# The chapters' kernels draw with the inline backend, as in Jupyter and the book build:
+# their executed notebooks keep every figure, and the book renders them
+# (tools/book_cache.py). This process itself draws off-screen (pytest_configure).
+os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
 # Parallel test workers (pytest-xdist) each get one thread for torch and its notebook
 # kernels: several workers with several threads each oversubscribe a small machine and
 # slow the tiny models of the tests down many times over.
@@ -37,6 +40,9 @@ def notebook_dir() -> Path:
 
 
 def pytest_configure(config):
+    import matplotlib
+
+    matplotlib.use("Agg")  # the unit tests' own figures: off-screen
     # nbmake writes each executed chapter back over its converted copy in
     # notebook_dir(): the book build takes the smoke run's outputs from there
     # (tools/book_cache.py) instead of executing every chapter a second time.
