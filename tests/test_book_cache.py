@@ -107,3 +107,18 @@ def test_lint_converts_the_chapters_elsewhere(monkeypatch):
     assert folders and all(
         f is not None and f != tangle.NOTEBOOK_DIR for f in folders
     ), folders
+
+
+def test_a_run_without_its_figures_is_left_to_the_build(files):
+    """A kernel run with MPLBACKEND=Agg executes plt.show() and shows nothing."""
+    chapter, executed = files
+    chapter.write_text("plt.show()")
+    os.utime(chapter, (time.time() - 10, time.time() - 10))
+    ran = notebook(("x = 1", 1, False), ("print(x)", 2, False))
+    assert "1 plt.show() but 0 figures" in book_cache.why_not_usable(
+        chapter, ran, SOURCE, executed
+    )
+    ran.cells[-1].outputs = [
+        nbformat.v4.new_output("display_data", data={"image/png": "iVBOR"})
+    ]
+    assert book_cache.why_not_usable(chapter, ran, SOURCE, executed) is None

@@ -68,6 +68,16 @@ def why_not_usable(chapter: Path, executed_nb, source_nb, executed: Path) -> str
             return f"code cell {number} did not run"
         if any(out.get("output_type") == "error" for out in done.get("outputs", [])):
             return f"code cell {number} raised an error"
+    # a kernel run with a non-inline MPLBACKEND (Agg) shows no figure: the build's does
+    shows = chapter.read_text(encoding="utf-8").count("plt.show()")
+    images = sum(
+        1
+        for cell in ran
+        for out in cell.get("outputs", [])
+        if any(kind.startswith("image/") for kind in out.get("data", {}))
+    )
+    if images < shows:
+        return f"{shows} plt.show() but {images} figures (MPLBACKEND not inline?)"
     return None
 
 
