@@ -164,6 +164,24 @@ class PipProgress:
         return f"{done} in {seconds:.0f} s{warned}"
 
 
+def start_merged(
+    cmd: list[str], env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Start ``cmd`` in the project's root with stderr merged into a text stdout pipe
+    (undecodable bytes replaced), for the commands whose output tasks.py reads line by
+    line: pip's installs and the book build."""
+    return subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+    )
+
+
 def pip(
     *args: str | Path,
     log: str,
@@ -187,15 +205,7 @@ def pip(
     start = last = time.monotonic()
     with open(log_file, "w", encoding="utf-8") as out:
         out.write(" ".join(cmd) + "\n")
-        proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-        )
+        proc = start_merged(cmd)
 
         def read() -> None:
             assert proc.stdout is not None
@@ -437,16 +447,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 def echo_build(cmd: list[str], env: dict[str, str]) -> int:
     """Run the book build, echoing its output without colour codes or known noise."""
     say(" ".join(cmd))
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-    )
+    proc = start_merged(cmd, env)
     assert proc.stdout is not None
     hidden = 0
     for line in proc.stdout:
