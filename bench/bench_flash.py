@@ -15,8 +15,16 @@ that).
 Then the peak memory of one forward+backward pass (1 sequence x 32 heads, d 64) against
 the length for the math path, the tiled PyTorch version and the Triton kernel.
 
-On a machine without a CUDA GPU it prints that it needs one and exits with status 0. It
-never asserts on time. ``--out DIR`` also writes there ``metrics.json``, in the one
+Every measured size is also checked: our output and gradients against the reference
+(SDPA's flash backend on a GPU, the math path on a CPU), the largest absolute error per
+size in the record; the script exits with status 1 (after writing the record) if one is
+off by more than the tolerance of the dtype. It never asserts on time.
+
+Without a CUDA GPU it runs only with ``TRITON_INTERPRET=1`` (Triton's interpreter, on the
+CPU, in float32), at the sizes given, for the kernels and the methods a CPU has
+(``triton``, ``sdpa_math``): a check that the script and its record work, not a
+measurement of speed (``scripts/gpu_records.py --dry-run`` runs it at tiny sizes). Without
+either it prints that it needs one and exits with status 0. ``--out DIR`` also writes there ``metrics.json``, in the one
 schema of ``lib.utils.write_record`` (GPU, versions, commit, wall time, command; the
 sizes as ``config``; the ratios of ours to SDPA's flash backend per pass as ``metrics``;
 every measurement under ``extra``: ``speed`` and ``memory``), with ``speed.png`` and
@@ -108,19 +116,45 @@ def _qkv(batch, heads, seq_len, d_head, dtype, device, requires_grad):
     ]
 
 
-def time_method(fn, q, k, v, causal: bool, backward: bool) -> float | None:
-    """Milliseconds per call (median of triton.testing.do_bench); None if it fails."""
-    import triton
+# The largest absolute error allowed against the reference, per dtype: bf16 keeps 8 bits
+# of mantissa, fp16 11; the gradients sum over a whole sequence, hence their own bound.
+TOLERANCE = {
+    torch.bfloat16: {"out": 2e-2, "grad": 1e-1},
+    torch.float16: {"out": 4e-3, "grad": 2e-2},
+    torch.float32: {"out": 1e-4, "grad": 1e-3},
+}
+# the methods a CPU runs (Triton's interpreter, and SDPA's unfused path)
+CPU_METHODS = ("triton", "sdpa_math")
 
+
+def _median_ms(step, repeats: int = 3) -> float:
+    """Median wall-clock milliseconds of ``step()`` on a CPU (no CUDA events there)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - start) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def time_method(fn, q, k, v, causal: bool, backward: bool) -> float | None:
+    """Milliseconds per call (median of triton.testing.do_bench on a GPU, of three
+    wall-clock runs on a CPU); None if it fails."""
     grad_out = torch.randn_like(q)
+    cuda = q.device.type == "cuda"
 
     def step():
         out = fn(q, k, v, causal)
         if backward:
             out.backward(grad_out)
+            q.grad = k.grad = v.grad = None
 
     try:
         step()  # warm-up, autotuning, and a check that the backend takes the inputs
+        if not cuda:
+            return _median_ms(step)
+        import triton
+
         torch.cuda.synchronize()
         return triton.testing.do_bench(step, warmup=25, rep=100, grad_to_none=[q, k, v])
     except (RuntimeError, torch.OutOfMemoryError) as error:
@@ -128,7 +162,41 @@ def time_method(fn, q, k, v, causal: bool, backward: bool) -> float | None:
         print(f"      (not run: {type(error).__name__}: {message})")
         return None
     finally:
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
+
+
+def max_errors(ours, reference, q, k, v, causal: bool, backward: bool) -> dict | None:
+    """The largest absolute difference between ``ours`` and ``reference`` on the same
+    inputs: of the outputs, and with ``backward`` of the gradients of q, k and v (one
+    random output gradient). None if the reference cannot run these inputs."""
+    grad_out = torch.randn_like(q)
+    results = []
+    for fn in (ours, reference):
+        inputs = [t.detach().clone().requires_grad_(backward) for t in (q, k, v)]
+        try:
+            out = fn(*inputs, causal)
+        except (RuntimeError, torch.OutOfMemoryError):
+            return None
+        grads = []
+        if backward:
+            out.backward(grad_out)
+            grads = [t.grad for t in inputs]
+        results.append((out.detach(), grads))
+    (out, grads), (want, want_grads) = results
+    errors = {"out": (out.float() - want.float()).abs().max().item()}
+    for name, got, expected in zip(("dq", "dk", "dv"), grads, want_grads):
+        errors[name] = (got.float() - expected.float()).abs().max().item()
+    return errors
+
+
+def within_tolerance(errors: dict, dtype) -> bool:
+    """Whether every error of :func:`max_errors` is inside :data:`TOLERANCE`."""
+    bounds = TOLERANCE[dtype]
+    return all(
+        value <= bounds["out" if name == "out" else "grad"]
+        for name, value in errors.items()
+    )
 
 
 def peak_memory(fn, seq_len: int, heads: int, d_head: int, dtype) -> int | None:
@@ -154,11 +222,13 @@ def measure(
     causal: bool,
     backward: bool,
     dtype,
+    device: str = "cuda",
 ) -> list[dict]:
     """Time every method of METHODS on one shape ``(batch heads seq d)``; print them.
 
     Returns one row per method: the method, the pass ("fwd" or "fwd+bwd"), the sizes,
-    milliseconds and TFLOP/s (None where the method could not run).
+    milliseconds and TFLOP/s (None where the method could not run, or is not one a CPU
+    has).
     """
     from lib.flash import attention_core_flops
 
@@ -169,8 +239,10 @@ def measure(
     print(f"{pass_name:>8} d={d_head:<3} causal={causal!s:<5} n={seq_len:>5}:")
     rows = []
     for method in METHODS:
-        q, k, v = _qkv(batch, heads, seq_len, d_head, dtype, "cuda", backward)
-        ms = time_method(methods[method], q, k, v, causal, backward)
+        ms = None
+        if device == "cuda" or method in CPU_METHODS:
+            q, k, v = _qkv(batch, heads, seq_len, d_head, dtype, device, backward)
+            ms = time_method(methods[method], q, k, v, causal, backward)
         tflops = None if ms is None else work / (ms * 1e-3) / 1e12
         rows.append(
             {
@@ -262,15 +334,18 @@ def plot_memory(memory: list[dict]):
             )
     ax.set_xscale("log", base=2)
     ax.set(xlabel="sequence length", ylabel="peak GiB (forward+backward)")
-    ax.legend()
+    if ax.lines:  # none on a CPU, which measures no GPU memory
+        ax.legend()
     fig.tight_layout()
     return fig
 
 
-def write_results(out, command, wall, summary, config, speed, memory, device):
+def write_results(
+    out, command, wall, summary, config, speed, memory, device, correctness=()
+):
     """``out/metrics.json`` in ``lib.utils.write_record``'s schema (the ratios per pass
-    as ``metrics``, every measurement under ``extra``), ``speed.png`` and
-    ``memory.png``. Returns the path of ``metrics.json``."""
+    as ``metrics``, every measurement and the check at each size under ``extra``),
+    ``speed.png`` and ``memory.png``. Returns the path of ``metrics.json``."""
     path = write_record(
         out,
         name=Path(out).name,
@@ -278,7 +353,7 @@ def write_results(out, command, wall, summary, config, speed, memory, device):
         wall_seconds=wall,
         metrics=summary,  # per pass: ours / sdpa_flash, min, max and the target
         config=config,
-        extra=dict(speed=speed, memory=memory),
+        extra=dict(speed=speed, memory=memory, correctness=list(correctness)),
         device=device,
     )
     plot_speed(speed).savefig(Path(out) / "speed.png", dpi=150)
@@ -311,17 +386,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    if not torch.cuda.is_available():
+    from lib.flash import TRITON_INTERPRETED
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu" and not TRITON_INTERPRETED:
         print(
             "bench_flash.py needs a CUDA GPU: it compares Triton kernels with the GPU "
             "backends of scaled_dot_product_attention. No GPU here, so nothing was "
-            "measured (skipped).",
+            "measured (skipped). With TRITON_INTERPRET=1 it checks itself on the CPU "
+            "at tiny sizes (--lengths 64 --memory-lengths 64 --head-dims 16).",
         )
         return 0
 
     import triton
-
-    from lib.flash import TRITON_INTERPRETED
 
     if TRITON_INTERPRETED:
         print(
@@ -329,10 +406,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     started = time.perf_counter()
     torch.manual_seed(0)
-    gpu = torch.cuda.get_device_name()
-    precision = get_precision("cuda")  # bf16 from compute capability 8.0, else fp16
-    dtype = torch.float16 if precision.dtype == torch.float32 else precision.dtype
-    dtype_name = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dtype]
+    if device == "cuda":
+        gpu = torch.cuda.get_device_name()
+        precision = get_precision("cuda")  # bf16 from compute capability 8.0, else fp16
+        dtype = torch.float16 if precision.dtype == torch.float32 else precision.dtype
+    else:  # the interpreter computes in NumPy, which has no bfloat16
+        gpu, dtype = "CPU (Triton's interpreter: no speed measured)", torch.float32
+    dtype_name = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}[
+        dtype
+    ]
     methods = attention_methods()
     print(
         f"{gpu}, torch {torch.__version__}, triton {triton.__version__}, {dtype_name}, "
@@ -341,26 +423,40 @@ def main(argv: list[str] | None = None) -> int:
     if dtype == torch.float16:
         print("note: no bf16 tensor cores on this GPU (compute capability < 8.0): fp16")
 
-    # Correctness first: our kernel against the flash backend at one size.
-    q, k, v = _qkv(2, 4, 1000, 64, dtype, "cuda", False)
-    for causal in (False, True):
-        ours, reference = methods["triton"], methods["sdpa_math"]
-        gap = (ours(q, k, v, causal) - reference(q, k, v, causal)).abs()
-        print(
-            f"max |triton - sdpa_math| (n=1000, causal={causal}): {gap.max():.1e}",
-        )
-
+    # Correctness at every size: ours against the reference, outputs and gradients.
+    reference = "sdpa_flash" if device == "cuda" else "sdpa_math"
+    correctness = []
     speed = []
     for d_head in args.head_dims:
         for causal in (False, True):
             for seq_len in args.lengths:
+                shape = (args.batch, args.heads, seq_len, d_head)
+                q, k, v = _qkv(*shape, dtype, device, False)
+                errors = max_errors(
+                    methods["triton"], methods[reference], q, k, v, causal, True
+                )
+                q = k = v = None
+                ok = errors is not None and within_tolerance(errors, dtype)
+                correctness.append(
+                    dict(d_head=d_head, causal=causal, seq_len=seq_len,
+                         reference=reference, max_abs_error=errors, ok=ok)
+                )  # fmt: skip
+                shown_errors = (
+                    "reference did not run"
+                    if errors is None
+                    else ", ".join(f"{n} {e:.1e}" for n, e in errors.items())
+                )
+                print(
+                    f"check d={d_head} causal={causal!s:<5} n={seq_len:>5} against "
+                    f"{reference}: {shown_errors} -> {'ok' if ok else 'OFF'}"
+                )
                 for backward in (False, True):
-                    shape = (args.batch, args.heads, seq_len, d_head)
-                    speed += measure(methods, shape, causal, backward, dtype)
+                    speed += measure(methods, shape, causal, backward, dtype, device)
 
-    print("peak memory of one forward+backward pass, 1 sequence x 32 heads, d 64:")
     memory = []
-    for seq_len in args.memory_lengths:
+    if device == "cuda":
+        print("peak memory of one forward+backward pass, 1 sequence x 32 heads, d 64:")
+    for seq_len in args.memory_lengths if device == "cuda" else []:
         for method in MEMORY_METHODS:
             peak = peak_memory(methods[method], seq_len, 32, 64, dtype)
             memory.append(dict(method=method, seq_len=seq_len, peak_bytes=peak))
@@ -391,6 +487,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{max(ratios):.2f}x (target >= {target}x)",
             )
 
+    wrong = [c for c in correctness if not c["ok"]]
+    print(
+        f"checked {len(correctness)} sizes against {reference}: "
+        + (f"{len(wrong)} OFF beyond tolerance" if wrong else "all within tolerance")
+    )
     wall = time.perf_counter() - started
     print(f"wall time {wall:.0f} s")
     if args.out is not None:
@@ -399,7 +500,8 @@ def main(argv: list[str] | None = None) -> int:
             *(sys.argv[1:] if argv is None else argv),
         ]
         config = dict(
-            dtype={"fp16": "float16", "bf16": "bfloat16"}[dtype_name],
+            dtype=str(dtype).removeprefix("torch."),
+            tolerance=TOLERANCE[dtype],
             batch=args.batch,
             heads=args.heads,
             lengths=args.lengths,
@@ -407,10 +509,18 @@ def main(argv: list[str] | None = None) -> int:
             memory_lengths=args.memory_lengths,
         )
         write_results(
-            args.out, " ".join(command), wall, summary, config, speed, memory, "cuda"
+            args.out,
+            " ".join(command),
+            wall,
+            summary,
+            config,
+            speed,
+            memory,
+            device,
+            correctness,
         )
         print(f"wrote {args.out}/metrics.json, speed.png and memory.png")
-    return 0
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

@@ -707,6 +707,9 @@ class TrainHistory:
     grad_norms: list[float] = field(default_factory=list)
     eval_steps: list[int] = field(default_factory=list)
     eval_losses: list[float] = field(default_factory=list)
+    # wall seconds from the start of this call of train (compilation and
+    # evaluations included; a resumed run counts from its resumption)
+    eval_seconds: list[float] = field(default_factory=list)
     tokens: int = 0
     train_seconds: float = 0.0
 
@@ -859,6 +862,7 @@ def train(
     # the first bad step (0: none yet), and its (loss, gradient norm)
     first_bad = torch.zeros((), dtype=torch.long, device=device)
     bad_values = torch.zeros(2, device=device)
+    loop_began = time.perf_counter()
     for step in bar:
         began = time.perf_counter()
         whole = batches(step)
@@ -930,6 +934,7 @@ def train(
             kw = dict(n_batches=eval_iters, loss_fn=loss_fn, precision=precision)
             history.eval_losses.append(evaluate(model, eval_batches, **kw))
             history.eval_steps.append(done)
+            history.eval_seconds.append(time.perf_counter() - loop_began)
             model.train()
         if due_save:
             extra = dict(history=asdict(history), data_position=done, config=config)

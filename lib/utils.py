@@ -82,6 +82,7 @@ __all__ = [
 PROFILE_ENV = "TFS_PROFILE"
 DRY_ENV = "TFS_DRY"
 DEVICE_ENV = "TFS_DEVICE"
+RESULTS_ENV = "TFS_RESULTS"
 Profile = Literal["smoke", "colab", "full"]
 PROFILES: tuple[Profile, ...] = ("smoke", "colab", "full")
 T = TypeVar("T")
@@ -416,6 +417,17 @@ def relative_command(command: str, root: str | os.PathLike = PROJECT_ROOT) -> st
 
 
 # --- recorded results -----------------------------------------------------------------
+
+
+def results_dir() -> Path:
+    """The folder of recorded runs a chapter writes into and shows: ``TFS_RESULTS`` when
+    set (``scripts/gpu_records.py --out`` sets it), else this checkout's ``book/results``
+    (which an installed ``lib`` may lack: check ``is_dir()`` before reading)."""
+    chosen = os.environ.get(RESULTS_ENV, "").strip()
+    if chosen:
+        return Path(chosen).expanduser()
+    return Path(__file__).resolve().parent.parent / "book" / "results"
+
 
 RECORD_SCHEMA = 1
 #: The top-level keys of every ``metrics.json``, in the order they are written.

@@ -563,11 +563,63 @@ def _bench_module():
     return module
 
 
-def test_benchmark_skips_cleanly_without_a_gpu(capsys, monkeypatch):
+def test_benchmark_skips_cleanly_without_a_gpu_or_the_interpreter(capsys, monkeypatch):
     bench = _bench_module()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(flash, "TRITON_INTERPRETED", False)
     assert bench.main([]) == 0
     assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+TINY_BENCH = ["--lengths", "32", "--memory-lengths", "32", "--head-dims", "16"]
+TINY_BENCH += ["--batch", "1", "--heads", "1"]
+
+
+@needs_triton
+def test_benchmark_checks_itself_on_the_cpu_at_tiny_sizes(tmp_path, monkeypatch):
+    """With Triton's interpreter the benchmark runs its CPU path: the correctness check
+    at each size against SDPA's math path, timings of the methods a CPU has, and the
+    record (no GPU memory measured)."""
+    from lib.utils import read_record
+
+    if not flash.TRITON_INTERPRETED:
+        pytest.skip("the CPU path runs under TRITON_INTERPRET=1")
+    bench = _bench_module()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "09-flash-attention-cpu"
+    assert bench.main([*TINY_BENCH, "--out", str(out)]) == 0
+    record = read_record(out)
+    checks = record["extra"]["correctness"]
+    assert [(c["causal"], c["seq_len"]) for c in checks] == [(False, 32), (True, 32)]
+    for check in checks:
+        assert check["ok"] and check["reference"] == "sdpa_math"
+        assert set(check["max_abs_error"]) == {"out", "dq", "dk", "dv"}
+        assert max(check["max_abs_error"].values()) < 1e-4
+    timed = {(r["method"], r["pass"]) for r in record["extra"]["speed"] if r["ms"]}
+    assert timed == {(m, p) for m in bench.CPU_METHODS for p in ("fwd", "fwd+bwd")}
+    assert record["extra"]["memory"] == [] and record["config"]["dtype"] == "float32"
+
+
+@needs_triton
+def test_benchmark_exits_1_when_our_kernel_is_wrong(tmp_path, monkeypatch, capsys):
+    """A kernel off by more than the tolerance fails the run, after writing the record
+    that shows by how much."""
+    from lib.utils import read_record
+
+    if not flash.TRITON_INTERPRETED:
+        pytest.skip("the CPU path runs under TRITON_INTERPRET=1")
+    bench = _bench_module()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    methods = bench.attention_methods()
+    right = methods["triton"]
+    methods["triton"] = lambda q, k, v, causal: right(q, k, v, causal) * 1.01 + 0.01
+    monkeypatch.setattr(bench, "attention_methods", lambda: methods)
+    out = tmp_path / "wrong"
+    assert bench.main([*TINY_BENCH, "--out", str(out)]) == 1
+    assert "2 OFF beyond tolerance" in capsys.readouterr().out
+    checks = read_record(out)["extra"]["correctness"]
+    assert not any(check["ok"] for check in checks)
+    assert all(check["max_abs_error"]["out"] >= 0.01 for check in checks)
 
 
 def _recorded_measurements(bench):

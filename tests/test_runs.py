@@ -323,3 +323,23 @@ def test_mfu_divides_by_the_peak_of_every_process(monkeypatch):
     monkeypatch.setattr(runs.dist, "is_initialized", lambda: True)
     monkeypatch.setattr(runs.dist, "get_world_size", lambda: 4)
     assert runs._speed(model, history, 16)["mfu"] == pytest.approx(alone / 4)
+
+
+def test_seconds_to_loss_reads_the_first_evaluation_at_or_below_the_target():
+    """The char-GPT's 'time to nanoGPT's 1.47': the first evaluation that reaches the
+    target, from the evaluation times train records (none if none reaches it, or if a
+    resumed history lacks times)."""
+    from lib.runs import seconds_to_loss
+    from lib.training import TrainHistory
+
+    history = TrainHistory(
+        eval_steps=[100, 200, 300],
+        eval_losses=[2.0, 1.46, 1.40],
+        eval_seconds=[5.0, 9.0, 13.0],
+    )
+    assert seconds_to_loss(history, 1.47) == 9.0
+    assert seconds_to_loss(history, 1.47, since=3.0) == 12.0
+    assert seconds_to_loss(history, 1.40) == 13.0
+    assert seconds_to_loss(history, 1.0) is None
+    history.eval_seconds = [5.0]  # an older checkpoint's history, resumed
+    assert seconds_to_loss(history, 1.47) is None

@@ -181,7 +181,10 @@ def test_gpu_records_choose_steps_in_order_of_value():
 # profile (about a minute on its own, and already a test of its own: chapters/10-vit.md)
 # and it records only its full profile, so it would add time and check no record here.
 DRY_RUN_GROUPS = ("flash,gpt", "bert,t5", "notebooks")
+# bert and t5 run at the same time (--together), as on the GPU
+DRY_RUN_TOGETHER = {"bert,t5": "bert,t5"}
 DRY_RUN_RECORDS = {
+    "flash": "09-flash-attention-cpu",
     "gpt": "08-training-gpt",
     "bert": "08-training-bert",
     "t5": "08-training-t5",
@@ -197,9 +200,11 @@ def test_gpu_records_dry_run_writes_readable_records(steps: str, tmp_path: Path)
 
     every = [step for group in DRY_RUN_GROUPS for step in group.split(",")]
     assert sorted(every) == sorted(set(_gpu_records_module().ALL) - {"vit"})
+    together = DRY_RUN_TOGETHER.get(steps)
     done = _script(
         "gpu_records.py", "all", "--dry-run", "--out", str(tmp_path),
         "--budget-s", "600", "--steps", steps,
+        *(["--together", together] if together else []),
     )  # fmt: skip
     summary = _summary(done.stdout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -210,15 +215,23 @@ def test_gpu_records_dry_run_writes_readable_records(steps: str, tmp_path: Path)
     total = f"{len(names)} ok, 0 timed out, 0 failed, 0 skipped in "
     assert summary["total"].startswith(total)
     if "flash" in names:
-        # bench_flash.py measures nothing without CUDA, and says so: no record, no fake
-        assert "no record: bench_flash.py needs a CUDA GPU" in summary["flash"]
-        assert not list(tmp_path.glob("09-flash-attention*"))
-    for step in set(names) - {"flash"}:
+        # the benchmark's CPU path: the check at each size, no GPU speed
+        flash = read_record(tmp_path / DRY_RUN_RECORDS["flash"])
+        assert flash["extra"]["correctness"] and flash["metrics"] == {}
+        assert all(check["ok"] for check in flash["extra"]["correctness"])
+    if "gpt" in names:
+        gpt = read_record(tmp_path / DRY_RUN_RECORDS["gpt"])
+        assert gpt["metrics"]["target_val_loss"] == 1.47
+        assert gpt["metrics"]["seconds_to_target"] is None  # two steps: not reached
+        assert len(gpt["curves"]["eval"]["seconds"]) == 1
+    for step in names:
         name = DRY_RUN_RECORDS[step]
         path = tmp_path / name / "metrics.json"
-        assert summary[step].endswith(f"-> {path}")
+        assert summary[step].split(" (at the same time")[0].endswith(f"-> {path}")
         saved = read_record(path)
         assert saved["name"] == name and saved["profile"] == "smoke"
+        others = [n for n in together.split(",") if n != step] if together else None
+        assert saved["extra"].get("shared_gpu_with") == others
     if "notebooks" in names:
         notebooks = read_record(tmp_path / DRY_RUN_RECORDS["notebooks"])["metrics"]
         assert notebooks["complete"] and notebooks["all_passed"]

@@ -301,3 +301,14 @@ def test_every_chapter_sets_its_threads_by_the_one_rule():
         assert "set_threads()" in setup, (
             f"{chapter.name}: setup cell lacks set_threads()"
         )
+
+
+def test_results_dir_follows_tfs_results(monkeypatch, tmp_path):
+    """Chapters that record themselves write where TFS_RESULTS says (gpu_records.py
+    --out), else into this checkout's book/results."""
+    from lib.utils import PROJECT_ROOT, RESULTS_ENV, results_dir
+
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path))
+    assert results_dir() == tmp_path
+    monkeypatch.delenv(RESULTS_ENV)
+    assert results_dir() == PROJECT_ROOT / "book" / "results"
