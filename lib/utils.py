@@ -83,6 +83,7 @@ PROFILE_ENV = "TFS_PROFILE"
 DRY_ENV = "TFS_DRY"
 DEVICE_ENV = "TFS_DEVICE"
 RESULTS_ENV = "TFS_RESULTS"
+COMMIT_ENV = "TFS_COMMIT"
 Profile = Literal["smoke", "colab", "full"]
 PROFILES: tuple[Profile, ...] = ("smoke", "colab", "full")
 T = TypeVar("T")
@@ -327,8 +328,11 @@ def set_plot_style() -> None:
 def git_commit() -> str:
     """The commit of the course's checkout, for recorded results.
 
-    The full hash, with ``-dirty`` appended when the working tree has uncommitted changes;
-    ``"unknown"`` outside a git checkout (an installed ``lib``) or without git.
+    The full hash, with ``-dirty`` appended when the working tree has uncommitted changes.
+    Outside a git checkout (an installed ``lib``, or a copy of a committed tree on a
+    machine that has no history, such as a rented GPU) or without git: ``TFS_COMMIT``
+    when set (whoever copied the tree names its commit, after checking the copy), else
+    ``"unknown"``.
     """
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -346,7 +350,7 @@ def git_commit() -> str:
     try:
         commit, changes = git("rev-parse", "HEAD"), git("status", "--porcelain")
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return os.environ.get(COMMIT_ENV, "").strip() or "unknown"
     return commit + ("-dirty" if changes else "")
 
 

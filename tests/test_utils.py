@@ -126,7 +126,11 @@ def test_git_commit_names_this_checkout_or_says_unknown(monkeypatch):
         raise FileNotFoundError("git")
 
     monkeypatch.setattr(subprocess, "run", no_git)
+    monkeypatch.delenv("TFS_COMMIT", raising=False)
     assert git_commit() == "unknown"
+    # a copy of a committed tree without its history: the copier names the commit
+    monkeypatch.setenv("TFS_COMMIT", "0123abc")
+    assert git_commit() == "0123abc"
 
 
 # --- recorded results ------------------------------------------------------------------
