@@ -61,8 +61,19 @@ class ChecksumError(RuntimeError):
     """A file's sha256 digest is not the one expected."""
 
 
+def _path(name: str, value: object, owner: str) -> Path:
+    """``value`` (a ``str`` or ``os.PathLike``) as a ``Path``; anything else refused."""
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(
+            f"{owner}: {name} must be a path (a str or pathlib.Path), "
+            f"got {type(value).__name__}"
+        )
+    return Path(value)
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     """The hex sha256 digest of a file, read in 1 MiB blocks."""
+    path = _path("path", path, "sha256_file")
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -72,6 +83,12 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 def data_path(dataset: Dataset, *, verify: bool = True) -> Path:
     """The path of a shipped data file, checked for presence and (optionally) its digest."""
+    if not isinstance(dataset, Dataset):
+        raise TypeError(
+            "data_path: dataset must be a lib.datasets.Dataset, such as "
+            "TINY_SHAKESPEARE or GUTENBERG_BOOKS['austen-emma'], "
+            f"got {type(dataset).__name__} {dataset!r:.60}"
+        )
     path = DATA_DIR / dataset.relpath
     if not path.is_file():
         raise FileNotFoundError(
@@ -114,7 +131,18 @@ def download(
     Raises :class:`DownloadError` (with the URL and the reason) when the network is
     unreachable, and :class:`ChecksumError` when the bytes are not the expected ones.
     """
-    dest = Path(dest)
+    if not isinstance(url, str):
+        raise TypeError(
+            f"download: url must be a str (an http:// or https:// address), got "
+            f"{type(url).__name__}{' (are url and dest swapped?)' * isinstance(url, Path)}"
+        )
+    if not url.startswith(("http://", "https://", "file://")):
+        raise ValueError(
+            f"download: url must start with http://, https:// or file://, got {url!r}"
+        )
+    dest = _path("dest", dest, "download")
+    if not isinstance(sha256, str):
+        raise TypeError(f"download: sha256 must be a str, got {type(sha256).__name__}")
     if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256.lower()):
         raise ValueError(f"sha256 must be 64 hex digits, got {sha256!r}")
     if dest.is_file() and not overwrite:
@@ -210,6 +238,12 @@ def load_gutenberg(names: list[str] | tuple[str, ...] | None = None) -> dict[str
     normalised to ``"\\n"`` (Moby Dick ships with CRLF); the first line names the book.
     Attribution: texts from Project Gutenberg, as selected in the NLTK Gutenberg corpus.
     """
+    if isinstance(names, str) or not isinstance(names, list | tuple | type(None)):
+        hint = f"; for one book write [{names!r}]" if isinstance(names, str) else ""
+        raise TypeError(
+            "load_gutenberg: names must be a list of book names (or None for all), "
+            f"got {type(names).__name__}{hint}"
+        )
     chosen = list(GUTENBERG_BOOKS) if names is None else list(names)
     unknown = [n for n in chosen if n not in GUTENBERG_BOOKS]
     if unknown:

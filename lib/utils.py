@@ -179,12 +179,32 @@ def assert_trained(condition: bool, claim: str) -> None:
         raise AssertionError(claim)
 
 
-def get_device(prefer: str | None = None) -> torch.device:
+def _device_name(name: str, value: Any, owner: str) -> str:
+    """``value`` (a device name such as ``"cuda:0"``, or a ``torch.device``) as its name;
+    anything else refused, naming ``name`` and what it takes."""
+    takes = "a device such as 'cpu', 'cuda', 'cuda:0' or 'mps', or a torch.device"
+    if isinstance(value, torch.device):
+        return str(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{owner}: {name} must be {takes}, got {type(value).__name__}")
+    try:
+        torch.device(value.strip().lower())
+    except RuntimeError:
+        raise ValueError(
+            f"{owner}: unknown device {value!r}; {name} must be {takes}"
+        ) from None
+    return value
+
+
+def get_device(prefer: str | torch.device | None = None) -> torch.device:
     """The best available device: CUDA, then Apple's MPS, then the CPU.
 
-    ``prefer`` (or the environment variable ``TFS_DEVICE``) forces one, with a clear
-    error if it is not available on this machine.
+    ``prefer`` (a name such as ``"cuda:1"``, or a ``torch.device``; or the environment
+    variable ``TFS_DEVICE``) forces one, with a clear error if it is not available on
+    this machine.
     """
+    if prefer is not None:
+        prefer = _device_name("prefer", prefer, "get_device")
     wanted = (prefer or os.environ.get(DEVICE_ENV, "")).strip().lower()
     if wanted:
         kind = wanted.split(":")[0]
@@ -239,7 +259,9 @@ def get_precision(device: torch.device | str | None = None) -> Precision:
       that hard-code it.
     * CPU and MPS: fp32, the accurate and predictable choice for small runs.
     """
-    device = torch.device(device) if device is not None else get_device()
+    if device is None:
+        device = get_device()
+    device = torch.device(_device_name("device", device, "get_precision"))
     if device.type == "cuda":
         if torch.cuda.is_bf16_supported(including_emulation=False):
             return Precision(torch.bfloat16, use_grad_scaler=False)
@@ -247,9 +269,25 @@ def get_precision(device: torch.device | str | None = None) -> Precision:
     return Precision(torch.float32, use_grad_scaler=False)
 
 
-def autocast(device: torch.device | str, precision: Precision):
-    """A context manager for mixed precision; a no-op for fp32."""
-    device = torch.device(device)
+PRECISIONS = {
+    "bf16": Precision(torch.bfloat16, use_grad_scaler=False),
+    "fp16": Precision(torch.float16, use_grad_scaler=True),
+    "fp32": Precision(torch.float32, use_grad_scaler=False),
+}
+
+
+def autocast(device: torch.device | str, precision: Precision | str):
+    """A context manager for mixed precision; a no-op for fp32. ``precision`` is a
+    :class:`Precision` (:func:`get_precision` picks one) or its name: ``"bf16"``,
+    ``"fp16"`` or ``"fp32"``."""
+    device = torch.device(_device_name("device", device, "autocast"))
+    if isinstance(precision, str) and precision in PRECISIONS:
+        precision = PRECISIONS[precision]
+    if not isinstance(precision, Precision):
+        raise TypeError(
+            "autocast: precision must be a lib.utils.Precision (get_precision(device)) "
+            f"or one of {', '.join(map(repr, PRECISIONS))}, got {precision!r}"
+        )
     if precision.dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=precision.dtype)
@@ -293,6 +331,8 @@ def seed_everything(seed: int = 0, *, deterministic: bool = False) -> torch.Gene
     """
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if not 0 <= seed < 2**64:  # the range torch.manual_seed takes
+        raise ValueError(f"seed must be an int in 0..2**64 - 1, got {seed}")
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

@@ -211,3 +211,51 @@ def test_conv_stem_accepts_the_reference():
 def test_conv_stem_diagnoses_mistakes(make, match):
     with pytest.raises(ExerciseError, match=match):
         check_conv_stem(make)
+
+
+# -- Exercise 2b: a linear probe ----------------------------------------------------------
+
+
+def _probe(train_x, train_y, val_x, val_y, steps=300, fit_on_validation=False):
+    torch.manual_seed(0)
+    if fit_on_validation:
+        train_x, train_y = val_x, val_y
+    probe = nn.Linear(train_x.shape[-1], int(train_y.max()) + 1)
+    optimizer = torch.optim.Adam(probe.parameters(), lr=1e-2)
+    for _ in range(steps):
+        loss = nn.functional.cross_entropy(probe(train_x), train_y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        return (probe(val_x).argmax(-1) == val_y).float().mean().item()
+
+
+def test_train_probe_accepts_the_reference_and_reports_a_stub(capsys):
+    from lib.exercises.vit import check_train_probe
+
+    assert check_train_probe(_probe)
+
+    def stub(*args):
+        raise NotImplementedError
+
+    assert check_train_probe(stub) is None
+    assert "Exercise 2b" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("wrong", "match"),
+    [
+        (lambda *a: _probe(*a, fit_on_validation=True), "saw the validation labels"),
+        (lambda *a: _probe(*a, steps=0), "a linear classifier separates these blobs"),
+        (lambda *a: torch.tensor([_probe(*a)] * 2), "return the validation accuracy"),
+        (lambda *a: 100 * _probe(*a), "a float in \\[0, 1\\]"),
+    ],
+    ids=["peeks", "untrained", "tensor", "percent"],
+)
+def test_train_probe_diagnoses_mistakes(wrong, match):
+    from lib.exercises._common import ExerciseError
+    from lib.exercises.vit import check_train_probe
+
+    with pytest.raises(ExerciseError, match=match):
+        check_train_probe(wrong)

@@ -160,6 +160,7 @@ def test_mlm_bad_input(kwargs, error, match):
 
 SENTINELS = list(range(1000, 1100))
 EOS = 999
+SPAN_VOCAB = 1100  # the ids of the text, EOS and the sentinels
 
 
 def _restore(inputs, targets, sentinels=SENTINELS):
@@ -216,7 +217,7 @@ def test_span_corruption_reconstructs_exactly_and_respects_padding():
     lengths = [1, 2, 3, 7, 20, 64, 150, 33]
     ids, rows = _padded_batch(lengths, vocab=(1, 900))
     batch = span_corruption_batch(
-        ids, sentinel_ids=SENTINELS, pad_id=PAD, generator=_gen(2), eos_id=EOS
+        ids, sentinel_ids=SENTINELS, pad_id=PAD, vocab_size=SPAN_VOCAB, generator=_gen(2), eos_id=EOS
     )
     for b, row in enumerate(rows):
         inputs = batch.inputs[b][batch.inputs[b] != PAD]
@@ -245,7 +246,7 @@ def test_span_corruption_reconstructs_exactly_and_respects_padding():
 def test_span_corruption_is_deterministic_and_shorter():
     ids, _ = _padded_batch([100] * 8, vocab=(1, 900))
     make = lambda seed: span_corruption_batch(
-        ids, sentinel_ids=SENTINELS, pad_id=PAD, generator=_gen(seed)
+        ids, sentinel_ids=SENTINELS, pad_id=PAD, vocab_size=SPAN_VOCAB, generator=_gen(seed)
     )
     first, again, other = make(0), make(0), make(1)
     assert torch.equal(first.inputs, again.inputs)
@@ -255,10 +256,43 @@ def test_span_corruption_is_deterministic_and_shorter():
     assert first.inputs.shape == (8, 90) and first.targets.shape == (8, 21)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(eos_id=PAD), "eos_id and pad_id are both 0: every input would end in"),
+        (dict(sentinel_ids=[1098, 1099, 1100]), r"sentinel_ids must be .* 0\.\.1100"),
+        (dict(pad_id=SPAN_VOCAB), r"pad_id must be an int in 0\.\.1099, got 1100"),
+        (dict(eos_id=SPAN_VOCAB + 3), r"eos_id must be an int in 0\.\.1099"),
+        (dict(decoder_start_id=SPAN_VOCAB), r"decoder_start_id must be an int in 0\.\."),
+        (dict(vocab_size=0), "vocab_size must be an int >= 1"),
+    ],
+    ids=["eos-is-pad", "sentinel-out-of-vocab", "pad-out-of-vocab", "eos-out-of-vocab",
+         "start-out-of-vocab", "no-vocab"],
+)  # fmt: skip
+def test_span_corruption_refuses_ids_the_model_cannot_read(kwargs, match):
+    """eos_id == pad_id (every input would end in padding) and ids outside the
+    vocabulary are refused here, before they reach the model's embedding."""
+    ids = torch.tensor([[5] + [6] * 60])
+    options = dict(
+        sentinel_ids=SENTINELS, pad_id=PAD, vocab_size=SPAN_VOCAB, generator=_gen()
+    )
+    with pytest.raises(ValueError, match=match):
+        span_corruption_batch(ids, **{**options, **kwargs})
+
+
+def test_span_corruption_refuses_text_ids_outside_the_vocabulary():
+    ids = torch.tensor([[5, 6, 7, 1200, 8] + [6] * 30, [5] * 35])
+    with pytest.raises(ValueError, match="token_ids hold ids >= vocab_size=1100"):
+        span_corruption_batch(
+            ids, sentinel_ids=SENTINELS, pad_id=PAD, vocab_size=SPAN_VOCAB,
+            generator=_gen(),
+        )  # fmt: skip
+
+
 def test_span_corruption_decoder_start_id():
     ids, _ = _padded_batch([30])
     batch = span_corruption_batch(
-        ids, sentinel_ids=SENTINELS, pad_id=PAD, generator=_gen(), decoder_start_id=7
+        ids, sentinel_ids=SENTINELS, pad_id=PAD, vocab_size=SPAN_VOCAB, generator=_gen(), decoder_start_id=7
     )
     assert batch.decoder_inputs[0, 0] == 7
 
@@ -275,7 +309,7 @@ def test_span_corruption_decoder_start_id():
 )
 def test_span_corruption_bad_input(kwargs, match):
     ids = torch.tensor([[5] + [6] * 60])
-    options = dict(sentinel_ids=SENTINELS, pad_id=PAD, generator=_gen())
+    options = dict(sentinel_ids=SENTINELS, pad_id=PAD, vocab_size=SPAN_VOCAB, generator=_gen())
     options.update(kwargs)
     with pytest.raises(ValueError, match=match):
         span_corruption_batch(ids, **options)
@@ -371,7 +405,8 @@ def test_span_corruption_refuses_ambiguous_sentinels(sentinels):
     ids = torch.tensor([[5] + [6] * 10])
     with pytest.raises(ValueError, match="sentinel_ids must be a non-empty list of"):
         span_corruption_batch(
-            ids, sentinel_ids=sentinels, pad_id=PAD, eos_id=EOS, generator=_gen()
+            ids, sentinel_ids=sentinels, pad_id=PAD, eos_id=EOS, generator=_gen(),
+            vocab_size=SPAN_VOCAB,
         )
 
 
@@ -395,7 +430,7 @@ def test_mlm_refuses_special_ids_outside_the_vocabulary():
 def _objective_calls():
     ids = _mlm_input([10, 8])
     mlm = dict(mask_id=MASK, vocab_size=VOCAB, pad_id=PAD)
-    span = dict(sentinel_ids=SENTINELS, pad_id=PAD)
+    span = dict(sentinel_ids=SENTINELS, pad_id=PAD, vocab_size=SPAN_VOCAB)
     return [
         # (call, error, match)
         (lambda: causal_lm_batch([[1, 2]]), TypeError, "torch.Tensor"),
@@ -412,7 +447,7 @@ def _objective_calls():
         (lambda: random_spans(10, generator=_gen(), noise_density=1.0), ValueError,
          "noise_density"),
         (lambda: span_corruption_batch(ids, generator=_gen(), eos_id=-2, **span),
-         ValueError, "eos_id must be an int >= 0"),
+         ValueError, r"eos_id must be an int in 0\.\.1099, got -2"),
         (lambda: span_corruption_batch(ids, generator=_gen(), decoder_start_id=-1, **span),
          ValueError, "decoder_start_id"),
         (lambda: span_corruption_batch(ids, generator=_gen(), **{**span, "pad_id": None}),

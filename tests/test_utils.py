@@ -316,3 +316,59 @@ def test_results_dir_follows_tfs_results(monkeypatch, tmp_path):
     assert results_dir() == tmp_path
     monkeypatch.delenv(RESULTS_ENV)
     assert results_dir() == PROJECT_ROOT / "book" / "results"
+
+
+# --- issue 32: the helpers say what they take -------------------------------------------
+
+
+def test_device_helpers_take_a_torch_device_and_name_what_they_refuse():
+    from lib.utils import PRECISIONS, autocast, get_device, get_precision
+
+    assert get_device(torch.device("cpu")) == torch.device("cpu")
+    assert get_precision(torch.device("cpu")).dtype == torch.float32
+    with pytest.raises(TypeError, match="get_device: prefer must be a device such as"):
+        get_device(0)
+    with pytest.raises(ValueError, match=r"get_precision: unknown device 'gpu'; device must be"):
+        get_precision("gpu")
+    with pytest.raises(TypeError, match="get_precision: device must be .* got float"):
+        get_precision(1.5)
+    # autocast takes a Precision or its name
+    with autocast("cpu", "fp32"):
+        assert not torch.is_autocast_enabled("cpu")
+    with autocast(torch.device("cpu"), "bf16"):
+        assert torch.is_autocast_enabled("cpu")
+    assert PRECISIONS["fp16"].use_grad_scaler and not PRECISIONS["bf16"].use_grad_scaler
+    with pytest.raises(TypeError, match="autocast: precision must be .* got 'half'"):
+        autocast("cpu", "half")
+    with pytest.raises(ValueError, match="autocast: unknown device 'gpu'; device must be"):
+        autocast("gpu", "fp32")
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64])
+def test_seed_everything_refuses_seeds_outside_torchs_range(seed):
+    from lib.utils import seed_everything
+
+    with pytest.raises(ValueError, match=r"seed must be an int in 0\.\.2\*\*64 - 1"):
+        seed_everything(seed)
+    seed_everything(2**64 - 1)  # the top of the range is fine
+
+
+def test_dataset_helpers_take_paths_and_name_what_they_refuse(tmp_path):
+    from lib import datasets
+
+    shipped = datasets.data_path(datasets.TINY_SHAKESPEARE)
+    assert datasets.sha256_file(shipped) == datasets.sha256_file(str(shipped))
+    with pytest.raises(TypeError, match="sha256_file: path must be a path .* NoneType"):
+        datasets.sha256_file(None)
+    with pytest.raises(TypeError, match="data_path: dataset must be a lib.datasets.Dataset"):
+        datasets.data_path("tinyshakespeare/input.txt")
+    digest = "0" * 64
+    with pytest.raises(TypeError, match=r"url must be a str .* \(are url and dest swapped\?\)"):
+        datasets.download(tmp_path / "x.txt", "https://example.com/x", sha256=digest)
+    with pytest.raises(ValueError, match="url must start with http://, https:// or file://"):
+        datasets.download("example.com/x.txt", tmp_path / "x.txt", sha256=digest)
+    with pytest.raises(TypeError, match="download: dest must be a path"):
+        datasets.download("https://example.com/x.txt", None, sha256=digest)
+    with pytest.raises(TypeError, match=r"names must be a list .* \['austen-emma'\]"):
+        datasets.load_gutenberg("austen-emma")
+    assert list(datasets.load_gutenberg(("austen-emma",))) == ["austen-emma"]

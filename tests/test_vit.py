@@ -542,3 +542,18 @@ def test_weight_loading_helpers_refuse_wrong_types():
         vit_state_dict([("cls_token", torch.zeros(1))], SMALL)
     with pytest.raises(TypeError, match="model must be a ViT, got Linear"):
         load_hf_vit_state_dict(nn.Linear(2, 2), {})
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+def test_vit_names_images_of_another_dtype_than_its_weights(dtype):
+    """Issue 32: float16/float64 images met torch's matmul dtype error before."""
+    from lib.vit import ViT, ViTConfig
+
+    model = ViT(
+        ViTConfig(image_size=28, patch_size=7, n_classes=10, d_model=32, n_heads=4,
+                  n_layers=1)
+    )  # fmt: skip
+    images = torch.rand(2, 1, 28, 28, dtype=dtype)
+    with pytest.raises(TypeError, match=f"images {dtype}, weight torch.float32"):
+        model(images)
+    assert model(images.float()).shape == (2, 10)

@@ -47,7 +47,11 @@ def _span_examples() -> list[Example]:
     rows = [torch.randint(0, 50, (n,), generator=gen) for n in lengths]
     batch = pad_sequence(rows, batch_first=True, padding_value=pad_id)
     corrupted = span_corruption_batch(
-        batch, sentinel_ids=sentinel_ids, pad_id=pad_id, generator=gen
+        batch,
+        sentinel_ids=sentinel_ids,
+        pad_id=pad_id,
+        vocab_size=140,  # the ids 0..49, pad 99 and the sentinels 100..139
+        generator=gen,
     )
     examples = []
     for row, inputs, targets in zip(rows, corrupted.inputs, corrupted.targets):

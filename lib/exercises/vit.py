@@ -30,6 +30,7 @@ from lib.exercises._common import (
 __all__ = [
     "check_interpolate_positions",
     "check_pool_tokens",
+    "check_train_probe",
     "check_conv_stem",
 ]
 
@@ -209,6 +210,55 @@ def check_pool_tokens(pool_tokens: Callable[..., torch.Tensor]) -> None:
             "pool_tokens(features, 'max') was accepted; raise a ValueError that names the "
             "choices ('cls' or 'mean')"
         )
+
+
+def _probe_data(gen: torch.Generator, separable: bool):
+    """Three classes, 240 examples to train and 120 to validate: 8-dimensional blobs
+    around three far-apart centres (``separable``), or 64-dimensional noise with random
+    labels (enough dimensions for a linear probe to memorise any 120 labels)."""
+    d = 8 if separable else 64
+    labels = torch.randint(0, 3, (360,), generator=gen)
+    features = torch.randn(360, d, generator=gen)
+    if separable:
+        features = features + 4 * torch.randn(3, d, generator=gen)[labels]
+    return features[:240], labels[:240], features[240:], labels[240:]
+
+
+@checker("Exercise 2b: a linear probe")
+def check_train_probe(train_probe: Callable[..., float]) -> None:
+    """``train_probe(train_features, train_labels, val_features, val_labels)``: train a
+    linear classifier on ``(n d)`` frozen features and return its accuracy on the
+    validation set, a float in [0, 1]. Checked on separable blobs (it must find them:
+    at least 90 %) and on noise with random labels (it must not reach what only
+    training on the validation set would give: at most 60 % of 3 classes)."""
+    gen = torch.Generator().manual_seed(0)
+    for separable in (True, False):
+        data = _probe_data(gen, separable)
+        what = "train_probe on " + ("separable blobs" if separable else "random labels")
+        got = call_without_mutation(train_probe, *data)
+        if isinstance(got, torch.Tensor) and got.numel() == 1:
+            got = got.item()
+        if (
+            not isinstance(got, float | int)
+            or isinstance(got, bool)
+            or not 0 <= got <= 1
+        ):
+            raise ExerciseError(
+                f"{what} returned {got!r}: return the validation accuracy, a float in "
+                "[0, 1] (e.g. (guesses == val_labels).float().mean().item())"
+            )
+        if separable and got < 0.9:
+            raise ExerciseError(
+                f"{what}: validation accuracy {got:.1%}, but a linear classifier "
+                "separates these blobs (>= 90 %). Train nn.Linear(d, n_classes) with "
+                "cross-entropy for a few hundred full-batch Adam steps (lr about 1e-2), "
+                "then take the argmax of its logits on the validation features"
+            )
+        if not separable and got > 0.6:
+            raise ExerciseError(
+                f"{what}: validation accuracy {got:.1%} on labels that are noise: the "
+                "probe saw the validation labels. Train on the training set only"
+            )
 
 
 # -- Exercise 3: a convolutional stem -------------------------------------------------------

@@ -1,0 +1,95 @@
+"""Everything that lists the chapters agrees with the one registry, tools/chapters.py."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import yaml
+
+from tools.chapters import CHAPTERS, HAND_WRITTEN, chapter_of_page, modules, pages
+from tools.tangle import chapter_files, export_cells_by_module
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _read(relpath: str) -> str:
+    return (ROOT / relpath).read_text(encoding="utf-8")
+
+
+def test_every_chapter_source_is_a_registered_page():
+    assert [p.stem for p in chapter_files()] == pages()
+    assert len({c.number for c in CHAPTERS}) == len(CHAPTERS)
+    assert [c.number for c in CHAPTERS] == list(range(1, len(CHAPTERS) + 1))
+
+
+def test_each_page_writes_the_modules_its_chapter_registers():
+    written: dict[int, list[str]] = {}
+    for source in chapter_files():
+        chapter = chapter_of_page(source.stem)
+        for module in export_cells_by_module(source):
+            if module not in written.setdefault(chapter.number, []):
+                written[chapter.number].append(module)
+    for chapter in CHAPTERS:
+        assert sorted(written[chapter.number]) == sorted(chapter.modules), chapter.title
+
+
+def test_the_table_of_contents_follows_the_registry():
+    toc = yaml.safe_load(_read("_toc.yml"))
+    listed: list[tuple[str, list[str]]] = []
+    for part in toc["parts"]:
+        for entry in part["chapters"]:
+            if entry["file"].startswith("chapters/"):
+                sections = [s["file"] for s in entry.get("sections", [])]
+                listed.append((part["caption"], [entry["file"], *sections]))
+    wanted = [(c.part, [f"chapters/{p}" for p in c.pages]) for c in CHAPTERS]
+    assert listed == wanted
+
+
+def test_the_api_reference_has_each_module_under_its_chapter():
+    text = _read("book/api.md")
+    found = re.findall(r"## `lib\.(\w+)`\s+Built in \{doc\}`\.\./chapters/([\w-]+)`", text)
+    assert [module for module, _ in found] == modules()
+    for module, page in found:
+        assert module in chapter_of_page(page).modules, (module, page)
+
+
+def test_lib_init_lists_the_modules_in_chapter_order():
+    source = _read("lib/__init__.py")
+    tree = ast.parse(source)
+    submodules = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and node.targets[0].id == "_SUBMODULES"
+    )
+    assert list(submodules) == [*modules(), *HAND_WRITTEN]
+    bullets = ast.get_docstring(tree).split("\n* ")
+    for chapter in CHAPTERS:
+        said = [b for b in bullets if f"(chapter {chapter.number})" in b]
+        assert said, f"lib/__init__'s docstring says nothing of chapter {chapter.number}"
+        text = " ".join(said)
+        for module in chapter.modules:
+            assert f":mod:`lib.{module}`" in text, (chapter.number, module)
+
+
+def test_the_readme_tables_follow_the_registry():
+    readme = _read("README.md")
+    rows = re.findall(r"^\| (\d+) \| .+? \| (`lib\.[^|]+) \| .+ \|$", readme, re.M)
+    assert [int(n) for n, _ in rows] == [c.number for c in CHAPTERS]
+    for (_, listed), chapter in zip(rows, CHAPTERS):
+        assert re.findall(r"`lib\.(\w+)`", listed) == list(chapter.modules)
+    colab = re.findall(r"^\| (\d+)\. ([^|]+?) \| .*?notebooks/([\w-]+)\.ipynb", readme, re.M)
+    assert [(int(n), title) for n, title, _ in colab] == [
+        (c.number, c.title) for c in CHAPTERS for _ in c.pages
+    ]
+    assert [page for *_, page in colab] == pages()
+
+
+def test_contributing_names_the_modules_of_each_chapter_that_writes_several():
+    layout = _read("CONTRIBUTING.md")
+    for chapter in CHAPTERS:
+        if len(chapter.modules) > 1:
+            sentence = re.search(rf"Chapter {chapter.number} writes ([^;.|]+)", layout)
+            assert sentence, f"CONTRIBUTING's layout does not say what chapter {chapter.number} writes"
+            assert re.findall(r"`(\w+)`", sentence.group(1)) == list(chapter.modules)
