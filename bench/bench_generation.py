@@ -6,8 +6,9 @@ function. Each generates ``--new`` tokens greedily after a ``--prompt``-token pr
 five ways:
 
 * ``ours: generate``: ``lib.generation.generate(temperature=0)``, the KV cache;
-* ``ours: bare loop``: a plain Python loop over ``GPT.step_unchecked`` and argmax (the
-  least a loop can do with our model);
+* ``ours: bare loop``: a plain Python loop over ``GPT.step`` with trust on
+  (``lib._checks.trusting``: no checks of the loop's own tokens) and argmax (the least a
+  loop can do with our model);
 * ``ours: no cache``: the full forward pass over the whole sequence for every token;
 * ``HF: generate``: ``GPT2LMHeadModel.generate(do_sample=False)``;
 * ``HF: bare loop``: a plain loop over the reference's cached forward
@@ -31,6 +32,7 @@ import time
 import torch
 import transformers
 
+from lib import _checks as check
 from lib.generation import generate
 from lib.hf_weights import from_reference
 from lib.models import GPT
@@ -50,9 +52,10 @@ def bare_loop_ours(model: GPT, prompt: torch.Tensor, n_new: int) -> torch.Tensor
     """Greedy decoding as a bare loop over our cached step."""
     logits, cache = model.step(prompt)
     tokens = [prompt]
-    for _ in range(n_new - 1):
-        tokens.append(logits[:, -1].argmax(dim=-1, keepdim=True))
-        logits, cache = model.step_unchecked(tokens[-1], cache)
+    with check.trusting():  # the loop's own tokens: no checks
+        for _ in range(n_new - 1):
+            tokens.append(logits[:, -1].argmax(dim=-1, keepdim=True))
+            logits, cache = model.step(tokens[-1], cache)
     tokens.append(logits[:, -1].argmax(dim=-1, keepdim=True))
     return torch.cat(tokens, dim=1)
 

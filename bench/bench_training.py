@@ -4,8 +4,12 @@
 For each configuration prints milliseconds per optimiser step (median after a warm-up),
 tokens per second, the model FLOPs utilisation on a GPU that ``lib.efficiency.peak_flops``
 knows, and the peak memory on CUDA; then the ratios against the eager run without
-checkpointing. The step is ``lib.training``'s: autocast from ``lib.utils.get_precision``,
-our cross-entropy, clipping, fused AdamW on a GPU. It never asserts on time.
+checkpointing. The step timed is ``lib.training.train``'s own (not a copy of it): one call
+of ``train`` runs the warm-up and the timed steps, and the time of a step is the time
+between two calls of its ``batches`` (the device synchronised at each), so it holds all
+``train`` does in a step (autocast from ``lib.utils.get_precision``, our cross-entropy,
+clipping, fused AdamW on a GPU, the finiteness checks) and the loss is read only at the
+end. It never asserts on time.
 
     python bench/bench_training.py [--profile smoke|colab|full] [--steps 10]
         [--warmup 3] [--compile] [--threads N]
@@ -26,15 +30,8 @@ from lib.efficiency import (
 )
 from lib.models import GPT, TransformerConfig
 from lib.runs import run_sizes
-from lib.training import clip_grad_norm, make_optimizer, model_loss
-from lib.utils import (
-    PROFILES,
-    autocast,
-    get_device,
-    get_precision,
-    get_profile,
-    seed_everything,
-)
+from lib.training import make_optimizer, train
+from lib.utils import PROFILES, get_device, get_precision, get_profile, seed_everything
 
 
 def _sync(device: torch.device) -> None:
@@ -49,38 +46,31 @@ def measure(
     model = GPT(cfg).to(device)
     if checkpointing:
         enable_activation_checkpointing(model)
-    net = torch.compile(model) if compiled else model
     optimizer = make_optimizer(model, sizes["lr"], betas=(0.9, 0.99), eps=1e-8)
-    precision = get_precision(device)
-    scaler = torch.amp.GradScaler(device.type) if precision.use_grad_scaler else None
     ids = torch.randint(0, cfg.vocab_size, (sizes["batch_size"], sizes["seq_len"] + 1))
-    batch = {"inputs": ids[:, :-1].to(device), "targets": ids[:, 1:].to(device)}
+    batch = {"inputs": ids[:, :-1], "targets": ids[:, 1:]}  # on the CPU, as train takes
+    n_steps = warmup + steps
+    began: list[float] = []  # when each step began: when train asked for its batch
 
-    def step() -> None:
-        with autocast(device, precision):
-            loss = model_loss(net, batch)
-        (scaler.scale(loss) if scaler else loss).backward()
-        if scaler:
-            scaler.unscale_(optimizer)
-        clip_grad_norm(model.parameters(), 1.0)
-        if scaler:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    def batches(step: int) -> dict:
+        _sync(device)  # the previous step's work is done
+        if step == warmup and device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        began.append(time.perf_counter())
+        return batch
 
-    for _ in range(warmup):
-        step()
+    train(
+        model,
+        batches,
+        optimizer=optimizer,
+        n_steps=n_steps,
+        compile=compiled,
+        log_every=n_steps,  # the loss is read at the last step only
+        progress=False,
+    )
     _sync(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    times = []
-    for _ in range(steps):
-        began = time.perf_counter()
-        step()
-        _sync(device)
-        times.append(time.perf_counter() - began)
+    began.append(time.perf_counter())
+    times = [after - before for before, after in zip(began[warmup:], began[warmup + 1 :])]
     seconds = statistics.median(times)
     tokens_per_second = sizes["batch_size"] * sizes["seq_len"] / seconds
     result = {"ms": 1000 * seconds, "tokens_per_second": tokens_per_second}

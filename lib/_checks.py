@@ -75,14 +75,29 @@ Tensors:
 
 Every check also takes the keywords ``owner`` (the public function or class, such as
 ``"FeedForward"``, put in front of the message) and ``hint`` (a sentence put after it).
+
+Trust (check at the front door, trust inside):
+
+* :func:`front_door` ``(checker)``: a decorator for a public function or method. Called
+  from outside, it runs ``checker`` on the arguments, then the body with trust on, so
+  that every layer the body calls skips its own checks; called while trust is on (by a
+  checked caller), it runs the body alone, at the cost of reading one flag;
+* :func:`trusted` ``()`` -> ``bool``: whether trust is on (a layer's cheap test);
+* :func:`trusting` ``()``: a context manager that turns trust on for a block (a decoding
+  loop that feeds back the tokens it chose itself, after the prompt's checked step).
+
+Trust is per thread, and it is off again once the outermost checked call returns (or
+raises), so a layer called by the user directly always checks its arguments.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import operator
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import torch
@@ -96,6 +111,7 @@ __all__ = [
     "divisible",
     "finite_float",
     "float_dtype",
+    "front_door",
     "function",
     "int_at_least",
     "int_in_range",
@@ -115,7 +131,55 @@ __all__ = [
     "tensor",
     "text_lines",
     "token_ids",
+    "trusted",
+    "trusting",
 ]
+
+
+# -- trust: checks once, at the front door --------------------------------------------------
+class _Trust(threading.local):
+    def __init__(self) -> None:
+        self.on = False  # per thread: a checked caller's call is running
+
+
+_TRUST = _Trust()
+
+
+def trusted() -> bool:
+    """Whether a checked caller is running: then a layer skips its checks."""
+    return _TRUST.on
+
+
+class trusting:
+    """``with trusting():`` the calls inside skip their checks (the caller made them)."""
+
+    def __enter__(self) -> None:
+        self.before, _TRUST.on = _TRUST.on, True
+
+    def __exit__(self, *exc: object) -> None:
+        _TRUST.on = self.before
+
+
+def front_door(checker: Callable[..., Any]) -> Callable:
+    """Decorate a public function or method: from outside, ``checker(*args, **kwargs)``
+    runs first (it raises on bad input), then the body with trust on; inside a checked
+    call, the body alone."""
+
+    def decorate(body: Callable) -> Callable:
+        @functools.wraps(body)
+        def door(*args: Any, **kwargs: Any) -> Any:
+            if _TRUST.on:
+                return body(*args, **kwargs)
+            checker(*args, **kwargs)
+            _TRUST.on = True
+            try:
+                return body(*args, **kwargs)
+            finally:
+                _TRUST.on = False
+
+        return door
+
+    return decorate
 
 
 def _message(text: str, owner: str | None, hint: str | None) -> str:

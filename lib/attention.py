@@ -174,9 +174,9 @@ _SCORES = "batch heads q_pos k_pos"
 _POSITIVE = dict(low=0, low_open=True)
 
 
-def _check_args(owner, q, k, v, mask, bias, dropout_p, scale, causal):
-    """The checks every backend's arguments pass; returns ``dropout_p`` and
-    ``scale`` as floats.
+def _check_args(owner):
+    """The checker of the backend ``owner``: its arguments, as the backends
+    take them.
 
     Shapes: ``q`` ``(batch heads q_pos d_head)``, ``k``
     ``(batch kv_heads k_pos d_head)``, ``v`` ``(batch kv_heads k_pos d_v)``,
@@ -184,30 +184,37 @@ def _check_args(owner, q, k, v, mask, bias, dropout_p, scale, causal):
     ``kv_heads``; ``mask`` and ``bias`` as :func:`_check_mask_and_bias`
     says.
     """
-    check.attention_inputs(q, k, v, owner=owner)
-    _check_mask_and_bias(owner, q, k.shape[2], mask, bias)
-    dropout_p = check.probability("dropout_p", dropout_p, owner=owner)
-    if scale is not None:
-        scale = check.finite_float("scale", scale, **_POSITIVE, owner=owner)
-    check.boolean("causal", causal, owner=owner)
-    return dropout_p, scale
+
+    def checker(q, k, v, mask=None, bias=None, dropout_p=0.0, **options):
+        check.attention_inputs(q, k, v, owner=owner)
+        scores = (*q.shape[:3], k.shape[2])
+        _check_mask_and_bias(owner, scores, q, mask, bias)
+        check.probability("dropout_p", dropout_p, owner=owner)
+        if options.get("scale") is not None:
+            scale = options["scale"]
+            check.finite_float("scale", scale, **_POSITIVE, owner=owner)
+        flags = {n: options.get(n, False) for n in _FLAGS}
+        check.booleans(**flags, owner=owner)
+
+    return checker
 
 
-def _check_mask_and_bias(owner, q, k_len, mask, bias) -> None:
+_FLAGS = ("causal", "return_weights")
+
+
+def _check_mask_and_bias(owner, scores, like, mask, bias) -> None:
     """``mask`` (bool, True = may attend) and ``bias`` (any float dtype: it
-    is cast to ``q``'s) broadcast to ``(batch heads q_pos k_pos)`` and
-    sit on ``q``'s device.
+    is cast to the queries') broadcast to ``scores``, the sizes
+    ``(batch heads q_pos k_pos)``, and sit on the device of ``like``.
     """
-    batch, heads, q_len, _ = q.shape
-    scores = dict(batch=batch, heads=heads, q_pos=q_len, k_pos=k_len)
-    scores["owner"] = owner
+    scores = dict(zip(_SCORES.split(), scores, strict=True), owner=owner)
     if mask is not None:
         instead = "pass an additive float tensor as bias= instead"
         hint = f"{_MASK_HINT}; {instead}"
         check.broadcastable("mask", mask, _SCORES, boolean=True, hint=hint, **scores)
     if bias is not None:
         check.broadcastable("bias", bias, _SCORES, floating=True, **scores)
-    check.same_device(q=q, mask=mask, bias=bias, owner=owner)
+    check.same_device(q=like, mask=mask, bias=bias, owner=owner)
 
 
 # From chapters/04-attention.md, section "The attention function".
@@ -219,15 +226,20 @@ def _prepare(q, k, v, mask, bias, causal):
     works with bf16 queries on every backend.
     """
     q_len, k_len = q.shape[2], k.shape[2]
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k, v = _repeat_kv(k, group), _repeat_kv(v, group)
+    if mask is not None:
+        # keys no query may see: zeros, so that they add 0, never NaN
+        seen = mask.any(dim=-2) if mask.dim() > 1 else mask
+        hidden = rearrange(~seen, "... k_pos -> ... k_pos 1")
+        k, v = k.masked_fill(hidden, 0.0), v.masked_fill(hidden, 0.0)
     # one query, at the last position, sees every key: no mask needed
     if causal and q_len > 1:
         causal = _causal_mask(q_len, k_len, k_len - q_len, q.device)
         mask = causal if mask is None else mask & causal
     if bias is not None:
         bias = bias.to(q.dtype)
-    group = q.shape[1] // k.shape[1]
-    if group > 1:
-        k, v = _repeat_kv(k, group), _repeat_kv(v, group)
     return k, v, mask, bias
 
 
@@ -254,6 +266,7 @@ def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
 
 
 # From chapters/04-attention.md, section "The attention function".
+@check.front_door(_check_args("scaled_dot_product_attention()"))
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -280,21 +293,9 @@ def scaled_dot_product_attention(
 
     Returns ``(batch heads q_pos d_v)``, and the weights
     ``(batch heads q_pos k_pos)`` too when ``return_weights``. A query whose
-    keys are all masked gets zero weights and a zero output.
+    keys are all masked gets zero weights and a zero output, and a key
+    that no query may see adds nothing, whatever it holds.
     """
-    owner = "scaled_dot_product_attention()"
-    dropout_p, scale = _check_args(owner, q, k, v, mask, bias, dropout_p, scale, causal)
-    check.boolean("return_weights", return_weights, owner=owner)
-    return _math_attention(
-        q, k, v, mask, bias, dropout_p, scale, causal, return_weights
-    )
-
-
-def _math_attention(
-    q, k, v, mask, bias, dropout_p, scale, causal, return_weights=False
-):
-    """:func:`scaled_dot_product_attention` for checked arguments: the
-    formula."""
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = einsum(
@@ -325,6 +326,7 @@ def _math_attention(
 
 
 # From chapters/04-attention.md, section "A second backend: PyTorch's fused kernel".
+@check.front_door(_check_args("sdpa_attention()"))
 def sdpa_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -343,13 +345,6 @@ def sdpa_attention(
     query rows give zeros, not NaN; ``causal`` is bottom-right aligned,
     unlike PyTorch's ``is_causal`` when ``q_len != k_len``.
     """
-    owner = "sdpa_attention()"
-    dropout_p, scale = _check_args(owner, q, k, v, mask, bias, dropout_p, scale, causal)
-    return _sdpa_attention(q, k, v, mask, bias, dropout_p, scale, causal)
-
-
-def _sdpa_attention(q, k, v, mask, bias, dropout_p, scale, causal):
-    """:func:`sdpa_attention` for checked arguments."""
     no_mask = mask is None and bias is None
     square_causal = causal and no_mask and q.shape[2] == k.shape[2]
     masked_causal = causal and not square_causal
@@ -383,15 +378,6 @@ ATTENTION_BACKENDS: dict[str, Callable[..., torch.Tensor]] = {
     "math": scaled_dot_product_attention,
     "sdpa": sdpa_attention,
 }
-
-
-def _unchecked(attend: Callable[..., torch.Tensor]) -> Callable:
-    """The unchecked core of a built-in backend, for a caller that checked
-    the arguments; any other backend as it is.
-    """
-    if attend is scaled_dot_product_attention:
-        return _math_attention
-    return _sdpa_attention if attend is sdpa_attention else attend
 
 
 # From chapters/04-attention.md, section "A second backend: PyTorch's fused kernel".
@@ -484,15 +470,9 @@ class KVCache:
     values: torch.Tensor
 
     def __post_init__(self) -> None:
-        keys, values, owner = self.keys, self.values, "KVCache"
-        axes = "batch kv_heads seq d_head"
-        check.tensor("keys", keys, axes, floating=True, owner=owner)
-        batch, kv_heads, seq, _ = keys.shape
-        hint = f"batch, kv_heads and seq as in keys {tuple(keys.shape)}"
-        sizes = dict(batch=batch, kv_heads=kv_heads, seq=seq, hint=hint)
-        axes = "batch kv_heads seq d_v"
-        check.tensor("values", values, axes, floating=True, owner=owner, **sizes)
-        check.same_dtype_and_device(keys=keys, values=values, owner=owner)
+        # a cache the attention module makes from checked inputs is trusted
+        if not check.trusted():
+            _check_cache(self.keys, self.values, "KVCache")
 
     @property
     def seq_len(self) -> int:
@@ -503,19 +483,8 @@ class KVCache:
         """A new cache with ``keys`` and ``values``
         ``(batch kv_heads new d_head)`` appended.
         """
-        owner, cache = "KVCache.extend()", self.keys
-        batch, kv_heads, _, d_head = cache.shape
-        hint = f"cannot append to a cache of keys {tuple(cache.shape)}"
-        same = dict(batch=batch, kv_heads=kv_heads, owner=owner, hint=hint)
-        axes = "batch kv_heads new d_head"
-        check.tensor("keys", keys, axes, **same, d_head=d_head)
-        new, d_v = keys.shape[2], self.values.shape[3]
-        axes = "batch kv_heads new d_v"
-        check.tensor("values", values, axes, **same, new=new, d_v=d_v)
-        # torch.cat would silently promote a bf16 cache to fp32: refuse a
-        # dtype change
-        tensors = dict(cache=cache, keys=keys, values=values)
-        check.same_dtype_and_device(**tensors, owner=owner)
+        if not check.trusted():
+            _check_cache(keys, values, "KVCache.extend()", like=self)
         return KVCache(
             torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
         )
@@ -537,9 +506,11 @@ class KVCache:
                 what = "indices must be a tensor or a list of ints"
                 got = type(indices).__name__
                 raise TypeError(f"{owner}: {what}, got {got}") from None
-        check.tensor("indices", indices, "new_batch", integer=True, owner=owner)
+        if not check.trusted():  # a beam search's own indices are trusted
+            check.tensor("indices", indices, "new_batch", integer=True, owner=owner)
         # read only indices on the CPU: no device sync
-        if indices.numel() and indices.device.type == "cpu":
+        cpu = indices.device.type == "cpu" and not check.trusted()
+        if cpu and indices.numel():
             low, high = (int(i) for i in torch.aminmax(indices))
             if low < 0 or high >= batch:
                 rows = f"a batch of {batch} (rows 0..{batch - 1})"
@@ -557,6 +528,88 @@ class KVCache:
         owner, seq_len = "KVCache.crop()", self.seq_len
         length = check.int_in_range("length", length, 0, seq_len, owner=owner)
         return KVCache(self.keys[:, :, :length], self.values[:, :, :length])
+
+
+def _check_cache(keys, values, owner, like=None) -> None:
+    """Keys ``(batch kv_heads seq d_head)`` and values ``(batch kv_heads
+    seq d_v)`` of one floating dtype on one device; with ``like``, the
+    cache they are appended to, its batch, heads, widths, dtype and device
+    too (torch.cat would silently promote a bf16 cache to fp32).
+    """
+    seq, tensors = "seq", dict(keys=keys, values=values)
+    same, key_sizes, value_sizes = dict(floating=True, owner=owner), {}, {}
+    if like is not None:
+        batch, kv_heads, _, d_head = like.keys.shape
+        seq, tensors = "new", dict(cache=like.keys, **tensors)
+        shape = tuple(like.keys.shape)
+        same["hint"] = f"cannot append to a cache of keys {shape}"
+        key_sizes = dict(batch=batch, kv_heads=kv_heads, d_head=d_head)
+        value_sizes = dict(d_v=like.values.shape[3])
+    axes = f"batch kv_heads {seq} d_head"
+    check.tensor("keys", keys, axes, **key_sizes, **same)
+    batch, kv_heads, length, _ = keys.shape
+    hint = f"batch, kv_heads and seq as in keys {tuple(keys.shape)}"
+    same.setdefault("hint", hint)
+    sizes = {"batch": batch, "kv_heads": kv_heads, seq: length}
+    axes = f"batch kv_heads {seq} d_v"
+    check.tensor("values", values, axes, **sizes, **value_sizes, **same)
+    check.same_dtype_and_device(**tensors, owner=owner)
+
+
+# From chapters/04-attention.md, section "The module".
+_ROPE_NOT_CROSS = (
+    "rope rotates positions of one sequence; it does not apply to cross-attention"
+)
+_CROSS_NEEDS_KV = (
+    "cross_attention=True needs the encoder's keys and values: pass "
+    "context (the encoder output) or past (a KVCache made from it)"
+)
+_BIAS_KINDS = "a tensor or a module called as position_bias(q_len, k_len, offset)"
+_MHA_FLAGS = ("use_cache", "causal", "need_weights", "cross_attention")
+
+
+def _check_mha_call(mha, x, context=None, **options) -> None:
+    """The checks of :meth:`MultiHeadAttention.forward`'s arguments (never
+    their data): its front door.
+    """
+    owner = "MultiHeadAttention"
+    flags = {name: options.get(name, False) for name in _MHA_FLAGS}
+    check.booleans(**flags, owner=owner)
+    cross = flags["cross_attention"] or context is not None
+    bias, rope = options.get("position_bias"), options.get("rope")
+    past = options.get("past")
+    weight, d_model = mha.qkv_proj.weight, mha.d_model
+    axes = "batch q_pos d_model"
+    check.layer_input("x", x, axes, weight, d_model=d_model, owner=owner)
+    if cross and context is None and past is None:
+        raise ValueError(f"{owner}: {_CROSS_NEEDS_KV}")
+    if rope is not None and cross:
+        raise ValueError(f"{owner}: {_ROPE_NOT_CROSS}")
+    if context is not None:
+        axes, hint = "batch k_pos d_model", f"x is {tuple(x.shape)}"
+        sizes = dict(batch=x.shape[0], d_model=d_model, hint=hint)
+        check.layer_input("context", context, axes, weight, owner=owner, **sizes)
+    if rope is not None:
+        check.function("rope", rope, owner=owner)
+    if not (bias is None or torch.is_tensor(bias) or callable(bias)):
+        got = f"got {type(bias).__name__}"
+        raise TypeError(f"{owner}: position_bias must be {_BIAS_KINDS}, {got}")
+    if past is not None:
+        check.instance("past", past, KVCache, owner=owner)
+        hint = "a cache fits only the layer that made it"
+        sizes = dict(batch=x.shape[0], kv_heads=mha.n_kv_heads)
+        sizes |= dict(d_head=mha.d_head, owner=owner, hint=hint)
+        axes = "batch kv_heads seq d_head"
+        check.tensor("past.keys", past.keys, axes, **sizes)
+    # the keys attended to: the cache's (cross), or the context's, or the
+    # cache's and x's
+    cached = 0 if past is None else past.seq_len
+    k_len = cached + x.shape[1]
+    if cross:
+        k_len = context.shape[1] if past is None else cached
+    scores = (x.shape[0], mha.n_heads, x.shape[1], k_len)
+    bias = bias if torch.is_tensor(bias) else None
+    _check_mask_and_bias(owner, scores, x, options.get("mask"), bias)
 
 
 # From chapters/04-attention.md, section "The module".
@@ -658,6 +711,7 @@ class MultiHeadAttention(nn.Module):
         kv = F.linear(source, weight, bias)
         return kv.split([self.kv_dim, self.kv_dim], dim=-1)
 
+    @check.front_door(_check_mha_call)
     def forward(
         self,
         x: torch.Tensor,
@@ -682,13 +736,7 @@ class MultiHeadAttention(nn.Module):
         a tuple with the :class:`KVCache` and/or the weights
         ``(batch heads q_pos k_pos)`` after it.
         """
-        owner = "MultiHeadAttention"
-        flags = dict(use_cache=use_cache, causal=causal)
-        flags["need_weights"] = need_weights
-        flags["cross_attention"] = cross_attention
-        check.booleans(**flags, owner=owner)
         cross = cross_attention or context is not None
-        _check_mha_args(self, x, context, position_bias, rope, past, cross)
         if not cross:
             # self-attention: one fused projection for q, k and v
             widths = [self.q_dim, self.kv_dim, self.kv_dim]
@@ -724,18 +772,15 @@ class MultiHeadAttention(nn.Module):
         bias = position_bias
         if bias is not None and not isinstance(bias, torch.Tensor):
             bias = bias(q_len, k_len, offset)
-        _check_mask_and_bias("MultiHeadAttention", q, k_len, mask, bias)
-        # every argument is checked now: call the backends' unchecked cores
         dropout_p, weights = (self.dropout if self.training else 0.0), None
-        scale = self.scale
+        options = dict(scale=self.scale, causal=causal)
         if need_weights:
-            return_weights = True
-            out, weights = _math_attention(
-                q, k, v, mask, bias, dropout_p, scale, causal, return_weights
+            out, weights = scaled_dot_product_attention(
+                q, k, v, mask, bias, dropout_p, return_weights=True, **options
             )
         else:
-            attend = _unchecked(ATTENTION_BACKENDS[self.backend])
-            out = attend(q, k, v, mask, bias, dropout_p, scale=scale, causal=causal)
+            attend = ATTENTION_BACKENDS[self.backend]
+            out = attend(q, k, v, mask, bias, dropout_p, **options)
         merge = "batch heads seq d_head -> batch seq (heads d_head)"
         out = self.out_proj(rearrange(out, merge))
         if not use_cache and not need_weights:
@@ -743,49 +788,6 @@ class MultiHeadAttention(nn.Module):
         extras = [cache] if use_cache else []
         extras += [weights] if need_weights else []
         return (out, *extras)
-
-
-# From chapters/04-attention.md, section "The module".
-_ROPE_NOT_CROSS = (
-    "rope rotates positions of one sequence; it does not apply to cross-attention"
-)
-_CROSS_NEEDS_KV = (
-    "cross_attention=True needs the encoder's keys and values: pass "
-    "context (the encoder output) or past (a KVCache made from it)"
-)
-_BIAS_KINDS = "a tensor or a module called as position_bias(q_len, k_len, offset)"
-
-
-def _check_mha_args(mha, x, context, position_bias, rope, past, cross):
-    """The checks of :meth:`MultiHeadAttention.forward`'s tensor and module
-    arguments (never their data), after its flags (``cross``:
-    cross-attention, said or implied).
-    """
-    owner = "MultiHeadAttention"
-    weight, d_model = mha.qkv_proj.weight, mha.d_model
-    axes = "batch q_pos d_model"
-    check.layer_input("x", x, axes, weight, d_model=d_model, owner=owner)
-    if cross and context is None and past is None:
-        raise ValueError(f"{owner}: {_CROSS_NEEDS_KV}")
-    if rope is not None and (cross or context is not None):
-        raise ValueError(f"{owner}: {_ROPE_NOT_CROSS}")
-    if context is not None:
-        axes, hint = "batch k_pos d_model", f"x is {tuple(x.shape)}"
-        sizes = dict(batch=x.shape[0], d_model=d_model, hint=hint)
-        check.layer_input("context", context, axes, weight, owner=owner, **sizes)
-    if rope is not None:
-        check.function("rope", rope, owner=owner)
-    bias = position_bias
-    if not (bias is None or torch.is_tensor(bias) or callable(bias)):
-        got = f"got {type(bias).__name__}"
-        raise TypeError(f"{owner}: position_bias must be {_BIAS_KINDS}, {got}")
-    if past is not None:
-        check.instance("past", past, KVCache, owner=owner)
-        hint = "a cache fits only the layer that made it"
-        sizes = dict(batch=x.shape[0], kv_heads=mha.n_kv_heads)
-        sizes |= dict(d_head=mha.d_head, owner=owner, hint=hint)
-        axes = "batch kv_heads seq d_head"
-        check.tensor("past.keys", past.keys, axes, **sizes)
 
 
 # From chapters/04-attention.md, section "How big is the cache?".

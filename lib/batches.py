@@ -8,7 +8,8 @@ A batch (``Batch``) is a dict of tensors whose first axis is ``batch``:
 loss), optionally ``mask`` ``(batch seq)`` (True for real tokens) and, for
 an encoder-decoder, ``decoder_inputs``. :func:`as_batch` makes one from an
 ``ObjectiveBatch``; :func:`lm_batches` gives the batch of any step from a
-token stream (random windows that depend on the seed and the step only);
+token stream (random windows that depend on the seed and the step only,
+drawn from :func:`step_generator`);
 :func:`lm_eval_batches` cuts the whole stream into consecutive windows, for
 a final evaluation.
 """
@@ -26,7 +27,7 @@ from lib import _checks as check
 from lib.objectives import ObjectiveBatch, causal_lm_batch
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
-__all__ = ["Batch", "as_batch", "lm_batches", "lm_eval_batches"]
+__all__ = ["Batch", "as_batch", "step_generator", "lm_batches", "lm_eval_batches"]
 
 
 Batch = dict[str, torch.Tensor]
@@ -48,15 +49,23 @@ def as_batch(
     return items
 
 
-def _step_generator(seed: int, step: int) -> torch.Generator:
-    """A generator for one step's batch: its draws depend on (seed, step)
-    only."""
+def step_generator(seed: int, step: int) -> torch.Generator:
+    """A new generator for the batch of ``step``: its draws depend on
+    ``(seed, step)`` only, so any process, resumed or not, draws the same
+    batch for the same step. :func:`lm_batches` draws its windows and its
+    objective's random choices from it; a batch builder of one's own (as
+    :mod:`lib.runs`' pairs of sentences) can do the same."""
     return torch.Generator().manual_seed(seed * 1_000_003 + step)
 
 
 def _token_stream(tokens, seq_len, batch_size, seed, objective) -> tuple[Any, Any]:
     """The checked arguments of :func:`lm_batches`: the tokens as one long
     tensor, and the objective (``causal_lm_batch`` by default)."""
+    if isinstance(tokens, str | bytes):
+        raise TypeError(
+            "tokens must be token ids, got text: encode it first, e.g. "
+            "lm_batches(tokenizer.encode(text), ...)"
+        )
     check.positive_ints(batch_size=batch_size, seq_len=seq_len)
     check.int_at_least("seed", seed, 0)
     if objective is not None and not callable(objective):
@@ -93,7 +102,7 @@ def lm_batches(
     offsets = torch.arange(seq_len + 1)
 
     def batch_at(step: int) -> Batch:
-        generator = _step_generator(seed, step)
+        generator = step_generator(seed, step)
         n_starts = len(tokens) - seq_len
         starts = torch.randint(0, n_starts, (batch_size,), generator=generator)
         windows = tokens[rearrange(starts, "batch -> batch 1") + offsets]
@@ -118,4 +127,4 @@ def lm_eval_batches(
     positions = rearrange(starts, "w -> w 1") + torch.arange(seq_len + 1)
     windows = tokens[positions]
     chunks = enumerate(windows.split(batch_size))
-    return [as_batch(objective(chunk, _step_generator(seed, i))) for i, chunk in chunks]
+    return [as_batch(objective(chunk, step_generator(seed, i))) for i, chunk in chunks]

@@ -60,6 +60,17 @@ _RANGE_HINT = "was the tokenizer's vocabulary larger than the model's?"
 _IN_VOCAB = dict(owner="TokenEmbedding", hint=_RANGE_HINT)
 
 
+def _check_lookup(embedding, token_ids) -> None:
+    owner = "TokenEmbedding"
+    hint, weight = _IDS_HINT, embedding.weight
+    check.tensor("token_ids", token_ids, integer=True, owner=owner, hint=hint)
+    check.same_device(token_ids=token_ids, weight=weight, owner=owner)
+    # reads the ids: only on the CPU, where that costs no GPU sync
+    if embedding.check_ids and token_ids.device.type == "cpu":
+        size = embedding.vocab_size
+        check.ids_in_range("token id", token_ids, size, **_IN_VOCAB)
+
+
 class TokenEmbedding(nn.Module):
     """A learned vector per token id: ``(...)`` int ids to ``(... d_model)``
     vectors.
@@ -104,6 +115,7 @@ class TokenEmbedding(nn.Module):
     def reset_parameters(self) -> None:
         init_embedding_(self.weight, self.init_std, padding_idx=self.padding_idx)
 
+    @check.front_door(_check_lookup)
     def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
         """Look up the vectors of ``token_ids``.
 
@@ -111,12 +123,6 @@ class TokenEmbedding(nn.Module):
         any integer dtype, on the table's device; the result is
         ``(... d_model)`` in the table's dtype.
         """
-        owner = "TokenEmbedding"
-        check.tensor("token_ids", token_ids, integer=True, owner=owner, hint=_IDS_HINT)
-        check.same_device(token_ids=token_ids, weight=self.weight, owner=owner)
-        # reads the ids: only on the CPU, where that costs no GPU sync
-        if self.check_ids and token_ids.device.type == "cpu":
-            check.ids_in_range("token id", token_ids, self.vocab_size, **_IN_VOCAB)
         # what F.embedding accepts
         if token_ids.dtype not in (torch.int64, torch.int32):
             token_ids = token_ids.long()
@@ -133,6 +139,12 @@ class TokenEmbedding(nn.Module):
 
 
 # From chapters/02-embeddings.md, section "The un-embedding: from vectors back to tokens".
+def _check_hidden(unembedding, hidden) -> None:
+    sizes = dict(d_model=unembedding.d_model, owner="Unembedding")
+    weight = unembedding.weight
+    check.layer_input("hidden", hidden, "... d_model", weight, **sizes)
+
+
 class Unembedding(nn.Module):
     """Scores every token: ``(... d_model)`` vectors to ``(... vocab)``
     logits.
@@ -187,6 +199,7 @@ class Unembedding(nn.Module):
         self.is_tied = tie_to is not None
         self.bias = nn.Parameter(torch.zeros(vocab_size)) if bias else None
 
+    @check.front_door(_check_hidden)
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Score every token of the vocabulary.
 
@@ -194,8 +207,6 @@ class Unembedding(nn.Module):
         ``(batch seq d_model)``, in the weight's dtype (any dtype under
         autocast) and on its device; the result is ``(... vocab)``.
         """
-        sizes = dict(d_model=self.d_model, owner="Unembedding")
-        check.layer_input("hidden", hidden, "... d_model", self.weight, **sizes)
         logits = einsum(hidden, self.weight, "... d_model, vocab d_model -> ... vocab")
         if self.bias is not None:
             logits = logits + self.bias

@@ -69,6 +69,13 @@ FFN_ACTIVATIONS = {
 
 
 # From chapters/05-ffn.md, section "The module".
+def _check_ffn_input(ffn: nn.Module, x: torch.Tensor) -> None:
+    """Both FFNs' front door: ``x`` ``(... d_model)`` in the dtype and on
+    the device of the weights (any dtype under autocast)."""
+    sizes = dict(d_model=ffn.d_model, owner=type(ffn).__name__)
+    check.layer_input("x", x, "... d_model", ffn.w_in.weight, **sizes)
+
+
 class FeedForward(nn.Module):
     """The position-wise feed-forward network
     ``W_out · act(W_in · x + b_in) + b_out``.
@@ -108,6 +115,7 @@ class FeedForward(nn.Module):
         self.w_out = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
+    @check.front_door(_check_ffn_input)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the FFN to every position of ``x`` on its own.
 
@@ -115,9 +123,6 @@ class FeedForward(nn.Module):
         ``(batch seq d_model)``, in the weights' dtype (any dtype under
         autocast); the result is ``(... d_model)``.
         """
-        owner, weight = "FeedForward", self.w_in.weight
-        sizes = dict(d_model=self.d_model, owner=owner)
-        check.layer_input("x", x, "... d_model", weight, **sizes)
         activation = FFN_ACTIVATIONS[self.activation]
         hidden = activation(self.w_in(x))  # (... d_ff)
         return self.w_out(self.dropout(hidden))  # (... d_model)
@@ -208,6 +213,7 @@ class GatedFeedForward(nn.Module):
         self.w_out = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
+    @check.front_door(_check_ffn_input)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the gated FFN to every position of ``x`` on its own.
 
@@ -215,9 +221,6 @@ class GatedFeedForward(nn.Module):
         ``(batch seq d_model)``, in the weights' dtype (any dtype under
         autocast); the result is ``(... d_model)``.
         """
-        owner, weight = "GatedFeedForward", self.w_in.weight
-        sizes = dict(d_model=self.d_model, owner=owner)
-        check.layer_input("x", x, "... d_model", weight, **sizes)
         split = "... (branch d_ff) -> branch ... d_ff"
         gate, value = rearrange(self.w_in(x), split, branch=2)
         activation = GATED_FFN_ACTIVATIONS[self.activation]

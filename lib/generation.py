@@ -63,6 +63,8 @@ def _check_knobs(temperature=1.0, top_k=None, top_p=None, generator=None, **logi
     are read: no NaN or +inf, no row all ``-inf``) a floating tensor ``(...
     vocab)``."""
     check.finite_float("temperature", temperature, low=0.0, hint="0 means greedy")
+    if 0 < temperature < _TINY:
+        raise ValueError(_too_cold(temperature))
     if top_k is not None:
         check.positive_int("top_k", top_k)
     if top_p is not None:
@@ -75,6 +77,17 @@ def _check_knobs(temperature=1.0, top_k=None, top_p=None, generator=None, **logi
 
 
 _GENERATOR = (torch.Generator, type(None))
+# below float32's smallest normal number, logits / temperature overflow
+_TINY = torch.finfo(torch.float32).tiny
+
+
+def _too_cold(temperature: float) -> str:
+    return (
+        f"temperature={temperature!r} is too small: logits / temperature "
+        "overflow float32; pass temperature=0 for greedy decoding"
+    )
+
+
 _BAD_LOGITS = (
     "logits hold NaN or +inf, or a row whose every logit is -inf (every "
     "token filtered out): no distribution to choose from"
@@ -163,10 +176,15 @@ def _first_step(model: Any, ids: torch.Tensor, ids_to_check: dict) -> tuple:
     return logits, cache
 
 
-def _unchecked(model: Any):
-    """The model's per-token step: ``step_unchecked`` where it has one
-    (lib.models)."""
-    return getattr(model, "step_unchecked", None) or model.step
+def _trusted_step(model: Any):
+    """``model.step`` for the ids a loop chose itself: called with trust on,
+    so a model of ``lib.models`` skips the checks of its ids and cache."""
+
+    def step(ids: torch.Tensor, cache: Any) -> tuple:
+        with check.trusting():
+            return model.step(ids, cache)
+
+    return step
 
 
 def _stop_and_pad(stop_ids: Iterable[int], pad_id: int | None, ids, model: Any):
@@ -303,7 +321,11 @@ def _sample(logits, temperature, top_k, top_p, generator) -> torch.Tensor:
         token = torch.multinomial(probs, 1, generator=generator)
         token = token.to(logits.device)
     except RuntimeError as error:  # NaN or inf in probs: name the cause
-        raise ValueError(f"{_BAD_LOGITS} ({error})") from None
+        # finite logits: the division by the temperature overflowed
+        cause = _BAD_LOGITS
+        if not bool(_bad_rows(logits).any()):
+            cause = _too_cold(temperature)
+        raise ValueError(f"{cause} ({error})") from None
     return rearrange(token, "batch 1 -> batch")
 
 
@@ -344,7 +366,7 @@ def generate(
     ``ValueError``, never a token.
 
     The prompt goes through ``model.step`` (checked); the loop's own tokens
-    through ``model.step_unchecked`` where the model has one.
+    through ``model.step`` with trust on (no checks of the loop's own ids).
 
     Past the model's position table (learned, sinusoidal, RoPE:
     ``model.cfg.max_positions``), ``crop=True`` keeps the last ``max_len``
@@ -364,7 +386,7 @@ def generate(
     # the ids the model sees: all of them, or the last `window`
     context = ids if window is None else ids[:, -window:]
     logits, cache = _first_step(model, context, to_check)
-    step = _unchecked(model)
+    step = _trusted_step(model)
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     # rows given unusable logits, read at the end
     bad = torch.zeros_like(finished)
@@ -450,7 +472,7 @@ def beam_search(
 
     context = ids if window is None else ids[:, -window:]
     logits, cache = _first_step(model, context, to_check)
-    step = _unchecked(model)
+    step = _trusted_step(model)
     vocab = logits.shape[-1]
     log_probs = rearrange(_last_log_probs(logits), "b vocab -> b 1 vocab")
     # live beams' summed log-probs
@@ -663,7 +685,7 @@ def speculative_generate(
         if cache is None:
             logits, cache = _first_step(model, step_ids, to_check)
         else:
-            logits, cache = _unchecked(model)(step_ids, cache)
+            logits, cache = _trusted_step(model)(step_ids, cache)
         logits = logits[0]
         if vocab[0] is None:
             vocab[0] = logits.shape[-1]

@@ -30,7 +30,6 @@ import math
 from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
 from einops import einsum, rearrange, reduce
 from torch import nn
 
@@ -52,7 +51,6 @@ from lib.ffn import (
 from lib.norms import (
     NORM_KINDS,
     NORM_POSITIONS,
-    LayerNorm,
     ResidualSublayer,
     make_final_norm,
     make_norm,
@@ -215,9 +213,12 @@ def _check_ids(ids: object, vocab_size: int, name: str = "ids") -> torch.Tensor:
     training step; there an id out of range fails inside the embedding
     lookup instead.)
     """
-    dtype = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
-    if dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"{name} must be int64 or int32 token ids, got {dtype}")
+    if not isinstance(ids, torch.Tensor):
+        got = type(ids).__name__
+        make = "torch.tensor(ids) makes one from a list"
+        raise TypeError(f"{name} must be a tensor, got {got}: {make}")
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must be int64 or int32 token ids, got {ids.dtype}")
     if ids.dim() != 2 or 0 in ids.shape:
         raise ValueError(f"{name} must be (batch, seq), got shape {tuple(ids.shape)}")
     read = ids.device.type == "cpu" and not torch.compiler.is_compiling()
@@ -250,19 +251,14 @@ class Embeddings(nn.Module):
 
     ``forward(ids, token_types=None, offset=0)``: ``ids`` ``(batch seq)`` ->
     ``(batch seq d_model)``; ``offset`` is the absolute position of the
-    first token. It trusts its input: the models check ids and lengths
-    before they call it.
+    first token. The models check ids and lengths before they call it.
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.tokens = TokenEmbedding(
-            cfg.vocab_size,
-            cfg.d_model,
-            scale=cfg.embedding_scale,
-            init_std=0.02,
-            check_ids=False,
+            cfg.vocab_size, cfg.d_model, scale=cfg.embedding_scale, init_std=0.02
         )
         if cfg.positions == "learned":
             self.positions = LearnedPositionalEmbedding(cfg.max_len, cfg.d_model)
@@ -284,16 +280,11 @@ class Embeddings(nn.Module):
         token_types: torch.Tensor | None = None,
         offset: int = 0,
     ) -> torch.Tensor:
-        # No checks here: the models check ids, token types and lengths at
-        # their door, so the tables are read directly (this runs once per
-        # decoded token).
-        x = F.embedding(ids, self.tokens.weight)
-        if self.cfg.embedding_scale:
-            x = x * math.sqrt(self.cfg.d_model)
-        if isinstance(self.positions, LearnedPositionalEmbedding):
-            rows = self.positions.embedding.weight[offset : offset + ids.shape[1]]
-            x = x + rows.to(x.dtype)
-        elif self.positions is not None:
+        # the models check ids, token types and lengths at their door and
+        # call this with trust on: chapters 2 and 3's modules do not check
+        # them again
+        x = self.tokens(ids)
+        if self.positions is not None:
             x = self.positions(x, offset=offset)
         if self.token_types is not None:
             if token_types is None:
@@ -419,26 +410,19 @@ class ModelCache:
         """The cache with its batch rows gathered by ``indices``
         ``(new_batch,)`` (beams); on the CPU the indices are checked against
         the batch."""
-        owner, batch = "ModelCache.select()", self.batch_size
-        device = self.self_attn[0].keys.device
-        indices = torch.as_tensor(indices, device=device)
-        check.tensor("indices", indices, "new_batch", integer=True, owner=owner)
-        # read only CPU indices: a GPU tensor would make the device wait
-        read = indices.device.type == "cpu" and indices.numel()
-        low, high = map(int, torch.aminmax(indices)) if read else (0, 0)
-        if not 0 <= low <= high < batch:
-            got = f"indices {indices.tolist()} out of range"
-            of_batch = f"for a batch of {batch} (rows 0..{batch - 1})"
-            raise IndexError(f"{owner}: {got} {of_batch}")
+        # the first layer's KVCache.select checks the indices (unless
+        # trusted: beam search's own)
+        first = self.self_attn[0].select(indices)
+        indices = torch.as_tensor(indices, device=first.keys.device)
 
         def rows(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.index_select(0, indices)
 
         def layer(c: KVCache | None) -> KVCache | None:
-            return None if c is None else _kv(rows(c.keys), rows(c.values))
+            return c if c is None else KVCache(rows(c.keys), rows(c.values))
 
         return ModelCache(
-            tuple(layer(c) for c in self.self_attn),
+            (first, *(layer(c) for c in self.self_attn[1:])),
             tuple(layer(c) for c in self.cross_attn),
             rows(self.context),
             rows(self.context_mask),
@@ -450,20 +434,38 @@ class ModelCache:
         length = check.int_in_range("length", length, 0, self.seq_len)
         layers = self.self_attn
         kept = [(c.keys[..., :length, :], c.values[..., :length, :]) for c in layers]
-        return replace(self, self_attn=tuple(_kv(*pair) for pair in kept))
-
-
-def _kv(keys: torch.Tensor, values: torch.Tensor) -> KVCache:
-    """A :class:`KVCache` of tensors this module made itself (from checked
-    inputs), built without ``KVCache``'s own checks, which would otherwise
-    run for every layer and every decoded token."""
-    cache = object.__new__(KVCache)
-    object.__setattr__(cache, "keys", keys)
-    object.__setattr__(cache, "values", values)
-    return cache
+        caches = tuple(KVCache(*pair) for pair in kept)
+        return replace(self, self_attn=caches)
 
 
 # From chapters/07-families.md, section "The parts".
+def _check_stack_input(stack, x, mask=None, name: str = "mask") -> None:
+    """Embedded input ``(batch seq d_model)`` and its key mask ``(batch
+    seq)``: an encoder's front door."""
+    sizes = dict(d_model=stack.cfg.d_model, hint=_STACK)
+    check.tensor("x", x, "batch seq d_model", **sizes)
+    if mask is not None:
+        _check_mask(mask, x.shape[0], x.shape[1], name)
+
+
+def _check_decoder_input(decoder, x, *, mask=None, context=None, **rest):
+    """A decoder's front door: its input, the mask over cached and new
+    positions, the context, the cache and ``use_cache``."""
+    cache, use_cache = rest.get("cache"), rest.get("use_cache", False)
+    check.boolean("use_cache", use_cache, owner="Decoder")
+    _check_stack_input(decoder, x)
+    layers = len(decoder.blocks)
+    _check_cache(cache, x.shape[0], layers, "Decoder")
+    if mask is not None:
+        offset = 0 if cache is None else cache.seq_len
+        _check_mask(mask, x.shape[0], offset + x.shape[1])
+    if decoder.cross_attention and context is None:
+        raise ValueError("the decoder needs context (the encoder output)")
+    if context is not None:
+        mask = rest.get("context_mask")
+        _check_stack_input(decoder, context, mask, "context_mask")
+
+
 class _Stack(nn.Module):
     """What encoder and decoder share: blocks, in-attention positions, the
     final norm."""
@@ -496,13 +498,6 @@ class _Stack(nn.Module):
             cfg.norm_position, cfg.d_model, cfg.norm, cfg.norm_eps
         )
 
-    def _check_input(self, x: object, mask: object, name: str = "mask") -> None:
-        """Embedded input ``(batch seq d_model)`` and its key mask ``(batch
-        seq)``."""
-        check.tensor("x", x, "batch seq d_model", d_model=self.cfg.d_model, hint=_STACK)
-        if mask is not None:
-            _check_mask(mask, x.shape[0], x.shape[1], name)
-
     def _bias(self, q_len: int, k_len: int, offset: int) -> torch.Tensor | None:
         if self.position_bias is None:
             return None
@@ -521,15 +516,10 @@ class Encoder(_Stack):
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__(cfg, cfg.n_layers, causal=False, cross=False)
 
+    @check.front_door(_check_stack_input)
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        self._check_input(x, mask)
-        return self._run(x, mask)
-
-    def _run(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """:meth:`forward` for a caller that checked its arguments (BERT,
-        T5)."""
         key_mask = _key_mask(mask)
         bias = self._bias(x.shape[1], x.shape[1], 0)
         for block in self.blocks:
@@ -556,6 +546,7 @@ class Decoder(_Stack):
         super().__init__(cfg, n_layers, causal=True, cross=cross_attention)
         self.cross_attention = cross_attention
 
+    @check.front_door(_check_decoder_input)
     def forward(
         self,
         x: torch.Tensor,
@@ -566,22 +557,6 @@ class Decoder(_Stack):
         cache: ModelCache | None = None,
         use_cache: bool = False,
     ):
-        offset = 0 if cache is None else cache.seq_len
-        self._check_input(x, None)
-        if mask is not None:
-            _check_mask(mask, x.shape[0], offset + x.shape[1])
-        if self.cross_attention and context is None:
-            raise ValueError("the decoder needs context (the encoder output)")
-        if context is not None:
-            self._check_input(context, context_mask, "context_mask")
-        check.boolean("use_cache", use_cache, owner="Decoder")
-        return self._run(x, mask, context, context_mask, cache, use_cache)
-
-    def _run(
-        self, x, mask=None, context=None, context_mask=None, cache=None, use_cache=False
-    ):
-        """:meth:`forward` through the blocks, for a caller that checked its
-        arguments."""
         offset = 0 if cache is None else cache.seq_len
         q_len, k_len = x.shape[1], offset + x.shape[1]
         self_mask, cross_mask = _key_mask(mask), _key_mask(context_mask)
@@ -613,146 +588,9 @@ class Decoder(_Stack):
             return x
         return x, ModelCache(tuple(new_self), tuple(new_cross), context, context_mask)
 
-    def _step(self, x, cache, context=None, context_mask=None):
-        """Decode the new positions ``x`` ``(batch new d_model)`` against
-        ``cache``.
-
-        The same function as ``_run(..., use_cache=True)``, with the blocks'
-        weights applied by PyTorch's functional ops: no checks, no mask
-        built for one new token, no module calls inside a layer. In training
-        mode (dropout) or with an attention backend other than ``"sdpa"`` it
-        is ``_run`` itself.
-        """
-        sdpa = self.blocks[0].self_attn.sublayer.backend == "sdpa"
-        if self.training or not sdpa:
-            return self._run(x, None, context, context_mask, cache, True)
-        offset = 0 if cache is None else cache.seq_len
-        q_len, k_len = x.shape[1], offset + x.shape[1]
-        mask, is_causal = self._bias(q_len, k_len, offset), False
-        if q_len > 1 and mask is None and offset == 0:
-            # PyTorch's own square causal mask: no tensor to build
-            is_causal = True
-        elif q_len > 1:
-            # bottom-right causal: query i sees the keys up to offset + i
-            shape, device = (q_len, k_len), x.device
-            causal = torch.ones(shape, dtype=torch.bool, device=device)
-            causal = causal.tril(offset)
-            mask = causal if mask is None else mask.masked_fill(~causal, -math.inf)
-        if mask is not None and mask.is_floating_point():
-            mask = mask.to(x.dtype)
-        rope = None if self.rope is None else self.rope.cos_sin(offset, q_len, x.dtype)
-        cross_mask = _key_mask(context_mask)
-        new_self, new_cross = [], []
-        for i, block in enumerate(self.blocks):
-            past = None if cache is None else cache.self_attn[i]
-            sublayer = block.self_attn
-            attend = (past, rope, mask, is_causal)
-            x, layer = _residual(sublayer, x, _self_attention, *attend)
-            new_self.append(layer)
-            layer = None
-            if block.cross_attn is not None:
-                past = None if cache is None else _at(cache.cross_attn, i)
-                cross = (past, context, cross_mask)
-                x, layer = _residual(block.cross_attn, x, _cross_attention, *cross)
-            new_cross.append(layer)
-            x, _ = _residual(block.ffn, x, _ffn_out)
-        if not isinstance(self.final_norm, nn.Identity):
-            x = _normed(self.final_norm, x)
-        return x, ModelCache(tuple(new_self), tuple(new_cross), context, context_mask)
-
 
 def _at(caches: tuple, i: int):
     return caches[i] if i < len(caches) else None
-
-
-# From chapters/07-families.md, section "The parts".
-def _normed(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``norm(x)`` for a LayerNorm or RMSNorm of ``lib.norms``, by PyTorch's
-    fused kernel (half precision normalised in fp32, as there)."""
-    dtype = torch.promote_types(x.dtype, torch.float32)
-    weight = None if norm.weight is None else norm.weight.to(dtype)
-    if isinstance(norm, LayerNorm):
-        bias = None if norm.bias is None else norm.bias.to(dtype)
-        y = F.layer_norm(x.to(dtype), (norm.d_model,), weight, bias, norm.eps)
-    else:
-        y = F.rms_norm(x.to(dtype), (norm.d_model,), weight, norm.eps)
-    return y.to(x.dtype)
-
-
-def _residual(sublayer: ResidualSublayer, x: torch.Tensor, branch, *args):
-    """``sublayer``'s residual step (pre- or post-LN, no dropout) around
-    ``branch(inner, h, *args) -> (out, extra)``; returns ``(x, extra)``."""
-    if sublayer.position == "pre":
-        out, extra = branch(sublayer.sublayer, _normed(sublayer.norm, x), *args)
-        return x + out, extra
-    out, extra = branch(sublayer.sublayer, x, *args)
-    return _normed(sublayer.norm, x + out), extra
-
-
-def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """``(batch seq (heads d_head)) -> (batch heads seq d_head)``, as a
-    view."""
-    return x.unflatten(-1, (n_heads, -1)).transpose(1, 2)
-
-
-def _attend(mha, q, k, v, mask, is_causal: bool) -> torch.Tensor:
-    """Attention of ``q`` ``(batch heads q_pos d_head)`` over ``k``, ``v``
-    ``(batch kv_heads k_pos d_head)``, then the output projection: ``(batch
-    q_pos d_model)``."""
-    # each key/value head serves a group of queries
-    if mha.n_heads != mha.n_kv_heads:
-        groups = mha.n_heads // mha.n_kv_heads
-        k, v = (k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1))
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, is_causal=is_causal, scale=mha.scale
-    )
-    out = rearrange(out, "batch heads q_pos d_head -> batch q_pos (heads d_head)")
-    return F.linear(out, mha.out_proj.weight, mha.out_proj.bias)
-
-
-def _rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Chapter 3's half-split RoPE rotation of ``x (... seq d_head)``."""
-    first, second = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-second, first), dim=-1) * sin
-
-
-def _self_attention(mha, h, past, rope, mask, is_causal):
-    """Self-attention of the new positions ``h`` against the cache ``past``:
-    returns the output and the extended :class:`KVCache`."""
-    projected = F.linear(h, mha.qkv_proj.weight, mha.qkv_proj.bias)
-    q, k, v = projected.split([mha.q_dim, mha.kv_dim, mha.kv_dim], dim=-1)
-    q, k = _heads(q, mha.n_heads), _heads(k, mha.n_kv_heads)
-    v = _heads(v, mha.n_kv_heads)
-    if rope is not None:
-        q, k = _rotated(q, *rope), _rotated(k, *rope)
-    if past is not None:
-        k, v = (torch.cat([past.keys, k], dim=2), torch.cat([past.values, v], dim=2))
-    return _attend(mha, q, k, v, mask, is_causal), _kv(k, v)
-
-
-def _cross_attention(mha, h, past, context, mask):
-    """Cross-attention of ``h`` to the encoder output: its keys and values
-    projected once, at the first step, and read from ``past`` after that."""
-    bias = mha.qkv_proj.bias
-    bias = None if bias is None else bias[: mha.q_dim]
-    q = _heads(F.linear(h, mha.qkv_proj.weight[: mha.q_dim], bias), mha.n_heads)
-    if past is None:
-        k, v = mha._project_kv(context)
-        past = _kv(_heads(k, mha.n_kv_heads), _heads(v, mha.n_kv_heads))
-    return _attend(mha, q, past.keys, past.values, mask, False), past
-
-
-def _ffn_out(ffn: nn.Module, h: torch.Tensor) -> tuple[torch.Tensor, None]:
-    """A :class:`FeedForward` or :class:`GatedFeedForward` of ``h`` (no
-    dropout), and no cache."""
-    hidden = F.linear(h, ffn.w_in.weight, ffn.w_in.bias)
-    # gate first, then value (chapter 5)
-    if isinstance(ffn, GatedFeedForward):
-        gate, value = hidden.chunk(2, dim=-1)
-        hidden = GATED_FFN_ACTIVATIONS[ffn.activation](gate) * value
-    else:
-        hidden = FFN_ACTIVATIONS[ffn.activation](hidden)
-    return F.linear(hidden, ffn.w_out.weight, ffn.w_out.bias), None
 
 
 # From chapters/07-families.md, section "Three models".
@@ -764,9 +602,9 @@ class GPT(nn.Module):
     real tokens (right padding only: positions count from the first column,
     so a left-padded row is refused). ``step(ids, cache=None)`` runs only
     the new tokens ``(batch new)`` against the cache and returns ``(logits
-    (batch new vocab), cache)``; ``step_unchecked`` is the same without the
-    argument checks, for decoding loops that feed back the tokens they chose
-    (:mod:`lib.generation`).
+    (batch new vocab), cache)``. Both check their arguments unless trust
+    is on (a decoding loop feeding back its own tokens,
+    :mod:`lib.generation`), then run the stack with trust on.
     """
 
     def __init__(self, cfg: TransformerConfig) -> None:
@@ -785,29 +623,29 @@ class GPT(nn.Module):
     def forward(
         self, ids: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        _check_ids(ids, self.cfg.vocab_size)
-        _check_positions(self.cfg, ids.shape[1], "GPT")
-        if mask is not None:
-            _check_mask(mask, *ids.shape)
-            _check_right_padded(mask)
-        return self.head(self.decoder._run(self.embed(ids), mask))
+        if not check.trusted():
+            _check_ids(ids, self.cfg.vocab_size)
+            _check_positions(self.cfg, ids.shape[1], "GPT")
+            if mask is not None:
+                _check_mask(mask, *ids.shape)
+                _check_right_padded(mask)
+        with check.trusting():
+            return self.head(self.decoder(self.embed(ids), mask=mask))
 
     def step(
         self, ids: torch.Tensor, cache: ModelCache | None = None
     ) -> tuple[torch.Tensor, ModelCache]:
-        _check_ids(ids, self.cfg.vocab_size)
-        _check_cache(cache, ids.shape[0], len(self.decoder.blocks), "GPT")
-        return self.step_unchecked(ids, cache)
-
-    def step_unchecked(
-        self, ids: torch.Tensor, cache: ModelCache | None = None
-    ) -> tuple[torch.Tensor, ModelCache]:
-        """:meth:`step` for ids known to be valid: no tensor is read, one
-        length test."""
+        if not check.trusted():
+            _check_ids(ids, self.cfg.vocab_size)
+            layers = len(self.decoder.blocks)
+            _check_cache(cache, ids.shape[0], layers, "GPT")
         offset = 0 if cache is None else cache.seq_len
-        _check_positions(self.cfg, offset + ids.shape[1], "GPT")
-        x, cache = self.decoder._step(self.embed(ids, offset=offset), cache)
-        return F.linear(x, self.head.weight, self.head.bias), cache
+        if not check.trusted():
+            _check_positions(self.cfg, offset + ids.shape[1], "GPT")
+        with check.trusting():
+            x = self.embed(ids, offset=offset)
+            x, cache = self.decoder(x, cache=cache, use_cache=True)
+            return self.head(x), cache
 
 
 # From chapters/07-families.md, section "Three models".
@@ -817,6 +655,30 @@ def _check_positions(cfg: TransformerConfig, end: int, owner: str) -> None:
     if cfg.max_positions is not None and end > cfg.max_positions:
         table = f"max_len={cfg.max_len} of its {cfg.positions} position table"
         raise ValueError(f"{owner}: positions up to {end - 1} exceed {table}")
+
+
+def _check_bert_input(cfg, ids, mask, token_types) -> None:
+    """BERT's ids, mask and segment ids (``token_types``)."""
+    batch, seq = _check_ids(ids, cfg.vocab_size).shape
+    _check_positions(cfg, seq, "BERT")
+    if mask is not None:
+        _check_mask(mask, *ids.shape)
+    if token_types is not None and not cfg.n_token_types:
+        raise ValueError("token_types given, but the config has n_token_types=0")
+    if token_types is not None:
+        _check_ids(token_types, cfg.n_token_types, "token_types")
+        sizes = dict(batch=batch, seq=seq)
+        check.tensor("token_types", token_types, "batch seq", **sizes)
+
+
+def _check_t5_target(cfg, tgt_ids, context, context_mask) -> None:
+    """T5's decoder input and the encoder output it reads."""
+    _check_ids(tgt_ids, cfg.vocab_size, "tgt_ids")
+    sizes = dict(batch=tgt_ids.shape[0], d_model=cfg.d_model)
+    axes = "batch src d_model"
+    check.tensor("context", context, axes, floating=True, **sizes)
+    if context_mask is not None:
+        _check_mask(context_mask, *context.shape[:2], "context_mask")
 
 
 def _check_right_padded(mask: torch.Tensor, owner: str = "GPT") -> None:
@@ -867,17 +729,10 @@ class BERT(nn.Module):
         init_weights(self)
 
     def encode(self, ids, mask=None, token_types=None) -> torch.Tensor:
-        cfg = self.cfg
-        batch, seq = _check_ids(ids, cfg.vocab_size).shape
-        _check_positions(cfg, seq, "BERT")
-        if mask is not None:
-            _check_mask(mask, *ids.shape)
-        if token_types is not None and not cfg.n_token_types:
-            raise ValueError("token_types given, but the config has n_token_types=0")
-        if token_types is not None:
-            _check_ids(token_types, cfg.n_token_types, "token_types")
-            check.tensor("token_types", token_types, "batch seq", batch=batch, seq=seq)
-        return self.encoder._run(self.embed(ids, token_types), mask)
+        if not check.trusted():
+            _check_bert_input(self.cfg, ids, mask, token_types)
+        with check.trusting():
+            return self.encoder(self.embed(ids, token_types), mask)
 
     def forward(self, ids, mask=None, token_types=None) -> torch.Tensor:
         h = self.encode(ids, mask, token_types)
@@ -947,33 +802,34 @@ class T5(nn.Module):
     def encode(
         self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        if src_ids is None:
-            raise ValueError("T5 needs encoder input: pass src_ids (batch, src)")
-        _check_ids(src_ids, self.cfg.vocab_size, "src_ids")
-        if src_mask is not None:
-            _check_mask(src_mask, *src_ids.shape, "src_mask")
-            on_cpu = src_mask.device.type == "cpu"
-            if on_cpu and not bool(src_mask.any(dim=1).all()):
-                raise ValueError("src_mask has a row with no real token to read")
-        return self.encoder._run(self.embed(src_ids), src_mask)
+        if not check.trusted():
+            if src_ids is None:
+                raise ValueError("T5 needs encoder input: pass src_ids (batch, src)")
+            _check_ids(src_ids, self.cfg.vocab_size, "src_ids")
+            if src_mask is not None:
+                _check_mask(src_mask, *src_ids.shape, "src_mask")
+        # a row with no real token is not refused (that would read the
+        # mask): attention gives zeros there, on every device
+        with check.trusting():
+            return self.encoder(self.embed(src_ids), src_mask)
 
     def decode(self, tgt_ids, context, context_mask=None, tgt_mask=None):
         """Logits ``(batch tgt vocab)`` of ``tgt_ids`` reading the encoder
         output ``context`` ``(batch src d_model)`` (and its mask ``(batch
         src)``)."""
-        _check_ids(tgt_ids, self.cfg.vocab_size, "tgt_ids")
-        sizes = dict(batch=tgt_ids.shape[0], d_model=self.cfg.d_model)
-        check.tensor("context", context, "batch src d_model", floating=True, **sizes)
-        if context_mask is not None:
-            _check_mask(context_mask, *context.shape[:2], "context_mask")
-        if tgt_mask is not None:
-            _check_mask(tgt_mask, *tgt_ids.shape, "tgt_mask")
-            _check_right_padded(tgt_mask, "T5")
-        return self._decode(tgt_ids, context, context_mask, tgt_mask)
-
-    def _decode(self, tgt_ids, context, context_mask=None, tgt_mask=None):
-        x = self.decoder._run(self.embed(tgt_ids), tgt_mask, context, context_mask)
-        return self.head(x * self.head_scale)
+        if not check.trusted():
+            _check_t5_target(self.cfg, tgt_ids, context, context_mask)
+            if tgt_mask is not None:
+                _check_mask(tgt_mask, *tgt_ids.shape, "tgt_mask")
+                _check_right_padded(tgt_mask, "T5")
+        with check.trusting():
+            x = self.decoder(
+                self.embed(tgt_ids),
+                mask=tgt_mask,
+                context=context,
+                context_mask=context_mask,
+            )
+            return self.head(x * self.head_scale)
 
     def forward(
         self, src_ids, tgt_ids=None, src_mask=None, tgt_mask=None
@@ -996,8 +852,8 @@ class _BoundT5:
 
     The first step starts from the bound encoder output; later steps read it
     (and its mask) from the cache, so beam search may reorder and duplicate
-    the cache's rows freely. ``step_unchecked`` skips the checks of the ids
-    and the cache.
+    the cache's rows freely. Under trust (a decoding loop feeding back its
+    own tokens), ``step`` skips the checks of the ids and the cache.
     """
 
     def __init__(
@@ -1008,21 +864,29 @@ class _BoundT5:
         self.cfg = model.cfg
 
     def step(self, ids: torch.Tensor, cache: ModelCache | None = None):
-        _check_ids(ids, self.cfg.vocab_size)
-        batch = self.context.shape[0] if cache is None else cache.batch_size
-        _check_cache(cache, batch, len(self.model.decoder.blocks), "T5")
-        check.tensor("ids", ids, "batch new", batch=batch, hint="the source's batch")
-        return self.step_unchecked(ids, cache)
-
-    def step_unchecked(self, ids: torch.Tensor, cache: ModelCache | None = None):
+        if not check.trusted():
+            _check_ids(ids, self.cfg.vocab_size)
+            batch = self.context.shape[0]
+            batch = batch if cache is None else cache.batch_size
+            layers = len(self.model.decoder.blocks)
+            _check_cache(cache, batch, layers, "T5")
+            hint = "the source's batch"
+            check.tensor("ids", ids, "batch new", batch=batch, hint=hint)
         if cache is None:
             context, context_mask = self.context, self.context_mask
         else:
             context, context_mask = cache.context, cache.context_mask
         model, offset = self.model, 0 if cache is None else cache.seq_len
-        x = model.embed(ids, offset=offset)
-        x, cache = model.decoder._step(x, cache, context, context_mask)
-        return F.linear(x * model.head_scale, model.head.weight, model.head.bias), cache
+        with check.trusting():
+            x = model.embed(ids, offset=offset)
+            x, cache = model.decoder(
+                x,
+                context=context,
+                context_mask=context_mask,
+                cache=cache,
+                use_cache=True,
+            )
+            return model.head(x * model.head_scale), cache
 
 
 # From chapters/07-families.md, section "Three models".

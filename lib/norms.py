@@ -102,13 +102,13 @@ class LayerNorm(nn.Module):
         if elementwise_affine and bias:
             self.bias = nn.Parameter(torch.zeros(d_model))
 
+    @check.front_door(_check_features)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise each token: mean 0 and variance ~1 over its features.
 
         Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is
         ``(... d_model)``, in ``x``'s dtype.
         """
-        _check_features(self, x)
         dtype = _compute_dtype(x)
         xc = x.to(dtype)
         weight = None if self.weight is None else self.weight.to(dtype)
@@ -172,13 +172,13 @@ class RMSNorm(nn.Module):
         if elementwise_affine:
             self.weight = nn.Parameter(torch.ones(d_model))
 
+    @check.front_door(_check_features)
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise each token: root mean square ~1 over its features.
 
         Shapes: ``x`` is ``(... d_model)``, any float dtype; the result is
         ``(... d_model)``, in ``x``'s dtype.
         """
-        _check_features(self, x)
         dtype = _compute_dtype(x)
         xc = x.to(dtype)
         weight = None if self.weight is None else self.weight.to(dtype)
@@ -268,7 +268,9 @@ class ResidualSublayer(nn.Module):
         Shapes: ``x`` is ``(... d_model)``; the result is ``(... d_model)``,
         or ``(that, *extras)`` when the sublayer returns ``(out, *extras)``.
         """
-        _check_features(self, x)
+        # not a front door: the sublayer checks its own arguments
+        if not check.trusted():
+            _check_features(self, x)
         if self.position == "pre":
             out, extras = self._branch(self.norm(x), x, *args, **kwargs)
             y = x + self.dropout(out)
@@ -285,7 +287,9 @@ class ResidualSublayer(nn.Module):
         extras = None
         if isinstance(out, tuple) and len(out) > 0:
             out, extras = out[0], out[1:]
-        if not isinstance(out, torch.Tensor) or out.shape != x.shape:
+        # a checked model's sublayers are trusted to keep the shape
+        fits = isinstance(out, torch.Tensor) and out.shape == x.shape
+        if not (fits or check.trusted()):
             is_tensor = torch.is_tensor(out)
             got = tuple(out.shape) if is_tensor else type(out).__name__
             name, shape = type(self.sublayer).__name__, tuple(x.shape)

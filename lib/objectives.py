@@ -272,6 +272,7 @@ def span_corruption_batch(
     *,
     sentinel_ids: Sequence[int],
     pad_id: int,
+    vocab_size: int,
     generator: torch.Generator,
     eos_id: int | None = None,
     noise_density: float = 0.15,
@@ -291,22 +292,42 @@ def span_corruption_batch(
     ``inputs`` ``(batch in_seq)`` padded with ``pad_id``; ``targets``
     ``(batch out_seq)`` padded with ``IGNORE_INDEX``; ``decoder_inputs``
     ``(batch out_seq)``: ``decoder_start_id`` (default ``pad_id``) then the
-    targets but the last, padded with ``pad_id``.
+    targets but the last, padded with ``pad_id``. Every id (the text's, the
+    sentinels, ``pad_id``, ``eos_id``, ``decoder_start_id``) must be below
+    ``vocab_size``, the model's, so that a bad id is refused here rather
+    than deep inside the model's embedding.
     """
-    lengths = _check_token_ids(token_ids, check.integer("pad_id", pad_id), generator)
+    vocab_size = check.int_at_least("vocab_size", vocab_size, 1)
+    below = dict(high=vocab_size - 1)
+    pad_id = check.int_in_range("pad_id", pad_id, 0, **below)
+    lengths = _check_token_ids(token_ids, pad_id, generator)
     noise_density = check.finite_float("noise_density", noise_density, **_FRACTION)
     mean_span_length = check.finite_float("mean_span_length", mean_span_length, low=1)
-    extra = [] if eos_id is None else [check.int_at_least("eos_id", eos_id, 0)]
+    extra = []
+    if eos_id is not None:
+        extra = [check.int_in_range("eos_id", eos_id, 0, **below)]
+        if eos_id == pad_id:  # every input would end in "padding"
+            raise ValueError(
+                f"eos_id and pad_id are both {pad_id}: every input would "
+                "end in what reads as padding; give </s> its own id"
+            )
     avoid = {pad_id, *extra}  # a sentinel must mean only "a span was here"
-    sentinels = _check_id_list("sentinel_ids", sentinel_ids, avoid=avoid, distinct=True)
+    sentinels = _check_id_list(
+        "sentinel_ids", sentinel_ids, high=vocab_size, avoid=avoid, distinct=True
+    )
     device = token_ids.device
     sentinels = torch.tensor(sentinels, dtype=torch.long, device=device)
     is_real = _real_positions(lengths, token_ids.shape[1])
     if (torch.isin(token_ids, sentinels) & is_real).any():
         raise ValueError("token_ids hold a sentinel id; text must not hold sentinels")
+    if ((token_ids >= vocab_size) & is_real).any():
+        raise ValueError(
+            f"token_ids hold ids >= vocab_size={vocab_size}: encode the "
+            "text with the tokenizer of the model"
+        )
     extra = torch.tensor(extra, dtype=torch.long, device=device)
     start_id = pad_id if decoder_start_id is None else decoder_start_id
-    check.int_at_least("decoder_start_id", start_id, 0)
+    check.int_in_range("decoder_start_id", start_id, 0, **below)
 
     encoder_rows, target_rows = [], []
     for row, length in zip(token_ids, lengths.tolist()):

@@ -22,6 +22,7 @@ positions ``offset .. offset + q_len - 1`` and keys at ``0 .. k_len - 1``.
 """
 
 import math
+import operator
 
 import torch
 from einops import einsum, rearrange
@@ -60,15 +61,21 @@ def _finer_than_tables(dtype: torch.dtype) -> bool:
     return torch.finfo(dtype).bits > 32
 
 
-def _check_input(owner: str, x, offset, axis: str, size: int, **table) -> int:
-    """A module's input ``x`` ``(... seq axis)`` with ``axis`` of ``size``,
-    floating point, on the device of the module's table (one keyword:
-    ``pe=self.pe``); returns ``offset``, which must be an int ``>= 0``.
+def _check_input(owner: str, axis: str, table: str):
+    """The front-door checker of a module's ``forward(x, offset=0)``: ``x``
+    ``(... seq axis)``, ``axis`` the module's attribute of that name (its
+    size), floating point, on the device of the module's ``table`` (an
+    attribute path, ``"embedding.weight"``); ``offset`` an int ``>= 0``.
     """
-    shape, sizes = f"... seq {axis}", {axis: size}
-    check.tensor("x", x, shape, floating=True, owner=owner, **sizes)
-    check.same_device(x=x, owner=owner, **table)
-    return check.int_at_least("offset", offset, 0, owner=owner)
+    name, read = table.split(".")[-1], operator.attrgetter(table)
+
+    def checker(module, x, offset=0) -> None:
+        shape, sizes = f"... seq {axis}", {axis: getattr(module, axis)}
+        check.tensor("x", x, shape, floating=True, owner=owner, **sizes)
+        check.same_device(x=x, owner=owner, **{name: read(module)})
+        check.int_at_least("offset", offset, 0, owner=owner)
+
+    return checker
 
 
 # From chapters/03-positions.md, section "Sinusoidal positions".
@@ -161,6 +168,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.d_model, self.base = table.shape[-1], float(base)
         self.dropout = nn.Dropout(dropout)
 
+    @check.front_door(_check_input("SinusoidalPositionalEncoding", "d_model", "pe"))
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Add ``PE[offset + t]`` to row ``t`` of ``x``.
 
@@ -168,8 +176,6 @@ class SinusoidalPositionalEncoding(nn.Module):
         floating point, on the module's device; the result has the shape and
         dtype of ``x``.
         """
-        owner, d_model = "SinusoidalPositionalEncoding", self.d_model
-        offset = _check_input(owner, x, offset, "d_model", d_model, pe=self.pe)
         end = offset + x.shape[-2]
         if end <= self.max_len and not _finer_than_tables(x.dtype):
             pe = self.pe[offset:end]
@@ -184,6 +190,20 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 
 # From chapters/03-positions.md, section "Learned absolute positions".
+_LEARNED = "LearnedPositionalEmbedding"
+_check_learned_input = _check_input(_LEARNED, "d_model", "embedding.weight")
+
+
+def _check_learned(module, x, offset=0) -> None:
+    """The input, and rows that exist: the table ends at ``max_len - 1``."""
+    _check_learned_input(module, x, offset)
+    end, max_len = offset + x.shape[-2], module.max_len
+    if end > max_len:
+        rows = f"positions {offset}..{end - 1}"
+        past = f"go past max_len={max_len}: the table ends at row"
+        raise ValueError(f"{_LEARNED}: {rows} {past} {max_len - 1}")
+
+
 class LearnedPositionalEmbedding(nn.Module):
     """A learned vector per absolute position (BERT, GPT-2), added to token
     embeddings.
@@ -202,6 +222,7 @@ class LearnedPositionalEmbedding(nn.Module):
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, std=init_std)
 
+    @check.front_door(_check_learned)
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Add ``weight[offset + t]`` to row ``t`` of ``x``.
 
@@ -209,16 +230,8 @@ class LearnedPositionalEmbedding(nn.Module):
         floating point, on the module's device; the result has the shape and
         dtype of ``x``.
         """
-        owner, d_model = "LearnedPositionalEmbedding", self.d_model
-        weight = self.embedding.weight
-        offset = _check_input(owner, x, offset, "d_model", d_model, weight=weight)
-        end, max_len = offset + x.shape[-2], self.max_len
-        if end > max_len:
-            rows = f"positions {offset}..{end - 1}"
-            past = f"go past max_len={max_len}: the table ends at row"
-            raise ValueError(f"{owner}: {rows} {past} {max_len - 1}")
-        positions = torch.arange(offset, end, device=weight.device)
-        return x + self.embedding(positions).to(x.dtype)
+        rows = self.embedding.weight[offset : offset + x.shape[-2]]
+        return x + rows.to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"max_len={self.max_len}, d_model={self.d_model}"
@@ -279,13 +292,13 @@ def _rope_cos_sin(
     return angle.cos(), angle.sin()
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    """:func:`rope_rotate_half` without its checks (the callers made
-    them)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+def _check_half(x) -> None:
+    owner = "rope_rotate_half()"
+    check.tensor("x", x, "... d", owner=owner)
+    check.even("the last axis of x", x.shape[-1], owner=owner)
 
 
+@check.front_door(_check_half)
 def rope_rotate_half(x: torch.Tensor) -> torch.Tensor:
     """``[x1, x2] -> [-x2, x1]`` on the halves of the last axis:
     ``(... d) -> (... d)``.
@@ -294,20 +307,11 @@ def rope_rotate_half(x: torch.Tensor) -> torch.Tensor:
     this is the quarter turn that ``x * cos + rope_rotate_half(x) * sin``
     needs.
     """
-    owner = "rope_rotate_half()"
-    check.tensor("x", x, "... d", owner=owner)
-    check.even("the last axis of x", x.shape[-1], owner=owner)
-    return _rotate_half(x)
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate each half-split pair of ``x``:
-    ``x * cos + rope_rotate_half(x) * sin``.
-
-    Shapes: ``x`` is ``(... seq d_head)``; ``cos`` and ``sin`` are
-    ``(seq d_head)`` (or broadcastable to ``x``), of the dtype of ``x`` and
-    on its device; the result has the shape and dtype of ``x``.
-    """
+def _check_rotary(x, cos, sin) -> None:
     owner = "apply_rotary()"
     check.tensor("x", x, "... seq d_head", floating=True, owner=owner)
     check.even("d_head", x.shape[-1], owner=owner)
@@ -316,10 +320,26 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
         got = f"cos {tuple(cos.shape)}, sin {tuple(sin.shape)}"
         got += f", x {tuple(x.shape)}"
         raise ValueError(f"{owner}: cos, sin must both end in x's (seq d_head): {got}")
-    return x * cos + _rotate_half(x) * sin
+
+
+@check.front_door(_check_rotary)
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each half-split pair of ``x``:
+    ``x * cos + rope_rotate_half(x) * sin``.
+
+    Shapes: ``x`` is ``(... seq d_head)``; ``cos`` and ``sin`` are
+    ``(seq d_head)`` (or broadcastable to ``x``), of the dtype of ``x`` and
+    on its device; the result has the shape and dtype of ``x``.
+    """
+    return x * cos + rope_rotate_half(x) * sin
 
 
 # From chapters/03-positions.md, section "An efficient RoPE for a whole batch".
+def _check_rows(rope, offset, seq, dtype=None) -> None:
+    owner = "RotaryEmbedding.cos_sin()"
+    check.nonnegative_ints(offset=offset, seq=seq, owner=owner)
+
+
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding (RoPE), applied to queries and keys inside
     attention.
@@ -343,20 +363,13 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_cached", cos.float(), persistent=False)
         self.register_buffer("sin_cached", sin.float(), persistent=False)
 
+    @check.front_door(_check_rows)
     def cos_sin(
         self, offset: int, seq: int, dtype: torch.dtype | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``(seq d_head)`` cos and sin rows of the positions
         ``offset .. offset + seq - 1``, in ``dtype`` (default: the tables'
         dtype)."""
-        owner = "RotaryEmbedding.cos_sin()"
-        offset, seq = check.nonnegative_ints(offset=offset, seq=seq, owner=owner)
-        return self._cos_sin(offset, seq, dtype)
-
-    def _cos_sin(
-        self, offset: int, seq: int, dtype: torch.dtype | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`cos_sin` without its checks (the callers made them)."""
         end, table = offset + seq, self.cos_cached
         dtype = table.dtype if dtype is None else dtype
         if end <= self.max_len and not _finer_than_tables(dtype):
@@ -368,6 +381,7 @@ class RotaryEmbedding(nn.Module):
         cos, sin = _rope_cos_sin(positions, self.d_head, self.base)
         return cos.to(table.device, dtype), sin.to(table.device, dtype)
 
+    @check.front_door(_check_input("RotaryEmbedding", "d_head", "cos_cached"))
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Rotate row ``t`` of ``x`` (a query or a key) to position
         ``offset + t``.
@@ -376,12 +390,8 @@ class RotaryEmbedding(nn.Module):
         ``(batch heads seq d_head)``, floating point, on the module's
         device; the result has the shape and dtype of ``x``.
         """
-        owner, table = "RotaryEmbedding", self.cos_cached
-        offset = _check_input(owner, x, offset, "d_head", self.d_head, cos_cached=table)
-        # checked: rotate with the unchecked helpers (apply_rotary's
-        # formula)
-        cos, sin = self._cos_sin(offset, x.shape[-2], x.dtype)
-        return x * cos + _rotate_half(x) * sin
+        cos, sin = self.cos_sin(offset, x.shape[-2], x.dtype)
+        return apply_rotary(x, cos, sin)
 
     def extra_repr(self) -> str:
         return f"d_head={self.d_head}, max_len={self.max_len}, base={self.base:g}"
@@ -414,12 +424,16 @@ def _query_key_distance(
 ) -> torch.Tensor:
     """``i - j`` for query ``i = offset + row`` and key ``j``:
     ``(q_pos k_pos)``."""
-    q_len, k_len = check.positive_ints(q_len=q_len, k_len=k_len)
-    offset = check.int_at_least("offset", offset, 0)
     query = torch.arange(offset, offset + q_len, device=device)
     key = torch.arange(k_len, device=device)
     query = rearrange(query, "q_pos -> q_pos 1")
     return query - rearrange(key, "k_pos -> 1 k_pos")
+
+
+def _check_lengths(module, q_len, k_len, offset=0) -> None:
+    """A bias module's front door: lengths >= 1, ``offset`` >= 0."""
+    check.positive_ints(q_len=q_len, k_len=k_len)
+    check.int_at_least("offset", offset, 0)
 
 
 # From chapters/03-positions.md, section "ALiBi: a linear bias on the scores".
@@ -442,6 +456,7 @@ class ALiBi(nn.Module):
         self.n_heads = len(slopes)
         self.register_buffer("slopes", slopes, persistent=False)
 
+    @check.front_door(_check_lengths)
     def forward(self, q_len: int, k_len: int, offset: int = 0) -> torch.Tensor:
         """The bias of the queries at ``offset .. offset + q_len - 1`` and
         the keys.
@@ -565,6 +580,7 @@ class T5RelativePositionBias(nn.Module):
         nn.init.normal_(table.weight, std=init_std)
         self.relative_attention_bias = table
 
+    @check.front_door(_check_lengths)
     def forward(self, q_len: int, k_len: int, offset: int = 0) -> torch.Tensor:
         """The bias of the queries at ``offset .. offset + q_len - 1`` and
         the keys.

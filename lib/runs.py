@@ -39,7 +39,7 @@ from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 
 from lib import _checks as check
-from lib.batches import Batch, _step_generator, lm_batches, lm_eval_batches
+from lib.batches import Batch, lm_batches, lm_eval_batches, step_generator
 from lib.datasets import load_gutenberg, load_tatoeba_pairs, load_tiny_shakespeare
 from lib.efficiency import gpu_seconds, peak_flops, training_flops_per_token
 from lib.generation import beam_search, generate
@@ -444,7 +444,7 @@ def _book_batches(books: list[torch.Tensor], batch_size: int, seq_len: int, seed
     of it."""
 
     def batch_at(step: int) -> Batch:
-        generator = _step_generator(seed, step)
+        generator = step_generator(seed, step)
         labels = torch.randint(len(books), (batch_size,), generator=generator)
         rows = []
         for label in labels.tolist():
@@ -652,7 +652,7 @@ def _t5_data(sizes: Mapping[str, Any], seed: int):
     sources, targets = encoded(train_pairs)
 
     def batch_at(step: int) -> Batch:
-        generator = _step_generator(seed, step)
+        generator = step_generator(seed, step)
         rows = torch.randint(len(sources), (sizes["batch_size"],), generator=generator)
         return _pair_batch([sources[i] for i in rows], [targets[i] for i in rows], pad)
 

@@ -11,9 +11,10 @@ families.
   :func:`clip_grad_norm`.
 * Schedules: :class:`NoamSchedule`, :class:`WarmupCosineSchedule`,
   :func:`make_scheduler`.
-* Checkpoints: :func:`save_checkpoint` (atomic), :func:`load_checkpoint`
-  (``weights_only=True``, mismatches named), :func:`latest_checkpoint`, RNG
-  states.
+* Checkpoints: :func:`save_checkpoint` (atomic; one model file of
+  :func:`lib.pretrained.save_model` inside), :func:`load_checkpoint`
+  (``weights_only=True``, mismatches named, all or nothing),
+  :func:`latest_checkpoint`, RNG states.
 * The loop: :func:`model_loss`, :func:`evaluate`, :func:`train` (mixed
   precision, accumulation, clipping, evaluation, checkpoints, DDP, compile)
   on :mod:`lib.batches`.
@@ -27,7 +28,6 @@ BERT, a T5): :mod:`lib.runs`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import numbers
 import os
@@ -36,7 +36,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,16 @@ from tqdm import tqdm
 from lib import _checks as check
 from lib.batches import Batch
 from lib.objectives import IGNORE_INDEX
+from lib.pretrained import (
+    ModelFileError,
+    atomic_save,
+    check_packed,
+    content_sha256,
+    pack_model,
+    packed_differences,
+    plain_values,
+    remove_stale_temporaries,
+)
 from lib.utils import Precision, autocast, get_device, get_precision, get_profile
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
@@ -294,17 +304,15 @@ def make_scheduler(
 
 
 # From chapters/08-training.md, section "Checkpoints".
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be used: unreadable or damaged (then ``damaged``
-    is True), saved from another model or configuration, or asked to hold
-    what it cannot."""
-
-    def __init__(self, message: str, *, damaged: bool = False) -> None:
-        super().__init__(message)
-        self.damaged = damaged
+class CheckpointError(ModelFileError):
+    """A checkpoint cannot be used: unreadable, damaged or not a checkpoint
+    of lib.training (then ``damaged`` is True, and resuming skips it), saved
+    from another model or configuration, or asked to hold what it cannot.
+    A :class:`~lib.pretrained.ModelFileError`."""
 
 
-_FORMAT = "lib.training/2"  # 2: with a sha256 of the content
+_FORMAT = "lib.training/3"  # 3: the model as a model file of lib.pretrained
+_FORMAT_2 = "lib.training/2"  # the weights alone; still read
 # the fields of NumPy's generator state that follow its keys
 _NUMPY_STATE = ("position", "has_gauss", "cached_gaussian")
 
@@ -351,55 +359,14 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 
 def _plain_state(value: Any, where: str) -> Any:
-    """``value`` made of what ``torch.load(weights_only=True)`` reads back:
-    tensors, numbers, strings, lists, tuples and dicts. NumPy numbers become
-    Python numbers, arrays tensors, paths strings; anything else is refused
-    now, naming where it is, rather than making a checkpoint that cannot be
+    """``value`` made of what ``torch.load(weights_only=True)`` reads back
+    (:func:`lib.pretrained.plain_values`): anything else is refused now,
+    naming where it is, rather than making a checkpoint that cannot be
     loaded."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(value.copy())
-    if isinstance(value, PurePath):
-        return str(value)
-    if value is None or isinstance(value, bool | int | float | str | torch.Tensor):
-        return value
-    if isinstance(value, Mapping):
-        return {k: _plain_state(v, f"{where}[{k!r}]") for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        items = [_plain_state(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return items if isinstance(value, list) else tuple(items)
-    raise CheckpointError(
-        f"cannot save {where}, a {type(value).__name__} ({value!r:.60}): a "
-        "checkpoint holds tensors, numbers, strings, lists and dicts only "
-        "(weights_only loading)"
-    )
-
-
-def _sha256(state: Any) -> str:
-    """A digest of everything in ``state``: each tensor's dtype, shape and
-    bytes, every other value's ``repr``, in a fixed order (a flipped byte
-    changes it)."""
-    digest = hashlib.sha256()
-
-    def walk(value: Any) -> None:
-        if isinstance(value, torch.Tensor):
-            data = value.detach().cpu().contiguous().reshape(-1)
-            digest.update(f"tensor {data.dtype} {tuple(value.shape)}".encode())
-            digest.update(data.view(torch.uint8).numpy())
-        elif isinstance(value, Mapping):
-            for key, item in value.items():
-                digest.update(f"key {key!r}".encode())
-                walk(item)
-        elif isinstance(value, list | tuple):
-            digest.update(f"list {len(value)}".encode())
-            for item in value:
-                walk(item)
-        else:
-            digest.update(f"value {value!r}".encode())
-
-    walk(state)
-    return digest.hexdigest()
+    try:
+        return plain_values(value, where)
+    except ModelFileError as err:
+        raise CheckpointError(str(err)) from None
 
 
 def save_checkpoint(
@@ -413,67 +380,116 @@ def save_checkpoint(
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a checkpoint atomically: a temporary file in the same folder,
-    then rename.
+    then rename (:func:`lib.pretrained.atomic_save`, which first removes
+    the temporaries a killed save left there).
 
-    Holds the model, optimiser, scheduler and scaler states, ``step`` (the
-    next step to run, which is also the position in the data), every RNG
-    state, ``extra`` (plain values and tensors only: NumPy values and paths
-    are converted, other objects refused) and a sha256 of all of it, which
+    Holds one model file (:func:`lib.pretrained.pack_model`: the kind, the
+    configuration, the weights and their sha256, which
+    :func:`lib.pretrained.load_model` reads too), and around it the
+    optimiser, scheduler and scaler states, ``step`` (the next step to run,
+    which is also the position in the data), every RNG state, ``extra``
+    (plain values and tensors only: NumPy values and paths are converted,
+    other objects refused) and a sha256 of all of it, which
     :func:`load_checkpoint` verifies.
     """
     path = Path(path)
     check.int_at_least("step", step, 0, owner="save_checkpoint")
-    state = dict(format=_FORMAT, step=int(step), model=unwrap_model(model).state_dict())
+    extra = _plain_state(dict(extra or {}), "extra")
+    packed = pack_model(unwrap_model(model))
+    state = dict(format=_FORMAT, step=int(step), model=packed)
     parts = dict(optimizer=optimizer, scheduler=scheduler, scaler=scaler)
     state |= {k: None if v is None else v.state_dict() for k, v in parts.items()}
-    state |= dict(rng=rng_states(), extra=_plain_state(dict(extra or {}), "extra"))
+    state |= dict(rng=rng_states(), extra=extra)
     state["sha256"] = _sha256(state)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        torch.save(state, temporary)
-        # on disk before the name points at it
-        with open(temporary, "rb") as written:
-            os.fsync(written.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    return path
+    return atomic_save(state, path)
 
 
-def _mismatches(model: nn.Module, saved: Mapping[str, torch.Tensor]) -> list[str]:
-    """How a saved state dict differs from ``model``'s: keys, shapes (five
-    of each)."""
-    own = model.state_dict()
-    differ = [
-        f"{k} {tuple(saved[k].shape)} in the checkpoint, {tuple(v.shape)} in the model"
-        for k, v in own.items()
-        if k in saved and v.shape != saved[k].shape
-    ]
-    found = {
-        "missing keys": [k for k in own if k not in saved],
-        "unexpected keys": [k for k in saved if k not in own],
-        "shape mismatches": differ,
-    }
-    return [
-        f"{what}: {', '.join(items[:5])}"
-        + (f" (and {len(items) - 5} more)" if len(items) > 5 else "")
-        for what, items in found.items()
-        if items
-    ]
+def _sha256(state: Mapping[str, Any]) -> str:
+    """The digest of a checkpoint's content; its model file counts by its
+    own sha256, so that no weight is hashed twice."""
+    content = {k: v for k, v in state.items() if k != "sha256"}
+    if isinstance(content["model"], Mapping) and "sha256" in content["model"]:
+        content["model"] = content["model"]["sha256"]
+    return content_sha256(content)
 
 
-def _config_differences(saved: Any, config: Mapping[str, Any] | None) -> list[str]:
-    """The fields where the saved configuration differs from ``config``."""
-    if saved is None or config is None:
+# optimisers whose per-parameter states have the parameter's shape
+_ELEMENTWISE = (
+    torch.optim.Adam,
+    torch.optim.AdamW,
+    torch.optim.SGD,
+    torch.optim.RMSprop,
+    torch.optim.Adagrad,
+    torch.optim.Adamax,
+    torch.optim.NAdam,
+    torch.optim.RAdam,
+    torch.optim.Adadelta,
+)
+
+
+def _optimizer_problems(optimizer, saved: Mapping[str, Any]) -> list[str]:
+    """Why ``optimizer`` cannot take the saved state, checked before
+    anything is loaded (PyTorch checks the groups only while it loads, and
+    the shapes of Adam's moments not at all)."""
+    groups, saved_groups = optimizer.param_groups, saved["param_groups"]
+    if len(groups) != len(saved_groups):
+        n, m = len(saved_groups), len(groups)
+        return [f"the optimizer has {m} parameter groups, the file {n}"]
+    sizes = [len(g["params"]) for g in groups]
+    saved_sizes = [len(g["params"]) for g in saved_groups]
+    if sizes != saved_sizes:
+        return [
+            f"the optimizer's groups hold {sizes} parameters, the file's {saved_sizes}"
+        ]
+    if not isinstance(optimizer, _ELEMENTWISE):
         return []
-    config, absent = _plain_state(dict(config), "config"), "(absent)"
-    return [
-        f"{k}: {saved.get(k, absent)!r} in the checkpoint, "
-        f"{config.get(k, absent)!r} now"
-        for k in sorted(saved.keys() | config.keys())
-        if saved.get(k, absent) != config.get(k, absent)
-    ]
+    params = [p for g in groups for p in g["params"]]
+    ids = [i for g in saved_groups for i in g["params"]]
+    problems = []
+    for param, index in zip(params, ids):
+        for name, value in saved["state"].get(index, {}).items():
+            elementwise = isinstance(value, torch.Tensor) and value.dim()
+            if elementwise and value.shape != param.shape:
+                problems.append(
+                    f"optimizer {name} of parameter {index}: "
+                    f"{tuple(value.shape)} in the checkpoint, "
+                    f"{tuple(param.shape)} in the optimizer"
+                )
+    return problems[:5]
+
+
+def _problems(state, target, strict_config, **objects) -> list[str]:
+    """Everything that keeps a checkpoint from loading into ``target`` and
+    ``objects``, found before any of them changes."""
+    packed, source = state["model"], "the checkpoint"
+    problems = packed_differences(packed, target, source=source)
+    ignored = []
+    if not strict_config:  # only what cannot load: keys and shapes
+        loose = packed_differences(packed, target, strict=False, source=source)
+        ignored = [p for p in problems if p not in loose]
+        problems = loose
+    for name, given in objects.items():
+        if given is not None and state[name] is None:
+            problems.append(f"no {name} state")
+    optimizer = objects["optimizer"]
+    if optimizer is not None and state["optimizer"] is not None:
+        problems += _optimizer_problems(optimizer, state["optimizer"])
+    scheduler = objects["scheduler"]
+    positions = {"last_epoch", "_step_count"}
+    if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR) and (
+        not positions <= set(state["scheduler"] or positions)
+    ):
+        problems.append("the scheduler state has no position")
+    scaler = objects["scaler"]
+    if scaler is not None and scaler.is_enabled() and not state["scaler"]:
+        problems.append("the scaler state is empty (a disabled scaler's)")
+    if ignored and not problems:
+        warnings.warn(
+            "loading a checkpoint of another configuration (strict_config"
+            f"=False): {' | '.join(ignored)}",
+            stacklevel=4,
+        )
+    return problems
 
 
 def _restore_settings_and_position(optimizer, scheduler, state: Mapping) -> None:
@@ -498,6 +514,40 @@ def _restore_settings_and_position(optimizer, scheduler, state: Mapping) -> None
         scheduler.load_state_dict(state["scheduler"])
 
 
+def _read_checkpoint(path: Path, map_location, hint: str) -> dict:
+    """A checkpoint's verified content, its model file under ``"model"``
+    (a checkpoint of format 2, the weights alone, is wrapped as one)."""
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:
+        message = (
+            f"{path} is not a readable checkpoint (truncated or corrupted?).{hint}"
+        )
+        cause = f" The cause, in full: {type(err).__name__}: {err}"
+        raise CheckpointError(message + cause, damaged=True) from err
+    known = (_FORMAT, _FORMAT_2)
+    if not isinstance(state, dict) or state.get("format") not in known:
+        raise CheckpointError(
+            f"{path} is not a checkpoint written by lib.training", damaged=True
+        )
+    if state["format"] == _FORMAT_2:
+        if state.pop("sha256", None) != content_sha256(state):
+            raise CheckpointError(
+                f"{path} is damaged: not its sha256.{hint}", damaged=True
+            )
+        weights, config = state["model"], state["extra"].get("config")
+        state["model"] = dict(kind=None, config=config, arguments={})
+        state["model"]["state_dict"] = weights
+        return state
+    try:
+        check_packed(state["model"], str(path))
+    except ModelFileError as err:
+        raise CheckpointError(f"{err}.{hint}", damaged=True) from None
+    if state.get("sha256") != _sha256(state):  # a changed byte
+        raise CheckpointError(f"{path} is damaged: not its sha256.{hint}", damaged=True)
+    return state
+
+
 def load_checkpoint(
     path: str | os.PathLike,
     *,
@@ -507,46 +557,40 @@ def load_checkpoint(
     scaler: torch.amp.GradScaler | None = None,
     map_location: str | torch.device = "cpu",
     restore_rng: bool = True,
-    config: Mapping[str, Any] | None = None,
+    strict_config: bool = True,
 ) -> dict[str, Any]:
     """Load a checkpoint of :func:`save_checkpoint` into the given objects
-    (in place).
+    (in place), all of them or none.
 
-    Loads with ``torch.load(weights_only=True)`` and verifies the sha256.
-    Raises :class:`CheckpointError` naming the problem: an unreadable
-    (truncated) or damaged (checksum) file, with the other checkpoints of
-    its folder; another ``config`` (the fields that differ from
-    ``extra["config"]``); a model of another shape (the mismatched keys and
-    shapes). The optimiser and a ``LambdaLR`` scheduler keep the caller's
-    settings (rates, betas, weight decay, schedule) and take the saved state
-    and position. Returns the whole state (``state["step"]``,
-    ``state["extra"]``...).
+    Loads with ``torch.load(weights_only=True)`` and verifies the sha256s.
+    Raises :class:`CheckpointError` naming the problem, before any object
+    changes: an unreadable (truncated) or damaged (checksum) file, with the
+    other checkpoints of its folder; a model of another kind or
+    configuration (the fields that change what the weights mean; the kind's
+    runtime fields, such as ``attn_backend`` and ``dropout``, may differ);
+    a model of another shape (the mismatched keys and shapes); an optimiser
+    whose groups or moments do not fit. ``strict_config=False`` loads a
+    model of another configuration on purpose, with a warning naming the
+    fields, as long as its shapes fit. The optimiser and a ``LambdaLR``
+    scheduler keep the caller's settings (rates, betas, weight decay,
+    schedule) and take the saved state and position. Returns the whole
+    state (``state["step"]``, ``state["extra"]``, ``state["model"]``: the
+    model file).
     """
     path, target = Path(path), unwrap_model(model)
-    check.boolean("restore_rng", restore_rng, owner="load_checkpoint")
+    check.booleans(
+        restore_rng=restore_rng, strict_config=strict_config, owner="load_checkpoint"
+    )
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}")
     others = sorted(p.name for p in path.parent.glob("step-*.pt") if p != path)
     hint = f" Other checkpoints in {path.parent}: {', '.join(others)}." * bool(others)
-    try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as err:
-        message = (
-            f"{path} is not a readable checkpoint (truncated or corrupted?).{hint}"
-        )
-        cause = f" The cause, in full: {type(err).__name__}: {err}"
-        raise CheckpointError(message + cause, damaged=True) from err
-    if not isinstance(state, dict) or state.get("format") != _FORMAT:
-        raise CheckpointError(f"{path} is not a checkpoint written by lib.training")
-    if state.pop("sha256", None) != _sha256(state):  # a changed byte
-        raise CheckpointError(f"{path} is damaged: not its sha256.{hint}", damaged=True)
-    problems = _config_differences(state["extra"].get("config"), config)
-    given = dict(optimizer=optimizer, scheduler=scheduler, scaler=scaler)
-    absent = [k for k, v in given.items() if v is not None and state[k] is None]
-    problems += _mismatches(target, state["model"]) + [f"no {k} state" for k in absent]
-    if problems:  # the model's configuration is in state["extra"]["config"]
+    state = _read_checkpoint(path, map_location, hint)
+    objects = dict(optimizer=optimizer, scheduler=scheduler, scaler=scaler)
+    if problems := _problems(state, target, strict_config, **objects):
         raise CheckpointError(f"{path} does not fit: {' | '.join(problems)}")
-    target.load_state_dict(state["model"])
+    # everything fits: now, and only now, load it all
+    target.load_state_dict(state["model"]["state_dict"])
     _restore_settings_and_position(optimizer, scheduler, state)
     if scaler is not None:
         scaler.load_state_dict(state["scaler"])
@@ -645,6 +689,17 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
+def _check_n_batches(n_batches, batches, name: str) -> None:
+    """``n_batches`` batches must exist in the list ``batches``."""
+    if isinstance(batches, list | tuple) and isinstance(n_batches, int):
+        if n_batches > (held := len(batches)):
+            raise ValueError(
+                f"{name}={n_batches} batches asked for, but the list holds "
+                f"{held}: ask for at most {held}, or pass a function step "
+                "-> batch"
+            )
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -669,6 +724,8 @@ def evaluate(
             raise ValueError("evaluate takes a non-empty list, or with n_batches")
         n_batches = len(batches)
     check.positive_int("n_batches", n_batches, owner="evaluate")
+    if not callable(batches):
+        _check_n_batches(n_batches, batches, "n_batches")
     device = next(model.parameters()).device
     precision = precision or get_precision(device)
     rank, world = _distributed()
@@ -720,13 +777,16 @@ class TrainHistory:
 
 class NonFiniteLossError(FloatingPointError):
     """The loss (or the gradient norm) became NaN or infinite; it reached
-    neither the weights nor a checkpoint."""
+    neither the weights nor a checkpoint. ``step`` counts optimiser steps
+    from 1; ``batch_index``, from 0, is the ``i`` of the ``batches(i)`` that
+    held the bad batch (``step - 1``)."""
 
     def __init__(self, step, values, checkpoint: Path | None, found_at: int):
         """The first non-finite ``step`` and its ``values`` (loss, gradient
         norm), the last good ``checkpoint`` (or None) and ``found_at``, the
         step that read it."""
         self.step, self.checkpoint = int(step), checkpoint
+        self.batch_index = self.step - 1
         loss, norm = values.tolist()
         bad_loss = not math.isfinite(loss)
         what, self.value = ("loss", loss) if bad_loss else ("gradient norm", norm)
@@ -741,8 +801,10 @@ class NonFiniteLossError(FloatingPointError):
             )
         super().__init__(
             f"the {what} is {self.value} at step {step}; {applied}, and "
-            f"{where if checkpoint else 'there is no checkpoint'}. "
-            "Lower the learning rate, clip gradients, or check the data."
+            f"{where if checkpoint else 'there is no checkpoint'}. Step "
+            f"{step}'s batch is batches({self.batch_index}) (steps count "
+            "from 1, batches from 0). Lower the learning rate, clip "
+            "gradients, or check the data."
         )
 
 
@@ -760,7 +822,13 @@ def _check_train(model, batches, optimizer, loss_fn, o: dict[str, Any]) -> None:
         check.positive_int(name, o[name], owner="train")
     for name in ("eval_every", "checkpoint_every"):
         check.int_at_least(name, o[name], 0, owner="train")
-    check.booleans(resume=o["resume"], compile=o["compile"], owner="train")
+    check.booleans(
+        resume=o["resume"],
+        compile=o["compile"],
+        strict_config=o["strict_config"],
+        owner="train",
+    )
+    _check_scheduler(o["scheduler"], optimizer, saving=o["checkpoint_dir"])
     _check_max_norm(math.inf if o["max_grad_norm"] is None else o["max_grad_norm"])
     saving = o["checkpoint_every"] or o["resume"]
     if saving and o["checkpoint_dir"] is None:
@@ -768,12 +836,37 @@ def _check_train(model, batches, optimizer, loss_fn, o: dict[str, Any]) -> None:
     no_list = callable(o["eval_batches"]) or o["eval_batches"] is None
     if o["eval_every"] and no_list and o["eval_iters"] is None:
         raise ValueError("eval_every needs eval_batches (a list, or with eval_iters)")
+    if o["eval_every"] and not no_list:
+        _check_n_batches(o["eval_iters"], o["eval_batches"], "eval_iters")
+
+
+def _check_scheduler(scheduler, optimizer, saving) -> None:
+    """A scheduler ``train`` can step (and save, with a checkpoint folder):
+    a learning-rate scheduler of ``optimizer``, not a schedule function."""
+    if scheduler is None:
+        return
+    needed = ("step", "state_dict", "load_state_dict") if saving else ("step",)
+    lacking = [m for m in needed if not callable(getattr(scheduler, m, None))]
+    if lacking:
+        hint = " (a schedule: wrap it, make_scheduler(optimizer, schedule))"
+        raise TypeError(
+            f"scheduler must be a learning-rate scheduler with "
+            f"{', '.join(m + '()' for m in needed)}; a "
+            f"{type(scheduler).__name__} has no {', '.join(lacking)}"
+            + hint
+            * callable(scheduler)
+        )
+    if getattr(scheduler, "optimizer", optimizer) is not optimizer:
+        raise ValueError(
+            "scheduler drives another optimizer than the one train steps: "
+            "build it with make_scheduler(optimizer, schedule)"
+        )
 
 
 def _resume(directory: Path, **objects: Any) -> tuple[dict | None, Path | None]:
     """Load the newest intact checkpoint of ``directory`` into ``objects``;
-    a damaged one is skipped with a warning. ``(None, None)`` when there is
-    none."""
+    a damaged one, or a ``step-*.pt`` that lib.training did not write, is
+    skipped with a warning. ``(None, None)`` when there is none."""
     errors = []
     for _, path in reversed(_saved_checkpoints(directory)):
         try:
@@ -806,6 +899,7 @@ def train(
     checkpoint_every: int = 0,
     keep_checkpoints: int = 2,
     resume: bool = False,
+    strict_config: bool = True,
     compile: bool = False,
     log_every: int = 1,
     progress: bool | None = None,
@@ -820,9 +914,13 @@ def train(
     over its batch's targets, weighted here by their share. ``precision``
     defaults to ``get_precision``: bf16 or fp16 autocast (fp16 with a
     ``GradScaler``) on a GPU, fp32 on a CPU. Gradients are clipped to
-    ``max_grad_norm`` (None: not clipped). ``resume=True`` continues from
-    the newest intact checkpoint in ``checkpoint_dir``, if any, with this
-    call's settings (:func:`load_checkpoint`). The loss is read every
+    ``max_grad_norm`` (None: not clipped). ``scheduler``: a learning-rate
+    scheduler of ``optimizer`` (:func:`make_scheduler`), stepped after each
+    optimiser step. ``resume=True`` continues from the newest intact
+    checkpoint in ``checkpoint_dir``, if any, with this call's settings
+    (:func:`load_checkpoint`; ``strict_config=False`` resumes a model whose
+    configuration differs in a field that changes what the weights mean).
+    The loss is read every
     ``log_every`` steps, and before an evaluation or a checkpoint.
     ``progress``: a tqdm bar (default: in the colab and full profiles).
     Raises :class:`NonFiniteLossError` on a NaN or infinite loss or gradient
@@ -832,16 +930,18 @@ def train(
     device = next(model.parameters()).device
     precision = precision or get_precision(device)
     scaler = torch.amp.GradScaler(device.type) if precision.use_grad_scaler else None
-    config = asdict(cfg) if (cfg := getattr(unwrap_model(model), "cfg", None)) else None
     history, start, last_checkpoint = TrainHistory(), 0, None
     rank, world = _distributed()
     objects = dict(model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler)
     if checkpoint_dir is not None:
         checkpoint_dir = Path(checkpoint_dir)
-        for stale in checkpoint_dir.glob(".step-*.pt.*.tmp") if rank == 0 else ():
-            stale.unlink(missing_ok=True)  # a save killed inside torch.save
+        if rank == 0 and checkpoint_dir.is_dir():
+            # the temporaries of a save killed inside torch.save
+            remove_stale_temporaries(checkpoint_dir)
     if resume:
-        found = _resume(checkpoint_dir, map_location=device, config=config, **objects)
+        found = _resume(
+            checkpoint_dir, map_location=device, strict_config=strict_config, **objects
+        )
         state, last_checkpoint = found
         if state is not None:
             start = state["step"]
@@ -937,7 +1037,8 @@ def train(
             history.eval_seconds.append(time.perf_counter() - loop_began)
             model.train()
         if due_save:
-            extra = dict(history=asdict(history), data_position=done, config=config)
+            # the model's configuration is in its model file
+            extra = dict(history=asdict(history), data_position=done)
             last_checkpoint = checkpoint_dir / f"step-{done:08d}.pt"
             if rank == 0:
                 save_checkpoint(last_checkpoint, step=done, extra=extra, **objects)
@@ -956,6 +1057,25 @@ def _prune(directory: Path, keep: int) -> None:
 
 
 # From chapters/08-training.md, section "Data parallelism".
+def _environment_int(name: str, default: int, *, low: int) -> int:
+    """The whole number ``low`` or more in the environment variable
+    ``name`` (``default`` when it is unset), or an error naming it."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = None
+    if number is None or number < low:
+        raise ValueError(
+            f"the environment variable {name}={value!r} must be a whole "
+            f"number >= {low} (torchrun sets it; unset it to run one "
+            "process)"
+        )
+    return number
+
+
 def distributed_setup(backend: str | None = None) -> tuple[int, int, torch.device]:
     """Join the process group that ``torchrun`` describes in the
     environment, if any.
@@ -965,10 +1085,10 @@ def distributed_setup(backend: str | None = None) -> tuple[int, int, torch.devic
     CPU with gloo.
     """
     check.one_of("backend", backend, (None, "nccl", "gloo"), owner="distributed_setup")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = _environment_int("WORLD_SIZE", 1, low=1)
     if world == 1:
         return 0, 1, get_device()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_rank = _environment_int("LOCAL_RANK", 0, low=0)
     if torch.cuda.is_available() and backend in (None, "nccl"):
         device, backend = torch.device("cuda", local_rank), "nccl"
         torch.cuda.set_device(device)

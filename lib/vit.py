@@ -18,6 +18,10 @@ patches.
   :func:`load_hf_vit_state_dict`: the weights of ``transformers``'
   ``ViTModel`` and ``ViTForImageClassification`` (4.x names), through
   chapter 7's table-driven loader.
+* On import it registers the ViT with :mod:`lib.pretrained`: the model
+  kind ``"vit"`` (:func:`lib.pretrained.save_model` and
+  :func:`~lib.pretrained.load_model`, the shipped ``vit-mnist``) and the
+  hub loader of ``ViTConfig`` (:func:`lib.pretrained.load_pretrained`).
 
 Axis names: ``batch``, ``channels``, ``height``, ``width``; ``patches`` (the
 grid, row by row), ``tokens`` (the CLS token, then the patches),
@@ -37,6 +41,13 @@ from torch import nn
 from lib import _checks as check
 from lib.hf_weights import Row, concat, convert_state_dict, load_checked, same
 from lib.models import Encoder, TransformerConfig, init_weights
+from lib.pretrained import (
+    RUNTIME_FIELDS,
+    HubLoader,
+    ModelKind,
+    register_hub_loader,
+    register_model_kind,
+)
 from lib.training import cross_entropy
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
@@ -117,6 +128,15 @@ class PatchEmbedding(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         _check_images(images, self.patch_size, self.in_channels)
+        # float16 or float64 images meet float32 weights: say so here, not
+        # in the matrix product (autocast casts them itself)
+        check.same_dtype_and_device(
+            autocast=True,
+            owner="PatchEmbedding",
+            hint="convert them with images.to(model's dtype), e.g. .float()",
+            images=images,
+            weight=self.proj.weight,
+        )
         return self.proj(_patches(images, self.patch_size))
 
 
@@ -427,6 +447,32 @@ def load_hf_vit_state_dict(
     if "head.weight" not in ours:
         ours |= {k: v for k, v in model.state_dict().items() if k.startswith("head.")}
     return load_checked(model, ours)
+
+
+# From chapters/10-vit.md, section "The same model as Hugging Face's ViTModel".
+register_model_kind(
+    ModelKind(
+        "vit",
+        ViT,
+        ViTConfig,
+        runtime=(*RUNTIME_FIELDS, "attention_dropout"),
+        module="lib.vit",
+    )
+)
+
+
+def _vit_from_hub(ours: ViT, reference: nn.Module) -> ViT:
+    return load_hf_vit_state_dict(ours, reference.state_dict())
+
+
+register_hub_loader(
+    "ViTConfig",
+    HubLoader(
+        build=lambda config: ViT(config_from_vit(config)),
+        convert=_vit_from_hub,
+        labels=True,
+    ),
+)
 
 
 # From chapters/10-vit.md, section "Training on MNIST".

@@ -19,8 +19,10 @@ transformer that works:
         --n-layers 4
 
 (the shipped ViT's sizes: the script's defaults make another, larger one). Each writes
-a record under ``book/results/`` (:func:`lib.utils.write_record`) and the checkpoint with
-its sha256 in ``lib/data/checkpoints/manifest.json``. ``--dry-run``
+a record under ``book/results/`` (:func:`lib.utils.write_record`) and the checkpoint, a
+model file of :func:`lib.pretrained.save_model`'s format (the kind, configuration,
+weights, tokenizer and metadata, which :func:`lib.pretrained.load_model` reads in one
+call), with its sha256 in ``lib/data/checkpoints/manifest.json``. ``--dry-run``
 trains for a few steps into a temporary folder (the tests run it).
 
     python scripts/train_shipped.py evaluate

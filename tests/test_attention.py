@@ -772,14 +772,17 @@ def test_a_lazy_backend_name_works_before_its_module_is_imported():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
-def test_module_checks_mask_and_bias_once_then_calls_the_unchecked_core(monkeypatch):
-    import lib.attention as attention
+def test_module_checks_its_arguments_once_then_trusts_the_backend(monkeypatch):
+    from lib import _checks
 
     counted = []
-    original = attention._check_args
-    monkeypatch.setattr(
-        attention, "_check_args", lambda *a: counted.append(1) or original(*a)
-    )
+    original = _checks.attention_inputs
+
+    def counting(*args, **kwargs):
+        counted.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_checks, "attention_inputs", counting)
     mha = MultiHeadAttention(16, 2, backend="math")
     x = torch.randn(2, 5, 16)
     mha(x, mask=padding_mask([5, 3]), causal=True)
@@ -789,6 +792,35 @@ def test_module_checks_mask_and_bias_once_then_calls_the_unchecked_core(monkeypa
     assert counted == []  # the module's own checks covered the backend's arguments
     scaled_dot_product_attention(*(torch.randn(1, 2, 3, 8) for _ in range(3)))
     assert counted == [1]  # a direct call of the public function still checks
+    assert not _checks.trusted()  # and trust ends with the call that turned it on
+
+
+def test_trust_ends_when_a_checked_call_raises():
+    from lib import _checks
+
+    mha = MultiHeadAttention(16, 2)
+    with pytest.raises(ValueError, match="x must have shape"):
+        mha(torch.randn(2, 5, 8))
+    assert not _checks.trusted()
+    from lib.attention import ATTENTION_BACKENDS, register_attention_backend
+
+    def boom(q, k, v, mask=None, bias=None, dropout_p=0.0, *, scale=None, causal=False):
+        assert _checks.trusted()  # called by the checked module
+        raise RuntimeError("boom")
+
+    register_attention_backend("test_boom", boom, replace=True)
+    try:
+        with pytest.raises(RuntimeError, match="boom"):  # a failure after the checks
+            MultiHeadAttention(16, 2, backend="test_boom")(torch.randn(2, 5, 16))
+    finally:
+        del ATTENTION_BACKENDS["test_boom"]
+    assert not _checks.trusted()
+    with _checks.trusting():
+        assert _checks.trusted()
+        with _checks.trusting():
+            assert _checks.trusted()
+        assert _checks.trusted()
+    assert not _checks.trusted()
 
 
 def test_registry_and_set_attention_backend():
@@ -856,19 +888,44 @@ def test_beam_reordered_cache_decodes_like_the_reordered_batch():
     assert torch.allclose(step, mha(x[order], causal=True)[:, 5:], atol=1e-5)
 
 
-def test_nan_in_a_padded_value_is_documented_to_spread():
-    # Decision (documented in chapter 4): padded keys and values must be finite. A masked key
-    # gets weight 0, but 0 * NaN is NaN, so a NaN there reaches every query's output. Embedded
-    # pad tokens are always finite; finite garbage in padded positions changes nothing.
-    q, k, v = _qkv(batch=1)
-    mask = padding_mask([5], max_len=7)
-    base = scaled_dot_product_attention(q, k, v, mask)
-    v_garbage = v.clone()
-    v_garbage[:, :, 5:] = 1e4
-    assert torch.allclose(scaled_dot_product_attention(q, k, v_garbage, mask), base)
-    v_nan = v.clone()
-    v_nan[:, :, 6] = float("nan")
-    assert torch.isnan(scaled_dot_product_attention(q, k, v_nan, mask)).all()
+@pytest.mark.parametrize("garbage", [float("nan"), float("inf"), 1e4])
+@pytest.mark.parametrize("backend", ["math", "sdpa", "flash_torch"])
+def test_a_masked_position_contributes_nothing_whatever_it_holds(backend, garbage):
+    # issue 32: 0 * NaN is NaN, so a NaN in a padded key or value reached every output
+    import warnings
+
+    from lib.attention import ATTENTION_BACKENDS, attention_backend_names
+
+    assert backend in attention_backend_names()
+    MultiHeadAttention(8, 2, backend=backend)  # loads a lazy backend
+    attend = ATTENTION_BACKENDS[backend]
+    q, k, v = _qkv(batch=2, heads=4, kv_heads=2)
+    mask = padding_mask([5, 7], max_len=7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # flash falls back for a mask
+        base = attend(q, k, v, mask, causal=True)
+        k_bad, v_bad = k.clone(), v.clone()
+        k_bad[0, :, 5:], v_bad[0, :, 6] = garbage, garbage
+        out = attend(q, k_bad, v_bad, mask, causal=True)
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out, base, atol=1e-6)
+
+
+def test_a_masked_position_contributes_nothing_to_the_module_or_its_gradient():
+    mha = MultiHeadAttention(16, 2)
+    context = torch.randn(2, 6, 16)
+    context[1, 4:] = float("nan")  # padding filled with garbage
+    x = torch.randn(2, 3, 16, requires_grad=True)
+    mask = padding_mask([6, 4])
+    out = mha(x, context, mask=mask)
+    assert torch.isfinite(out).all()
+    clean = context.clone()
+    clean[1, 4:] = 0.0
+    assert torch.allclose(out, mha(x, clean, mask=mask), atol=1e-6)
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all()
+    weights = mha(x, context, mask=mask, need_weights=True)[1]
+    assert torch.equal(weights[1, :, :, 4:], torch.zeros(2, 3, 2))
 
 
 # --- Bad input, swept (issue 7): each case was a silent wrong answer or an unclear error ---

@@ -8,35 +8,46 @@ import pytest
 
 from tools import check_share
 
-MAX_MODULE = (
-    20.0  # percent of a generated module's non-blank lines (issue 18's measure)
-)
-MAX_TOTAL = 12.0  # percent of all generated modules' non-blank lines
-# And of its code lines alone (docstrings, comments left out): a stricter share, which
-# moves with layout (lib is formatted at 88 columns with calls joined where they fit).
-MAX_MODULE_OF_CODE = 21.0
-MODULES = [p for p in check_share.measured_modules() if p.name != "_checks.py"]
+# Measured against code lines (docstrings and comments left out), over every generated
+# module plus the hand-written lib/_checks.py (all of it counts as checking) and
+# lib/utils.py. Issue 30's goal is at most 20 % for a chapter's module and 14 % in total;
+# lib is not there yet (20.4 % in total when the measure began to count _checks.py and
+# utils.py), so these limits are a ratchet: lower them as checks are shared or removed,
+# never raise them.
+MAX_MODULE_OF_CODE = 27.0
+MAX_TOTAL_OF_CODE = 21.0
+MODULES = check_share.chapter_modules()
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda p: p.stem)
 def test_no_module_is_mostly_checks(module: Path):
     share = check_share.measure(module)
-    assert share.percent <= MAX_MODULE, (
-        f"lib/{module.name}: {share.check_lines} of {share.nonblank_lines} lines are "
-        f"checks ({share.percent:.1f} % > {MAX_MODULE} %): check at the front door, "
-        "trust inside (CONTRIBUTING.md)"
-    )
     assert share.percent_of_code <= MAX_MODULE_OF_CODE, (
         f"lib/{module.name}: {share.check_lines} of {share.code_lines} code lines are "
-        f"checks ({share.percent_of_code:.1f} % > {MAX_MODULE_OF_CODE} %)"
+        f"checks ({share.percent_of_code:.1f} % > {MAX_MODULE_OF_CODE} %): check at the "
+        "front door, trust inside (CONTRIBUTING.md)"
     )
 
 
 def test_lib_as_a_whole_is_mostly_code_that_does_things():
-    shares = [check_share.measure(p) for p in MODULES]
-    checks = sum(s.check_lines for s in shares)
-    lines = sum(s.nonblank_lines for s in shares)
-    assert 100 * checks / lines <= MAX_TOTAL, f"{checks} of {lines} lines are checks"
+    measured = check_share.measured_modules()
+    names = {p.name for p in measured}
+    assert {"_checks.py", "utils.py"} <= names  # the hand-written ones count too
+    whole = check_share.total([check_share.measure(p) for p in measured])
+    assert whole.percent_of_code <= MAX_TOTAL_OF_CODE, (
+        f"{whole.check_lines} of {whole.code_lines} code lines are checks "
+        f"({whole.percent_of_code:.1f} % > {MAX_TOTAL_OF_CODE} %)"
+    )
+
+
+def test_the_shared_checks_count_whole(tmp_path: Path):
+    shared = tmp_path / "_checks.py"
+    shared.write_text(
+        '"""Docstring."""\nimport torch\n\nX = 1\n\n\ndef f(x):\n    return x\n',
+        encoding="utf-8",
+    )
+    share = check_share.measure(shared)
+    assert (share.code_lines, share.check_lines) == (4, 4)
 
 
 def test_the_counter_counts_what_the_rule_names(tmp_path: Path):
@@ -55,10 +66,13 @@ def test_the_counter_counts_what_the_rule_names(tmp_path: Path):
         "    y = x * n\n"
         "    return y\n\n\n"
         "def _check_x(x):\n"  # a checker function: 2
+        "    return x\n\n\n"
+        "@check.front_door(_check_x)\n"  # a shared check as a decorator: 1
+        "def g(x):\n"
         "    return x\n",
         encoding="utf-8",
     )
     share = check_share.measure(module)
-    assert (share.code_lines, share.check_lines) == (11, 6)
+    assert (share.code_lines, share.check_lines) == (14, 7)
     # docstrings and the comment are lines of the module
-    assert share.nonblank_lines == 14
+    assert share.nonblank_lines == 17

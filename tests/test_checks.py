@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -649,3 +650,54 @@ def test_forward_methods_state_their_shapes():
                 assert "Shapes:" in doc, (
                     f"{module.__name__}.{name}.forward has no shapes"
                 )
+
+
+# -- trust: checks once, at the front door (issue 30) ----------------------------------------------
+
+
+def test_front_door_checks_from_outside_and_trusts_inside():
+    calls = []
+
+    def checker(x, *, n=1):
+        calls.append(("checked", x, n))
+        if x < 0:
+            raise ValueError(f"x must be >= 0, got {x}")
+
+    @check.front_door(checker)
+    def outer(x, *, n=1):
+        assert check.trusted()  # the body runs with trust on
+        return inner(x) + n
+
+    @check.front_door(checker)
+    def inner(x, *, n=1):
+        return x
+
+    assert outer(2, n=3) == 5
+    # inner, called by a checked caller, did not check
+    assert calls == [("checked", 2, 3)]
+    assert not check.trusted()
+    assert inner(4) == 4 and calls[-1] == ("checked", 4, 1)  # called directly: checked
+    with pytest.raises(ValueError, match="x must be >= 0, got -1"):
+        outer(-1)
+    assert not check.trusted()
+    with check.trusting():
+        assert outer(-1) == 0  # trusted by the caller: no check runs at all
+        assert check.trusted()
+    assert not check.trusted() and outer.__name__ == "outer"
+
+
+def test_trust_is_per_thread_and_ends_with_an_error_in_the_body():
+    seen = []
+
+    @check.front_door(lambda: None)
+    def boom():
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        boom()
+    assert not check.trusted()
+    with check.trusting():
+        worker = threading.Thread(target=lambda: seen.append(check.trusted()))
+        worker.start()
+        worker.join()
+    assert seen == [False]  # another thread's calls still check

@@ -237,3 +237,55 @@ def test_speculation_rate_accepts_the_reference_and_the_closed_form():
 def test_speculation_rate_diagnoses_mistakes(wrong, match):
     with pytest.raises(ExerciseError, match=match):
         check_speculation_rate(wrong)
+
+
+# -- Exercise 4: MLA's decoupled RoPE key ------------------------------------------------
+
+
+def _decoupled(q_content, q_rope, latent, k_rope, w_uk):
+    from lib.exercises.families import _decoupled_scores
+
+    return _decoupled_scores(q_content, q_rope, latent, k_rope, w_uk)
+
+
+def test_decoupled_rope_scores_accepts_the_reference_and_reports_a_stub(capsys):
+    from lib.exercises.families import check_decoupled_rope_scores
+
+    assert check_decoupled_rope_scores(_decoupled)
+
+    def stub(*args):
+        raise NotImplementedError
+
+    assert check_decoupled_rope_scores(stub) is None
+    assert "Exercise 4" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("bug", "match"),
+    [
+        ("unrotated_key", "shared RoPE key must be rotated"),
+        ("from_zero", "the queries are the last q_pos positions"),
+        ("rotated_latent", "the latent is not rotated"),
+        ("no_position", "the position term is missing"),
+        ("no_content", "the content term is missing"),
+    ],
+)
+def test_decoupled_rope_scores_names_each_typical_mistake(bug, match):
+    from lib.exercises._common import ExerciseError
+    from lib.exercises.families import _decoupled_scores, check_decoupled_rope_scores
+
+    def wrong(*inputs):
+        return _decoupled_scores(*inputs, bug=bug)
+
+    with pytest.raises(ExerciseError, match=match):
+        check_decoupled_rope_scores(wrong)
+
+
+def test_rope_at_is_chapter_3s_rotation():
+    """rope_at agrees with lib.positions.RotaryEmbedding at the same positions."""
+    from lib.exercises.families import rope_at
+    from lib.positions import RotaryEmbedding
+
+    x = torch.randn(2, 3, 7, 8)
+    rotary = RotaryEmbedding(8)
+    assert torch.allclose(rope_at(x, torch.arange(4, 11)), rotary(x, offset=4), atol=1e-5)

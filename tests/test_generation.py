@@ -1036,3 +1036,39 @@ def test_speculative_decoding_refuses_tables_it_would_outgrow():
         )
         with pytest.raises(ValueError, match="need 9 positions.*max_len=8: lower"):
             speculative_generate(target, draft, prompt, 7, temperature=0)
+
+
+# -- issue 32: a tiny temperature is named, not blamed on the logits -------------------
+
+
+class _Loud:
+    """A model whose logits are large and finite: /temperature overflows float32 early."""
+
+    vocab_size = 5
+
+    def step(self, ids, cache=None):
+        row = torch.tensor([0.0, 1e3, 2e3, 0.0, 0.0])
+        logits = row.expand(ids.shape[0], ids.shape[1], 5)
+        return logits.clone(), (cache or 0) + ids.shape[1]
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-300, 5e-324])
+def test_a_temperature_below_float32s_range_is_refused_by_name(temperature):
+    with pytest.raises(ValueError, match=r"temperature=.* is too small.*temperature=0"):
+        generate(_Loud(), torch.tensor([1, 2]), 3, temperature=temperature)
+    with pytest.raises(ValueError, match="temperature=.* is too small"):
+        sample_next_token(torch.zeros(1, 5), temperature=temperature)
+
+
+def test_a_temperature_that_overflows_the_logits_names_temperature_not_the_logits():
+    # 2e3 / 1e-36 overflows float32 to inf: the logits are fine, the temperature is not
+    with pytest.raises(ValueError, match=r"temperature=1e-36 is too small") as info:
+        generate(_Loud(), torch.tensor([1, 2]), 3, temperature=1e-36)
+    assert "logits hold NaN" not in str(info.value)
+    # logits that are really bad are still blamed
+    bad = torch.tensor([[0.0, float("nan"), 1.0]])
+    with pytest.raises(ValueError, match="logits hold NaN"):
+        sample_next_token(bad, temperature=1.0)
+    # a small temperature that does not overflow is simply near-greedy
+    out = generate(_Loud(), torch.tensor([1, 2]), 3, temperature=1e-6)
+    assert out.tolist() == [1, 2, 2, 2, 2]

@@ -302,9 +302,9 @@ def test_model_cache_select_checks_indices():
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_decoding_path_equals_the_module_path(name):
-    """GPT.step's functional decoding path (Decoder._step) against the modules (_run):
-    the prompt, one token, several tokens after a cache (speculative decoding)."""
+def test_cached_decoding_equals_the_full_forward(name):
+    """GPT.step with a cache against one forward pass over all the ids (one implementation
+    of each layer serves both): the prompt, one token, several tokens after a cache."""
     model = GPT(CONFIGS[name]).eval()
     ids = _ids(seq=14)
     with torch.no_grad():
@@ -312,8 +312,7 @@ def test_decoding_path_equals_the_module_path(name):
         for new in (ids[:, 6:7], ids[:, 7:11], ids[:, 11:14]):
             logits, cache = model.step(new, cache)
             fast = torch.cat([fast, logits], dim=1)
-        x = model.decoder._run(model.embed(ids), use_cache=True)[0]
-        slow = model.head(x)
+        slow = model(ids)
     assert (fast - slow).abs().max() < 1e-5 and cache.seq_len == 14
 
 
@@ -381,8 +380,8 @@ def _model_calls():
          "token_types must have shape"),
         (lambda: bert(ids, token_types=torch.full((2, 12), 2)), ValueError,
          r"token_types must be in 0..1"),
-        (lambda: t5(ids, ids, src_mask=torch.zeros(2, 12, dtype=torch.bool)), ValueError,
-         "src_mask has a row with no real token"),
+        # issue 32: a Python list is not a tensor, whatever its ids
+        (lambda: gpt([[1, 2, 3]]), TypeError, "ids must be a tensor, got list"),
         (lambda: t5.bind(ids).step(ids[:1, :1]), ValueError, "ids must have shape"),
         (lambda: t5.decode(ids, torch.zeros(3, 4, 32)), ValueError, "context must have"),
         (lambda: init_weights(gpt, std=0.0), ValueError, "std must be a finite number > 0"),
@@ -460,3 +459,69 @@ def test_max_positions_bounds_only_tables_indexed_by_position():
         "t5": None,
         "none": None,
     }
+
+
+# -- issue 32: bad input, one behaviour ------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["gpt", "bert"])
+def test_a_list_of_ids_is_refused_as_not_a_tensor(kind):
+    model = GPT(CONFIGS["gpt2"]) if kind == "gpt" else BERT(TransformerConfig(**SMALL))
+    as_list = r"ids must be a tensor, got list: torch\.tensor"
+    with pytest.raises(TypeError, match=as_list):
+        model([[1, 2, 3]])
+    as_floats = "ids must be int64 or int32 token ids, got torch.float32"
+    with pytest.raises(TypeError, match=as_floats):
+        model(torch.zeros(1, 3))
+
+
+def test_t5_source_row_with_no_real_token_reads_nothing_on_every_device():
+    # it was refused on a CPU (the check read the mask) and computed silently on a GPU; now
+    # it is computed everywhere, with no read of the mask: cross-attention over a row with
+    # no key gives zeros, so that row's logits do not depend on its source at all
+    t5 = T5(T5_CFG).eval()
+    src, tgt = _ids(), _ids(seq=5)
+    src_mask = torch.ones(2, 12, dtype=torch.bool)
+    src_mask[1] = False
+    logits = t5(src, tgt, src_mask=src_mask)
+    assert torch.isfinite(logits).all()
+    other = src.clone()
+    other[1] = (other[1] + 7) % T5_CFG.vocab_size
+    again = t5(other, tgt, src_mask=src_mask)
+    assert torch.equal(again[1], logits[1]) and torch.equal(again[0], logits[0])
+    # the decoder's cross-attention over that row is exactly zero
+    block = t5.decoder.blocks[0]
+    context = t5.encode(src, src_mask)
+    h = torch.randn(2, 5, T5_CFG.d_model)
+    out = block.cross_attn.sublayer(h, context, mask=src_mask[:, None, None, :])
+    bias = block.cross_attn.sublayer.out_proj.bias
+    expected = torch.zeros(5, T5_CFG.d_model) if bias is None else bias.expand(5, -1)
+    assert torch.allclose(out[1], expected) and not torch.allclose(out[0], expected)
+
+
+def test_a_checked_model_call_checks_once_and_not_inside(monkeypatch):
+    import lib._checks as checks
+    import lib.models as models
+
+    counts = {"ids": 0, "layers": 0}
+    real_ids, real_input = models._check_ids, checks.layer_input
+
+    def count_ids(*args, **kwargs):
+        counts["ids"] += 1
+        return real_ids(*args, **kwargs)
+
+    def count_layers(*args, **kwargs):
+        counts["layers"] += 1
+        return real_input(*args, **kwargs)
+
+    monkeypatch.setattr(models, "_check_ids", count_ids)
+    monkeypatch.setattr(checks, "layer_input", count_layers)
+    model = GPT(CONFIGS["llama"]).eval()
+    model(_ids())
+    assert counts == {"ids": 1, "layers": 0}  # the layers trust the model's door
+    with checks.trusting():
+        model.step(_ids())  # a loop's own ids: not checked at all
+    assert counts == {"ids": 1, "layers": 0}
+    model.decoder.blocks[0].ffn.sublayer(torch.randn(2, 3, CONFIGS["llama"].d_model))
+    assert counts["layers"] == 1  # a layer called directly checks its input
+    assert not checks.trusted()

@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 import torch
@@ -614,7 +619,8 @@ def test_a_gpt_and_its_tokenizer_ship_and_come_back(tmp_path):
     ids = torch.tensor([tokenizer.encode("to be")])
     with torch.no_grad():
         assert torch.equal(shipped.model(ids), model.eval()(ids))
-    assert not list(tmp_path.glob("*.part"))  # the partial file was moved into place
+    assert not list(tmp_path.glob(".*.tmp"))  # the partial file was moved into place
+    assert shipped.metadata["name"] == "tiny-gpt"  # the file holds its metadata
 
 
 def test_a_vit_ships_without_a_tokenizer(tmp_path):
@@ -670,7 +676,7 @@ def test_a_missing_unknown_or_altered_checkpoint_is_a_clear_error(tmp_path):
 
 def test_save_shipped_refuses_what_it_cannot_ship(tmp_path):
     model = _tiny_gpt()[0]
-    with pytest.raises(TypeError, match="takes a GPT or a ViT, got Linear"):
+    with pytest.raises(TypeError, match="takes a registered kind, got Linear"):
         save_shipped(torch.nn.Linear(2, 2), "linear", directory=tmp_path)
     with pytest.raises(ValueError, match="lower-case"):
         save_shipped(model, "../escape", directory=tmp_path)
@@ -715,3 +721,129 @@ def test_the_shipped_vit_says_how_to_prepare_its_images():
 def test_a_device_this_machine_lacks_is_named():
     with pytest.raises(RuntimeError, match="'cuda' was asked for, but CUDA is not"):
         load_shipped("vit-mnist", device="cuda")
+
+
+# ------------------------------------------------ issue 30: one model file, layers down
+
+
+def _models_and_tokenizers():
+    """One model of each registered kind, with a tokenizer where it reads text."""
+    from lib.models import BERT, SequenceClassifier
+    from lib.tokenizer import BPETokenizer
+
+    torch.manual_seed(0)
+    bpe = BPETokenizer().train("low lower lowest newer newest " * 4, 262, ["<eos>"])
+    text = dict(vocab_size=bpe.vocab_size, d_model=16, n_heads=2, n_layers=1, max_len=16)
+    char_gpt, chars = _tiny_gpt()
+    t5_cfg = TransformerConfig(**text, positions="t5", n_decoder_layers=2)
+    classifier = SequenceClassifier(BERT(TransformerConfig(**text)), 3, dropout=0.2)
+    vit = ViT(ViTConfig(image_size=28, patch_size=7, n_classes=10, d_model=16,
+                        attention_dropout=0.1))  # fmt: skip
+    ids = torch.tensor([bpe.encode("lowest newer")])
+    return {
+        "gpt": (char_gpt, chars, (torch.tensor([chars.encode("to be")]),)),
+        "bert": (BERT(TransformerConfig(**text)), bpe, (ids,)),
+        "classifier": (classifier, bpe, (ids,)),
+        "t5": (T5(t5_cfg, start_id=5), bpe, (ids, ids[:, :3])),
+        "vit": (vit, None, (torch.rand(2, 1, 28, 28),)),
+    }
+
+
+@pytest.mark.parametrize("kind", ["gpt", "bert", "classifier", "t5", "vit"])
+def test_save_model_and_load_model_round_trip_each_kind(tmp_path, kind):
+    from lib.pretrained import load_model, save_model
+
+    model, tokenizer, inputs = _models_and_tokenizers()[kind]
+    path = save_model(tmp_path / f"{kind}.pt", model, tokenizer, step=7, note="x")
+    saved = load_model(path)  # nothing else to know: kind, config, tokenizer
+    assert saved.kind == kind and type(saved.model) is type(model)
+    assert saved.config == model.cfg and not saved.model.training
+    assert saved.metadata == {"step": 7, "note": "x"} and saved.path == path
+    stored = torch.load(path, weights_only=True)
+    assert saved.sha256 == stored["sha256"] and stored["kind"] == kind
+    assert saved.dtype == "float32"
+    for key, value in model.state_dict().items():
+        assert torch.equal(saved.model.state_dict()[key], value), key
+    with torch.no_grad():
+        assert torch.equal(saved.model(*inputs), model.eval()(*inputs))
+    if tokenizer is None:
+        assert saved.tokenizer is None
+    else:
+        assert type(saved.tokenizer) is type(tokenizer)
+        sample = "to be" if kind == "gpt" else "lowest newer<eos>"
+        assert saved.tokenizer.encode(sample) == tokenizer.encode(sample)
+    if kind == "t5":
+        assert saved.model.start_id == 5
+    if kind == "classifier":
+        assert saved.model.head.out_features == 3 and saved.model.dropout.p == 0.2
+
+
+def test_load_model_changes_runtime_fields_only(tmp_path):
+    from lib.pretrained import load_model, save_model
+
+    model, tokenizer = _tiny_gpt()
+    path = save_model(tmp_path / "m.pt", model, tokenizer)
+    saved = load_model(path, attn_backend="math", dropout=0.0)
+    assert saved.config.attn_backend == "math"
+    with pytest.raises(ValueError, match="norm_eps cannot change at loading"):
+        load_model(path, norm_eps=1e-3)
+
+
+def test_a_damaged_or_foreign_model_file_is_a_clear_error(tmp_path):
+    from lib.pretrained import ModelFileError, load_model, save_model
+
+    model, tokenizer = _tiny_gpt()
+    with pytest.raises(TypeError, match="save_model takes a model of a registered"):
+        save_model(tmp_path / "l.pt", torch.nn.Linear(2, 2))
+    path = save_model(tmp_path / "m.pt", model, tokenizer)
+    data = bytearray(path.read_bytes())
+    weight = model.embed.tokens.weight.detach().numpy().tobytes()[:64]
+    data[data.find(weight) + 9] ^= 0x10  # one flipped bit inside a weight
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelFileError, match="is damaged: not its sha256") as info:
+        load_model(path)
+    assert info.value.damaged
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
+    with pytest.raises(ModelFileError, match="is not a model file"):
+        load_model(tmp_path / "other.pt")
+    with pytest.raises(ModelFileError, match="no model file at"):
+        load_model(tmp_path / "missing.pt")
+
+
+def test_lib_pretrained_works_without_lib_vit_which_registers_itself():
+    """Layers point down: lib.pretrained (chapter 7) imports nothing of lib.vit
+    (chapter 10); a file or a hub entry that needs it names it, and it registers its
+    kind and its hub loader when it is imported."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import lib.pretrained as p
+        assert "lib.vit" not in sys.modules and "lib.training" not in sys.modules
+        assert "vit" not in p.MODEL_KINDS and not p.HUB_LOADERS
+        gpt = p.load_shipped("char-gpt-shakespeare")
+        assert "lib.vit" not in sys.modules, "a GPT needs no ViT"
+        vit = p.load_shipped("vit-mnist")  # its file names lib.vit
+        import lib.vit
+        assert type(vit.model) is lib.vit.ViT and "vit" in p.MODEL_KINDS
+        assert p._hub_loader(p.hub_model("vit-base-patch16-224")) is not None
+        print("ok")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_the_shipped_checkpoints_are_model_files():
+    from lib.pretrained import MODEL_FORMAT, load_model
+
+    for name in shipped_names():
+        shipped = load_shipped(name)
+        path = pretrained.CHECKPOINTS / shipped.entry["file"]
+        saved = load_model(path)  # the same file, by path
+        assert torch.load(path, weights_only=True)["format"] == MODEL_FORMAT
+        assert saved.kind == shipped.entry["kind"] and saved.metadata["name"] == name
+        assert saved.metadata["inputs"] == shipped.entry["inputs"]
+        assert "metrics" not in saved.metadata  # re-measuring leaves the file alone
+        assert (saved.tokenizer is None) == (name == "vit-mnist")

@@ -337,7 +337,7 @@ def test_interrupted_write_leaves_the_last_good_checkpoint(tmp_path, monkeypatch
     before = good.read_bytes()
 
     def dies_halfway(obj, f, *args, **kwargs):
-        Path(f).write_bytes(b"PK\x03\x04 half a file")
+        f.write(b"PK\x03\x04 half a file")
         raise KeyboardInterrupt  # the process is killed mid-write
 
     monkeypatch.setattr(torch, "save", dies_halfway)
@@ -400,7 +400,8 @@ def test_resumed_run_repeats_the_uninterrupted_run_exactly(tmp_path):
     assert resumed.steps == [1, 2, 3, 4, 5, 6]
     state = torch.load(tmp_path / "step-00000003.pt", weights_only=True)
     assert (
-        state["extra"]["config"]["d_model"] == 16
+        state["model"]["config"]["d_model"] == 16
+        and state["model"]["kind"] == "gpt"
         and state["extra"]["data_position"] == 3
     )
 
@@ -729,7 +730,8 @@ def test_non_finite_step_between_logs_reaches_neither_weights_nor_checkpoints(tm
     ]  # no checkpoint after the bad step
     assert all(torch.isfinite(p).all() for p in model.parameters())
     state = load_checkpoint(info.value.checkpoint, model=fresh()[0])
-    assert all(torch.isfinite(v).all() for v in state["model"].values())
+    weights = state["model"]["state_dict"].values()
+    assert all(torch.isfinite(v).all() for v in weights)
 
 
 def test_non_finite_gradient_between_logs_is_found_at_the_end():
@@ -833,15 +835,19 @@ def test_a_flipped_byte_is_found_and_resume_falls_back_to_an_intact_checkpoint(
     kept = sorted(p.name for p in tmp_path.iterdir())
     assert kept == ["step-00000004.pt", "step-00000005.pt"]  # the damaged 4, a new 5
     newest = tmp_path / "step-00000005.pt"  # damage it too: nothing intact is left
-    saved = torch.load(newest, weights_only=True)["model"]
+    saved = torch.load(newest, weights_only=True)["model"]["state_dict"]
     _flip_a_byte_inside_a_tensor(newest, saved["embed.tokens.weight"])
     with pytest.warns(UserWarning), pytest.raises(CheckpointError, match="no intact"):
         train(fresh()[0], BATCHES, optimizer=fresh()[1], n_steps=6,
               checkpoint_dir=tmp_path, resume=True)  # fmt: skip
 
 
+# a process id that no process has (above Linux's largest, 2**22)
+DEAD_PID = 2**30 + 17
+
+
 def test_stale_temporaries_of_a_killed_save_are_removed_on_start(tmp_path):
-    stale = tmp_path / ".step-00000002.pt.4242.tmp"
+    stale = tmp_path / f".step-00000002.pt.{DEAD_PID}.tmp"
     stale.write_bytes(b"PK\x03\x04 half a file")
     model, optimizer, _ = fresh()
     train(model, BATCHES, optimizer=optimizer, n_steps=1, checkpoint_dir=tmp_path)
@@ -849,15 +855,19 @@ def test_stale_temporaries_of_a_killed_save_are_removed_on_start(tmp_path):
 
 
 def test_resume_refuses_another_configuration_naming_the_fields(tmp_path):
-    model, optimizer, _ = fresh(dropout=0.1)
+    model, optimizer, _ = fresh()
     train(model, BATCHES, optimizer=optimizer, n_steps=2,
           checkpoint_dir=tmp_path, checkpoint_every=2)  # fmt: skip
-    model, optimizer, _ = fresh(dropout=0.0)  # the same shapes, another model
+    # the same shapes, another model: its weights would compute another thing
+    model = tiny_gpt(activation="relu", dropout=0.1)
+    before = copy.deepcopy(model.state_dict())
+    optimizer = make_optimizer(model, 1e-2)
     with pytest.raises(
-        CheckpointError, match=r"dropout: 0\.1 in the checkpoint, 0\.0 now"
+        CheckpointError, match=r"activation: 'gelu' in the checkpoint, 'relu' now"
     ):
         train(model, BATCHES, optimizer=optimizer, n_steps=4,
               checkpoint_dir=tmp_path, resume=True)  # fmt: skip
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 
 def test_resume_keeps_the_new_schedule_and_learning_rate(tmp_path):
@@ -1004,3 +1014,216 @@ def test_padded_targets_give_the_same_step_on_3_processes_as_on_one(tmp_path):
     assert parallel["eval"] == pytest.approx(single["eval"], rel=1e-6)
     for got, want in zip(parallel["params"], single["params"]):
         assert torch.allclose(got, want, atol=1e-6)
+
+
+# --- issue 30: one model file inside each checkpoint; issue 32: bad input -------------
+
+
+def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _unchanged(model: nn.Module, before: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def test_load_checkpoint_changes_nothing_when_the_optimizer_does_not_fit(tmp_path):
+    model, optimizer, scheduler = fresh()
+    train(model, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=2)
+    path = save_checkpoint(tmp_path / "c.pt", model=model, optimizer=optimizer,
+                           scheduler=scheduler, step=2)  # fmt: skip
+    target = tiny_gpt(seed=5)  # the same shapes, other weights
+    before = _weights(target)
+    one_group = torch.optim.AdamW(target.parameters(), lr=1e-3)  # the file: two
+    frozen = tiny_gpt(seed=5)
+    frozen.embed.tokens.weight.requires_grad_(False)  # a group holds one fewer
+    other_shapes = make_optimizer(tiny_gpt(d_model=32), 1e-3)  # same group sizes
+    sched = make_scheduler(one_group, WarmupCosineSchedule(2, 6))
+    for optim, message in (
+        (one_group, "the optimizer has 1 parameter groups, the file 2"),
+        (make_optimizer(frozen, 1e-3), r"the optimizer's groups hold \[\d+, \d+\]"),
+        (other_shapes, r"exp_avg of parameter \d+: \(\d+, 16\) in the checkpoint, \(\d+, 32\)"),
+    ):
+        draw = torch.get_rng_state()
+        with pytest.raises(CheckpointError, match=message):
+            load_checkpoint(path, model=target, optimizer=optim,
+                            scheduler=sched if optim is one_group else None)  # fmt: skip
+        assert _unchanged(target, before)  # the model was not half-loaded
+        assert not optim.state  # nor the optimiser
+        assert torch.equal(torch.get_rng_state(), draw)  # nor the generators
+    assert sched.last_epoch == 0
+    # the same objects with an optimiser that fits load at once
+    state = load_checkpoint(path, model=target, optimizer=make_optimizer(target, 1e-3))
+    assert state["step"] == 2 and _unchanged(target, _weights(model))
+
+
+def test_resume_across_attention_backend_and_dropout(tmp_path):
+    """What only changes how a model runs may differ: a run checkpointed with one
+    backend and dropout resumes with others (a GPU's flash_triton, a CPU's sdpa)."""
+    model = tiny_gpt(attn_backend="math", dropout=0.1)
+    optimizer = make_optimizer(model, 1e-2)
+    train(model, BATCHES, optimizer=optimizer, n_steps=2,
+          checkpoint_dir=tmp_path, checkpoint_every=2)  # fmt: skip
+    resumed = tiny_gpt(seed=3, attn_backend="sdpa", dropout=0.0)
+    history = train(resumed, BATCHES, optimizer=make_optimizer(resumed, 1e-2),
+                    n_steps=3, checkpoint_dir=tmp_path, resume=True)  # fmt: skip
+    assert history.steps == [1, 2, 3]  # 1, 2 from the checkpoint, then 3
+    assert resumed.cfg.attn_backend == "sdpa" and resumed.cfg.dropout == 0.0
+
+
+def test_strict_config_false_resumes_another_configuration_on_purpose(tmp_path):
+    model, optimizer, _ = fresh()
+    train(model, BATCHES, optimizer=optimizer, n_steps=2,
+          checkpoint_dir=tmp_path, checkpoint_every=2)  # fmt: skip
+    relu = tiny_gpt(seed=3, activation="relu")
+    with pytest.warns(UserWarning, match="activation: 'gelu' in the checkpoint"):
+        history = train(relu, BATCHES, optimizer=make_optimizer(relu, 1e-2),
+                        n_steps=2, checkpoint_dir=tmp_path, resume=True,
+                        strict_config=False)  # fmt: skip
+    assert history.steps == [1, 2] and _unchanged(relu, _weights(model))
+    # what cannot load stays refused
+    wider = tiny_gpt(d_model=32)
+    with pytest.raises(CheckpointError, match="shape mismatches"):
+        load_checkpoint(tmp_path / "step-00000002.pt", model=wider,
+                        strict_config=False)  # fmt: skip
+    with pytest.raises(TypeError, match="strict_config must be True or False"):
+        train(relu, BATCHES, optimizer=make_optimizer(relu, 1e-2), n_steps=1,
+              strict_config="no")  # fmt: skip
+
+
+def test_a_checkpoint_holds_a_model_file_that_load_model_reads(tmp_path):
+    from lib.pretrained import load_model
+
+    model, optimizer, _ = fresh()
+    train(model, BATCHES, optimizer=optimizer, n_steps=2,
+          checkpoint_dir=tmp_path, checkpoint_every=2)  # fmt: skip
+    saved = load_model(tmp_path / "step-00000002.pt", dropout=0.0)
+    assert saved.kind == "gpt" and saved.config == replace_cfg(model.cfg, dropout=0.0)
+    ids = BATCHES(0)["inputs"]
+    with torch.no_grad():
+        assert torch.equal(saved.model(ids), model.eval()(ids))
+
+
+def replace_cfg(cfg, **changes):
+    from dataclasses import replace
+
+    return replace(cfg, **changes)
+
+
+def test_a_checkpoint_of_the_previous_format_still_loads(tmp_path):
+    from dataclasses import asdict
+
+    from lib.pretrained import content_sha256
+    from lib.training import rng_states
+
+    model = tiny_gpt(seed=4)
+    state = dict(format="lib.training/2", step=3, model=model.state_dict())
+    state |= dict(optimizer=None, scheduler=None, scaler=None, rng=rng_states())
+    state["extra"] = dict(config=asdict(model.cfg))
+    state["sha256"] = content_sha256(state)
+    torch.save(state, tmp_path / "old.pt")
+    target = tiny_gpt()
+    assert load_checkpoint(tmp_path / "old.pt", model=target)["step"] == 3
+    assert _unchanged(target, _weights(model))
+    with pytest.raises(CheckpointError, match="activation: 'gelu' in the checkpoint"):
+        load_checkpoint(tmp_path / "old.pt", model=tiny_gpt(activation="relu"))
+
+
+def test_train_refuses_a_schedule_it_cannot_use_before_the_first_step():
+    model, optimizer, _ = fresh()
+    called = []
+
+    def batches(step):
+        called.append(step)
+        return BATCHES(step)
+
+    schedule = WarmupCosineSchedule(2, 6)  # a function, not a scheduler
+    with pytest.raises(TypeError, match=r"has no step.*make_scheduler\(optimizer"):
+        train(model, batches, optimizer=optimizer, n_steps=2, scheduler=schedule)
+    other = make_scheduler(make_optimizer(tiny_gpt(), 1e-3), schedule)
+    with pytest.raises(ValueError, match="drives another optimizer"):
+        train(model, batches, optimizer=optimizer, n_steps=2, scheduler=other)
+    assert called == []  # refused at the front door
+
+
+def test_lm_batches_given_text_says_to_encode_it():
+    for builder in (lm_batches, lm_eval_batches):
+        with pytest.raises(TypeError, match="got text: encode it first"):
+            builder("to be or not to be, " * 20, 2, 4)
+
+
+def test_evaluate_and_train_name_too_many_batches_asked_of_a_list():
+    batches = [BATCHES(i) for i in range(3)]
+    with pytest.raises(
+        ValueError, match=r"n_batches=5 batches asked for, but the list holds 3"
+    ):
+        evaluate(tiny_gpt(), batches, n_batches=5)
+    assert evaluate(tiny_gpt(), batches, n_batches=3) > 0
+    model, optimizer, _ = fresh()
+    called = []
+
+    def counted(step):
+        called.append(step)
+        return BATCHES(step)
+
+    with pytest.raises(ValueError, match="eval_iters=4 batches asked for"):
+        train(model, counted, optimizer=optimizer, n_steps=2, eval_every=1,
+              eval_batches=batches, eval_iters=4)  # fmt: skip
+    assert called == []
+
+
+@pytest.mark.parametrize(
+    "variables, message",
+    [
+        ({"WORLD_SIZE": "two"}, r"WORLD_SIZE='two' must be a whole number >= 1"),
+        ({"WORLD_SIZE": "0"}, r"WORLD_SIZE='0' must be a whole number >= 1"),
+        ({"WORLD_SIZE": "2", "LOCAL_RANK": "1.5"}, r"LOCAL_RANK='1\.5' must be"),
+    ],
+)
+def test_distributed_setup_names_a_bad_environment_variable(
+    monkeypatch, variables, message
+):
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=message):
+        distributed_setup()
+    assert not dist.is_initialized()
+
+
+def test_the_next_save_removes_the_temporaries_of_a_killed_save(tmp_path):
+    stale = tmp_path / f".step-00000001.pt.{DEAD_PID}.tmp"  # its process is gone
+    stale.write_bytes(b"PK\x03\x04 half a file")
+    running = tmp_path / f".other.pt.{os.getpid()}.tmp"  # a save still running
+    running.write_bytes(b"PK\x03\x04 being written")
+    save_checkpoint(tmp_path / "step-00000002.pt", model=tiny_gpt(), step=2)
+    assert not stale.exists() and running.exists()
+
+
+def test_resume_skips_a_step_file_that_lib_training_did_not_write(tmp_path):
+    model, optimizer, _ = fresh()
+    train(model, BATCHES, optimizer=optimizer, n_steps=2,
+          checkpoint_dir=tmp_path, checkpoint_every=2)  # fmt: skip
+    foreign = tmp_path / "step-00000009.pt"
+    torch.save({"weights": torch.zeros(2)}, foreign)  # readable, not ours
+    with pytest.raises(CheckpointError, match="not a checkpoint written") as info:
+        load_checkpoint(foreign, model=tiny_gpt())
+    assert info.value.damaged
+    model, optimizer, _ = fresh()
+    with pytest.warns(UserWarning, match="step-00000009.pt is not a checkpoint"):
+        history = train(model, BATCHES, optimizer=optimizer, n_steps=3,
+                        checkpoint_dir=tmp_path, resume=True)  # fmt: skip
+    assert history.steps == [1, 2, 3]  # resumed from step 2
+
+
+def test_non_finite_loss_names_the_batch_that_held_it():
+    model, optimizer, _ = fresh()
+    bad = BATCHES(4)["inputs"]
+
+    def nan_on_that_batch(net, batch):
+        loss = model_loss(net, batch)
+        return loss * math.nan if torch.equal(batch["inputs"], bad) else loss
+
+    with pytest.raises(NonFiniteLossError, match=r"Step 5's batch is batches\(4\)") as info:  # fmt: skip
+        train(model, BATCHES, optimizer=optimizer, n_steps=7,
+              loss_fn=nan_on_that_batch)  # fmt: skip
+    assert (info.value.step, info.value.batch_index) == (5, 4)

@@ -5,7 +5,9 @@ and names the typical mistake when it recognises one: spans appended instead of 
 back, sentinels left in the text, spans given to the wrong sentinel; a min-p threshold
 on the logits, or not scaled by the top probability, probabilities returned instead of
 logits, removed tokens at 0 instead of -inf; the total-variation distance without its
-1/2, an off-by-one in the geometric series, 0/0 when the two models agree.
+1/2, an off-by-one in the geometric series, 0/0 when the two models agree; in MLA's
+decoupled RoPE scores, a key left unrotated, queries rotated from position 0 instead of
+their own positions, a rotated latent, or a missing content or position term.
 """
 
 from __future__ import annotations
@@ -15,21 +17,27 @@ from collections import Counter
 from collections.abc import Callable
 
 import torch
+from einops import einsum
 from torch.nn.utils.rnn import pad_sequence
 
 from lib.exercises._common import (
     ExerciseError,
     call_without_mutation,
     checker,
+    expect_close,
     expect_number,
     expect_tensor,
+    is_close,
 )
 from lib.objectives import IGNORE_INDEX, span_corruption_batch
+from lib.positions import rope_frequencies, rope_rotate_half
 
 __all__ = [
     "check_restore_spans",
     "check_min_p_filter",
     "check_speculation_rate",
+    "rope_at",
+    "check_decoupled_rope_scores",
 ]
 
 
@@ -266,3 +274,79 @@ def check_speculation_rate(
             raise ExerciseError(
                 f"{what}: expected tokens = {tokens:.6g}, expected {want_tokens:.6g}"
             )
+
+
+# -- Exercise 4: MLA's decoupled RoPE key ------------------------------------------------
+
+
+def rope_at(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """RoPE (chapter 3's half-split pairs, base 10,000) of ``x`` ``(... seq d)``, row
+    ``j`` rotated by the angle of position ``positions[j]`` (``positions`` ``(seq,)``)."""
+    angles = positions.double()[:, None] * rope_frequencies(x.shape[-1])
+    angles = torch.cat([angles, angles], dim=-1).to(x.dtype)  # (seq d)
+    return x * angles.cos() + rope_rotate_half(x) * angles.sin()
+
+
+def _decoupled_scores(
+    q_content, q_rope, latent, k_rope, w_uk, bug: str = ""
+) -> torch.Tensor:
+    """The reference scores, or those of one typical ``bug``."""
+    q_pos, k_pos = q_content.shape[-2], latent.shape[-2]
+    q_positions = (
+        torch.arange(q_pos)
+        if bug == "from_zero"
+        else torch.arange(k_pos - q_pos, k_pos)
+    )
+    if bug == "rotated_latent":
+        latent = rope_at(latent, torch.arange(k_pos))
+    q_latent = einsum(q_content, w_uk, "b h q d, h d c -> b h q c")
+    content = einsum(q_latent, latent, "b h q c, b k c -> b h q k")
+    key = k_rope if bug == "unrotated_key" else rope_at(k_rope, torch.arange(k_pos))
+    position = einsum(rope_at(q_rope, q_positions), key, "b h q r, b k r -> b h q k")
+    if bug == "no_position":
+        return content
+    if bug == "no_content":
+        return position
+    return content + position
+
+
+@checker("Exercise 4: MLA's decoupled RoPE key")
+def check_decoupled_rope_scores(scores: Callable[..., torch.Tensor]) -> None:
+    """``scores(q_content, q_rope, latent, k_rope, w_uk)`` -> ``(batch heads q_pos
+    k_pos)``: each head's content score read from the latents (``W_UK`` folded into the
+    query) plus the score of its RoPE query against the one shared RoPE key, both
+    rotated at their own positions (the queries are the last ``q_pos`` of the ``k_pos``
+    positions)."""
+    gen = torch.Generator().manual_seed(0)
+    for batch, heads, q_pos, k_pos in [(2, 3, 5, 5), (1, 2, 1, 7), (2, 2, 3, 9)]:
+        d_head, d_latent, d_rope = 4, 6, 4
+        inputs = (
+            torch.randn(batch, heads, q_pos, d_head, generator=gen),
+            torch.randn(batch, heads, q_pos, d_rope, generator=gen),
+            torch.randn(batch, k_pos, d_latent, generator=gen),
+            torch.randn(batch, k_pos, d_rope, generator=gen),
+            torch.randn(heads, d_head, d_latent, generator=gen),
+        )
+        what = f"scores with {q_pos} queries over {k_pos} positions"
+        got = call_without_mutation(scores, *inputs)
+        want = _decoupled_scores(*inputs)
+        expect_tensor(got, tuple(want.shape), what)
+        if is_close(got, want):
+            continue
+        mistakes = [
+            ("unrotated_key", "the shared RoPE key must be rotated at its own position "
+             "too (rope_at(k_rope, positions of the keys))"),
+            ("from_zero", "the queries are the last q_pos positions (k_pos - q_pos .. "
+             "k_pos - 1), not 0 .. q_pos - 1: a decoding step's one query stands at the "
+             "end"),
+            ("rotated_latent", "the latent is not rotated: RoPE sits only on the decoupled "
+             "part, so that W_UK can still fold into the query"),
+            ("no_position", "the position term is missing: add the score of the rotated "
+             "RoPE query against the rotated shared key"),
+            ("no_content", "the content term is missing: add (W_UKᵀ q) · c, the query "
+             "folded through W_UK against the latents"),
+        ]  # fmt: skip
+        for bug, message in mistakes:
+            if is_close(got, _decoupled_scores(*inputs, bug=bug)):
+                raise ExerciseError(f"{what}: {message}")
+        expect_close(got, want, what)
