@@ -40,6 +40,7 @@ checkpoint files are not changed: their sha256 is checked to stay the same.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import sys
@@ -52,6 +53,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from lib.batches import lm_eval_batches  # noqa: E402
 from lib.datasets import load_mnist, load_tiny_shakespeare  # noqa: E402
 from lib.models import GPT, TransformerConfig  # noqa: E402
 from lib.pretrained import (  # noqa: E402
@@ -301,6 +303,75 @@ def evaluate_shipped(args: argparse.Namespace, argv: list[str]) -> dict:
     return results
 
 
+def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95 % Wilson score interval of an accuracy of ``correct`` out of ``n`` (better
+    than the normal approximation near 100 %)."""
+    p, z2 = correct / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return centre - half, centre + half
+
+
+def window_losses(model: torch.nn.Module, windows: list) -> torch.Tensor:
+    """The mean loss of each held-out window ``(n_windows,)``, float64."""
+    losses = []
+    with torch.no_grad():
+        for batch in windows:
+            logits = model(batch["inputs"])
+            per_token = torch.nn.functional.cross_entropy(
+                logits.transpose(1, 2), batch["targets"], reduction="none"
+            )
+            losses.append(per_token.double().mean(dim=1))
+    return torch.cat(losses)
+
+
+def intervals(directory: Path = CHECKPOINTS) -> dict:
+    """Each shipped checkpoint's held-out number with its 95 % interval, from the files
+    as they are: the ViT's accuracy on its 1,000 held-out images (Wilson), the
+    char-GPT's loss per character over its held-out windows (mean ± 1.96 standard
+    errors, the windows taken as independent samples)."""
+    results = {}
+    for name in shipped_names(directory):
+        shipped = load_shipped(name, directory=directory)
+        entry = shipped.entry
+        if entry["kind"] == "gpt":
+            sizes = read_record(ROOT / entry["record"])["config"]["sizes"]
+            val_ids = load_held_out_shakespeare()
+            windows = lm_eval_batches(
+                val_ids, 4 * sizes["batch_size"], sizes["seq_len"]
+            )
+            losses = window_losses(shipped.model, windows)
+            n, mean = len(losses), losses.mean().item()
+            half = 1.96 * losses.std().item() / math.sqrt(n)
+            results[name] = dict(
+                metric="val_loss", value=mean, low=mean - half, high=mean + half,
+                n=n, unit=f"windows of {sizes['seq_len']} characters",
+            )  # fmt: skip
+        else:
+            _, _, val_x, val_y = mnist_split()
+            mean, std = entry["inputs"]["mean"], entry["inputs"]["std"]
+            value = accuracy(shipped.model, val_x, val_y, mean, std)
+            correct = round(value * len(val_y))
+            low, high = wilson_interval(correct, len(val_y))
+            results[name] = dict(
+                metric="val_accuracy", value=correct / len(val_y), low=low, high=high,
+                n=len(val_y), unit="images",
+            )  # fmt: skip
+        r = results[name]
+        print(
+            f"{name}: {r['metric']} {r['value']:.4f}, 95 % interval "
+            f"{r['low']:.4f}-{r['high']:.4f} ({r['n']:,} held-out {r['unit']})"
+        )
+    return results
+
+
+def load_held_out_shakespeare() -> torch.Tensor:
+    """The last 10 % of Tiny Shakespeare as ids: the char-GPT's held-out text."""
+    text = load_tiny_shakespeare()
+    ids = torch.tensor(CharTokenizer(text).encode(text))
+    return ids[int(0.9 * len(ids)) :]
+
+
 def main(argv: list[str] | None = None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -331,6 +402,10 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help="record a tree with uncommitted changes (its commit ends in -dirty)",
     )
+    sub.add_parser(
+        "intervals",
+        help="the shipped checkpoints' held-out numbers with 95 %% intervals",
+    )
     for each in (vit, gpt):
         each.add_argument("--quiet", action="store_true")
         each.add_argument(
@@ -345,6 +420,8 @@ def main(argv: list[str] | None = None) -> dict:
     set_threads()
     if args.model == "evaluate":
         return evaluate_shipped(args, argv)
+    if args.model == "intervals":
+        return intervals()
     if args.dry_run:
         scratch = args.scratch or Path(tempfile.mkdtemp(prefix="shipped-"))
         if args.model == "vit-mnist":

@@ -401,3 +401,24 @@ def test_the_shipped_gpt_records_its_held_out_loss_per_character():
     val_loss = char_gpt_val_loss(shipped.model, record["config"]["sizes"])
     assert record["metrics"]["val_loss"] == pytest.approx(val_loss, rel=1e-5)
     assert shipped.entry["metrics"]["val_loss"] == record["metrics"]["val_loss"]
+
+
+def test_shipped_checkpoints_readme_states_the_intervals_the_files_give():
+    """lib/data/checkpoints/README.md's held-out numbers and 95 % intervals are those
+    `train_shipped.py intervals` computes from the shipped files (about 6 s)."""
+    import importlib.util
+
+    path = ROOT / "scripts" / "train_shipped.py"
+    spec = importlib.util.spec_from_file_location("train_shipped", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    low, high = module.wilson_interval(976, 1000)
+    assert (round(low, 3), round(high, 3)) == (0.965, 0.984)
+    found = module.intervals()
+    readme = (ROOT / "lib" / "data" / "checkpoints" / "README.md").read_text()
+    gpt, vit = found["char-gpt-shakespeare"], found["vit-mnist"]
+    assert gpt["n"] == 871 and vit["n"] == 1000
+    assert f"**{gpt['value']:.3f} nats**" in readme
+    assert f"{gpt['low']:.3f}–{gpt['high']:.3f}" in readme
+    assert f"**{100 * vit['value']:.1f} %**" in readme
+    assert f"{100 * vit['low']:.1f}–{100 * vit['high']:.1f} %" in readme
