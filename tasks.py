@@ -750,7 +750,7 @@ def cmd_compat(which: list[str], pytest_args: list[str]) -> None:
 
 def dry_report(report: Path, profile: str) -> list[str]:
     """One line per chapter from the junit report of a dry run:
-    ``[dry] chapters/07-families (colab): passed in 41 s``."""
+    ``[dry] chapters/07-4-decoding (colab): passed in 21 s``."""
     import xml.etree.ElementTree as ET
 
     lines = []

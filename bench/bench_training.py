@@ -70,7 +70,9 @@ def measure(
     )
     _sync(device)
     began.append(time.perf_counter())
-    times = [after - before for before, after in zip(began[warmup:], began[warmup + 1 :])]
+    times = [
+        after - before for before, after in zip(began[warmup:], began[warmup + 1 :])
+    ]
     seconds = statistics.median(times)
     tokens_per_second = sizes["batch_size"] * sizes["seq_len"] / seconds
     result = {"ms": 1000 * seconds, "tokens_per_second": tokens_per_second}

@@ -1,6 +1,6 @@
-# This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
+# This file is generated from chapters/07-4-decoding.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-# From chapters/07-families.md, section "The step protocol".
+# From chapters/07-4-decoding.md, section "The step protocol".
 """Text generation (chapter 7 of the course): greedy, sampling, beams,
 speculation.
 
@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 
-# From chapters/07-families.md, section "The step protocol".
+# From chapters/07-4-decoding.md, section "The step protocol".
 def _check_knobs(temperature=1.0, top_k=None, top_p=None, generator=None, **logits):
     """The sampling options; ``logits=`` or ``finite_logits=`` (whose values
     are read: no NaN or +inf, no row all ``-inf``) a floating tensor ``(...
@@ -215,7 +215,7 @@ def _rows(flags: torch.Tensor) -> list[int]:
     return flags.nonzero().flatten().tolist()
 
 
-# From chapters/07-families.md, section "Temperature, top-k and top-p".
+# From chapters/07-4-decoding.md, section "Temperature, top-k and top-p".
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Keep each row's ``top_k`` largest logits, set the others to ``-inf``.
 
@@ -329,7 +329,7 @@ def _sample(logits, temperature, top_k, top_p, generator) -> torch.Tensor:
     return rearrange(token, "batch 1 -> batch")
 
 
-# From chapters/07-families.md, section "The generation loop".
+# From chapters/07-4-decoding.md, section "The generation loop".
 def _advance(step, new_ids, cache, context, window):
     """Logits ``(batch new vocab)`` and cache after ``new_ids`` ``(batch
     new)``: one cached step while the context fits ``window`` (None:
@@ -340,7 +340,7 @@ def _advance(step, new_ids, cache, context, window):
     return step(context[:, -window:], None)
 
 
-# From chapters/07-families.md, section "The generation loop".
+# From chapters/07-4-decoding.md, section "The generation loop".
 def generate(
     model: Any,
     prompt_ids: torch.Tensor,
@@ -412,7 +412,7 @@ def generate(
     return _output(torch.cat([ids, generated], dim=1), squeeze)
 
 
-# From chapters/07-families.md, section "Beam search".
+# From chapters/07-4-decoding.md, section "Beam search".
 def _last_log_probs(logits: torch.Tensor) -> torch.Tensor:
     """Log-probabilities ``(batch vocab)`` at the last position, in float32
     or wider."""
@@ -570,7 +570,7 @@ def beam_search(
     return out
 
 
-# From chapters/07-families.md, section "Speculative decoding".
+# From chapters/07-4-decoding.md, section "Speculative decoding".
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """``max(0, p - q)`` normalised: where to sample after a rejected draft
     token.
@@ -609,7 +609,7 @@ class TorchSampler:
         return float(uniform) < probability
 
 
-# From chapters/07-families.md, section "Speculative decoding".
+# From chapters/07-4-decoding.md, section "Speculative decoding".
 def speculative_generate(
     target: Any,
     draft: Any,

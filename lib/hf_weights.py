@@ -1,6 +1,6 @@
-# This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
+# This file is generated from chapters/07-2-reference.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-# From chapters/07-families.md, section "A loader is a table".
+# From chapters/07-2-reference.md, section "A loader is a table".
 """Load Hugging Face reference weights into the course's models (chapter 7).
 
 A loader is a table of rows ``(our key(s), their key(s), transform)``, with
@@ -69,7 +69,7 @@ __all__ = [
 ]
 
 
-# From chapters/07-families.md, section "A loader is a table".
+# From chapters/07-2-reference.md, section "A loader is a table".
 def same(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor unchanged."""
     return tensor
@@ -104,7 +104,7 @@ def tied(*copies: torch.Tensor) -> torch.Tensor:
     return first
 
 
-# From chapters/07-families.md, section "A loader is a table".
+# From chapters/07-2-reference.md, section "A loader is a table".
 #: A row of a conversion table, ``(our key(s), their key(s), transform)``,
 #: where each key(s) is one key pattern or a tuple of them.
 Row = tuple[str | tuple[str, ...], str | tuple[str, ...], Callable[..., torch.Tensor]]
@@ -242,7 +242,7 @@ def _shapes_of(model_class: type[nn.Module], cfg: TransformerConfig) -> dict:
     return {key: value.shape for key, value in model.state_dict().items()}
 
 
-# From chapters/07-families.md, section "A loader is a table".
+# From chapters/07-2-reference.md, section "A loader is a table".
 def load_checked(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> nn.Module:
     """Load ``state_dict`` into ``model`` strictly; returns ``model``.
 
@@ -279,7 +279,7 @@ def load_checked(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> nn
     return model
 
 
-# From chapters/07-families.md, section "A loader is a table".
+# From chapters/07-2-reference.md, section "A loader is a table".
 #: transformers' activation names -> ours, for plain and for gated FFNs.
 _PLAIN_ACTIVATIONS = {
     "relu": "relu",
@@ -344,7 +344,7 @@ def _token_rows(cfg: TransformerConfig, embedding: str | tuple, head: str) -> li
     return [("embed.tokens.weight", embedding, tied), ("head.weight", head, same)]
 
 
-# From chapters/07-families.md, section "GPT-2".
+# From chapters/07-2-reference.md, section "GPT-2".
 def config_from_gpt2(config: object) -> TransformerConfig:
     """Our configuration of a ``transformers`` ``GPT2Config`` (read by
     attribute)."""
@@ -415,7 +415,7 @@ def gpt2_state_dict(
     )
 
 
-# From chapters/07-families.md, section "BERT".
+# From chapters/07-2-reference.md, section "BERT".
 def config_from_bert(config: object) -> TransformerConfig:
     """Our configuration of a ``transformers`` ``BertConfig`` (read by
     attribute)."""
@@ -499,7 +499,7 @@ def bert_state_dict(
     )
 
 
-# From chapters/07-families.md, section "T5".
+# From chapters/07-2-reference.md, section "T5".
 def config_from_t5(config: object) -> TransformerConfig:
     """Our configuration of a ``transformers`` ``T5Config`` (read by
     attribute)."""
@@ -607,7 +607,7 @@ def t5_state_dict(
     )
 
 
-# From chapters/07-families.md, section "Llama".
+# From chapters/07-2-reference.md, section "Llama".
 def _plain_rope_base(config: object) -> float:
     """RoPE's base of a Llama config that uses plain RoPE, refusing
     context-extension scaling. 4.x: ``rope_theta``, and ``rope_scaling``
@@ -696,7 +696,7 @@ def llama_state_dict(
     )
 
 
-# From chapters/07-families.md, section "Llama".
+# From chapters/07-2-reference.md, section "Llama".
 #: ``model_type`` -> (config reader, state-dict converter, our model class).
 REFERENCE_FAMILIES = {
     "gpt2": (config_from_gpt2, gpt2_state_dict, GPT),

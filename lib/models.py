@@ -1,6 +1,6 @@
-# This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
+# This file is generated from chapters/07-1-families.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-# From chapters/07-families.md, section "One configuration".
+# From chapters/07-1-families.md, section "One configuration".
 """The model families (chapter 7 of the course): BERT, GPT and T5 from one
 set of parts.
 
@@ -86,7 +86,7 @@ __all__ = [
 ]
 
 
-# From chapters/07-families.md, section "One configuration".
+# From chapters/07-1-families.md, section "One configuration".
 POSITION_KINDS = ("learned", "sinusoidal", "rope", "alibi", "t5", "none")
 
 
@@ -204,7 +204,7 @@ class TransformerConfig:
         return self.max_len if bounded else None
 
 
-# From chapters/07-families.md, section "The parts".
+# From chapters/07-1-families.md, section "The parts".
 def _check_ids(ids: object, vocab_size: int, name: str = "ids") -> torch.Tensor:
     """Integer ids ``(batch seq)``, not empty; on the CPU also in
     ``0..vocab_size-1``.
@@ -295,7 +295,7 @@ class Embeddings(nn.Module):
         return self.dropout(x)
 
 
-# From chapters/07-families.md, section "The parts".
+# From chapters/07-1-families.md, section "The parts".
 def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
     return MultiHeadAttention(
         cfg.d_model,
@@ -380,7 +380,7 @@ class TransformerBlock(nn.Module):
         return (x, (self_cache, cross_cache)) if use_cache else x
 
 
-# From chapters/07-families.md, section "The parts".
+# From chapters/07-1-families.md, section "The parts".
 @dataclass(frozen=True)
 class ModelCache:
     """Key/value caches of every decoder layer (and the cross-attention
@@ -438,7 +438,7 @@ class ModelCache:
         return replace(self, self_attn=caches)
 
 
-# From chapters/07-families.md, section "The parts".
+# From chapters/07-1-families.md, section "The parts".
 def _check_stack_input(stack, x, mask=None, name: str = "mask") -> None:
     """Embedded input ``(batch seq d_model)`` and its key mask ``(batch
     seq)``: an encoder's front door."""
@@ -593,7 +593,7 @@ def _at(caches: tuple, i: int):
     return caches[i] if i < len(caches) else None
 
 
-# From chapters/07-families.md, section "Three models".
+# From chapters/07-1-families.md, section "Three models".
 class GPT(nn.Module):
     """Decoder-only language model: ``ids (batch seq) -> logits (batch seq
     vocab)``.
@@ -648,7 +648,7 @@ class GPT(nn.Module):
             return self.head(x), cache
 
 
-# From chapters/07-families.md, section "Three models".
+# From chapters/07-1-families.md, section "Three models".
 def _check_positions(cfg: TransformerConfig, end: int, owner: str) -> None:
     """Positions ``0..end-1`` fit the position table (learned, sinusoidal,
     RoPE)."""
@@ -702,7 +702,7 @@ def _first(flags: torch.Tensor) -> int:
     return int(flags.nonzero()[0])
 
 
-# From chapters/07-families.md, section "Three models".
+# From chapters/07-1-families.md, section "Three models".
 class BERT(nn.Module):
     """Encoder-only masked language model: ``ids (batch seq) -> logits
     (batch seq vocab)``.
@@ -739,7 +739,7 @@ class BERT(nn.Module):
         return self.head(self.mlm_norm(self.mlm_activation(self.mlm_dense(h))))
 
 
-# From chapters/07-families.md, section "Three models".
+# From chapters/07-1-families.md, section "Three models".
 class SequenceClassifier(nn.Module):
     """BERT's embeddings and encoder with a linear head on the mean of the
     outputs.
@@ -774,7 +774,7 @@ class SequenceClassifier(nn.Module):
         return self.head(self.dropout(pooled))
 
 
-# From chapters/07-families.md, section "Three models".
+# From chapters/07-1-families.md, section "Three models".
 class T5(nn.Module):
     """Encoder-decoder: ``(src_ids (batch src), tgt_ids (batch tgt)) ->
     (batch tgt vocab)``.
@@ -889,7 +889,7 @@ class _BoundT5:
             return model.head(x * model.head_scale), cache
 
 
-# From chapters/07-families.md, section "Three models".
+# From chapters/07-1-families.md, section "Three models".
 def init_weights(model: nn.Module, std: float = 0.02) -> nn.Module:
     """GPT-2's initialisation, in place: N(0, std²) weights, zero biases,
     unit norms, and residual output projections scaled by
@@ -964,7 +964,7 @@ def kv_cache_bytes_per_token(
     return kv_cache_bytes(n_layers, cfg.kv_heads, cfg.head_size, 1, 1, bytes_per_value)
 
 
-# From chapters/07-families.md, section "Three models".
+# From chapters/07-1-families.md, section "Three models".
 def init_t5_weights(model: T5) -> T5:
     """T5's initialisation, in place (Mesh TensorFlow's sizes, as in
     ``transformers``).
@@ -1000,7 +1000,7 @@ def init_t5_weights(model: T5) -> T5:
     return model
 
 
-# From chapters/07-families.md, section "What the cache costs, and how models shrink it".
+# From chapters/07-1-families.md, section "What the cache costs, and how models shrink it".
 @dataclass(frozen=True)
 class LatentCache:
     """The cache of one :class:`MultiHeadLatentAttention` layer: the

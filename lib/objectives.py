@@ -1,6 +1,6 @@
-# This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
+# This file is generated from chapters/07-3-objectives.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-# From chapters/07-families.md, section "How each family is trained".
+# From chapters/07-3-objectives.md, section "7.3 How each family is trained".
 """Training objectives of the model families (chapter 7 of the course):
 batch builders.
 
@@ -73,7 +73,7 @@ class ObjectiveBatch:
     decoder_inputs: torch.Tensor | None = None
 
 
-# From chapters/07-families.md, section "How each family is trained".
+# From chapters/07-3-objectives.md, section "7.3 How each family is trained".
 # in (0, 1)
 _FRACTION = dict(low=0.0, high=1.0, low_open=True, high_open=True)
 
@@ -131,7 +131,7 @@ def _real_positions(lengths: torch.Tensor, seq: int) -> torch.Tensor:
     return rearrange(positions, "seq -> 1 seq") < rearrange(lengths, "batch -> batch 1")
 
 
-# From chapters/07-families.md, section "Causal language modelling (GPT)".
+# From chapters/07-3-objectives.md, section "Causal language modelling (GPT)".
 def causal_lm_batch(
     token_ids: torch.Tensor, *, pad_id: int | None = None
 ) -> ObjectiveBatch:
@@ -151,7 +151,7 @@ def causal_lm_batch(
     return ObjectiveBatch(inputs=token_ids[:, :-1].clone(), targets=targets)
 
 
-# From chapters/07-families.md, section "Masked language modelling (BERT)".
+# From chapters/07-3-objectives.md, section "Masked language modelling (BERT)".
 def masked_lm_batch(
     token_ids: torch.Tensor,
     *,
@@ -213,7 +213,7 @@ def masked_lm_batch(
     return ObjectiveBatch(inputs=inputs, targets=targets)
 
 
-# From chapters/07-families.md, section "Span corruption (T5)".
+# From chapters/07-3-objectives.md, section "Span corruption (T5)".
 def _random_composition(total: int, parts: int, generator: torch.Generator) -> list:
     """``parts`` positive ints summing to ``total``, uniform over all such
     lists."""
@@ -266,7 +266,7 @@ def _random_spans(length, generator, noise_density, mean_span_length) -> list:
     return spans
 
 
-# From chapters/07-families.md, section "Span corruption (T5)".
+# From chapters/07-3-objectives.md, section "Span corruption (T5)".
 def span_corruption_batch(
     token_ids: torch.Tensor,
     *,
@@ -354,7 +354,7 @@ def span_corruption_batch(
     return ObjectiveBatch(inputs=inputs, targets=targets, decoder_inputs=decoder_inputs)
 
 
-# From chapters/07-families.md, section "Prefix language modelling".
+# From chapters/07-3-objectives.md, section "Prefix language modelling".
 def prefix_lm_mask(
     prefix_lengths: torch.Tensor | Sequence[int],
     seq_len: int,
@@ -385,7 +385,7 @@ def prefix_lm_mask(
     return rearrange(mask, "batch q_pos k_pos -> batch 1 q_pos k_pos")
 
 
-# From chapters/07-families.md, section "Prefix language modelling".
+# From chapters/07-3-objectives.md, section "Prefix language modelling".
 def prefix_lm_batch(
     token_ids: torch.Tensor, *, generator: torch.Generator, pad_id: int | None = None
 ) -> ObjectiveBatch:

@@ -1,6 +1,6 @@
-# This file is generated from chapters/07-families.md by tools/tangle.py. Do not edit it by hand:
+# This file is generated from chapters/07-5-pretrained.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-# From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
+# From chapters/07-5-pretrained.md, section "Loading: the hub, or the same shapes at random".
 """Pretrained weights in the course's own classes, and the checkpoints the
 course ships (chapter 7).
 
@@ -110,7 +110,7 @@ __all__ = [
 ]
 
 
-# From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
+# From chapters/07-5-pretrained.md, section "Loading: the hub, or the same shapes at random".
 @dataclass(frozen=True)
 class HubModel:
     """One model of the Hugging Face hub, as the course loads it.
@@ -272,7 +272,7 @@ def reference_config(name: str, **overrides: Any) -> Any:
     return config_class(**{**model.config, **overrides})
 
 
-# From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
+# From chapters/07-5-pretrained.md, section "Loading: the hub, or the same shapes at random".
 class ByteTokenizer:
     """The offline stand-in for a hub tokenizer: UTF-8 bytes as tokens.
 
@@ -357,7 +357,7 @@ class ByteTokenizer:
         return f"ByteTokenizer(vocab_size={size}, specials: {specials})"
 
 
-# From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
+# From chapters/07-5-pretrained.md, section "Loading: the hub, or the same shapes at random".
 #: The variables that switch the hub off (``transformers`` obeys them too).
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 #: The kinds of problem: the hub switched off or out of reach, too slow to
@@ -414,7 +414,7 @@ def hub_problem(timeout: float = 3.0) -> tuple[str, str] | None:
     return _probe(endpoint, timeout)
 
 
-# From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
+# From chapters/07-5-pretrained.md, section "Loading: the hub, or the same shapes at random".
 #: huggingface_hub's waits for the hub, in seconds (10 by default).
 HUB_TIMEOUTS = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")
 # The errors that mean the hub was too slow, or out of reach: Python's,
@@ -487,7 +487,7 @@ def _hub_waits(seconds: float) -> Iterator[None]:
             setattr(constants, name, value)
 
 
-# From chapters/07-families.md, section "Loading: the hub, or the same shapes at random".
+# From chapters/07-5-pretrained.md, section "Loading: the hub, or the same shapes at random".
 @dataclass
 class Pretrained:
     """A hub model in our classes: ``model`` (eval mode), its ``tokenizer``
@@ -652,7 +652,7 @@ def load_pretrained(
     )
 
 
-# From chapters/07-families.md, section "One model file, and the checkpoints that ship with the course".
+# From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
 #: What a model file calls its format.
 MODEL_FORMAT = "lib.pretrained.model/1"
 #: Configuration fields that change how a model runs, not what its weights
@@ -736,7 +736,7 @@ for _kind in (
     register_model_kind(replace(_kind, module="lib.pretrained"))
 
 
-# From chapters/07-families.md, section "One model file, and the checkpoints that ship with the course".
+# From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
 def plain_values(value: Any, where: str) -> Any:
     """``value`` made of what ``torch.load(weights_only=True)`` reads back:
     tensors, numbers, strings, lists, tuples and dicts. NumPy numbers become
@@ -1145,7 +1145,7 @@ def load_model(
     return saved
 
 
-# From chapters/07-families.md, section "One model file, and the checkpoints that ship with the course".
+# From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
 #: The folder of the checkpoints that ship with the course.
 CHECKPOINTS = DATA_DIR / "checkpoints"
 #: The manifest: each checkpoint's file, sha256, size, metrics, command.

@@ -133,7 +133,7 @@ class PatchEmbedding(nn.Module):
         check.same_dtype_and_device(
             autocast=True,
             owner="PatchEmbedding",
-            hint="convert them with images.to(model's dtype), e.g. .float()",
+            hint="convert them to the model's dtype, e.g. images.float()",
             images=images,
             weight=self.proj.weight,
         )

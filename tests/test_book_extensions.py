@@ -22,10 +22,10 @@ def test_api_entries_point_at_the_section_that_defines_them():
 
 
 def test_a_chapter_exporting_to_several_modules_is_split_by_module():
-    sections = apilinks.sections_of_definitions(ROOT / "chapters" / "07-families.md")
+    sections = apilinks.sections_of_definitions(ROOT / "chapters" / "08-training.md")
     modules = {name.split(".")[1] for name in sections}
-    assert {"models", "generation", "hf_weights", "objectives"} <= modules
-    assert "lib.generation.beam_search" in sections
+    assert {"training", "batches", "efficiency", "runs"} <= modules
+    assert "lib.training.train" in sections and "lib.runs.char_gpt_run" in sections
 
 
 def test_link_text_drops_markdown_markup():
@@ -40,16 +40,23 @@ def test_figures_are_numbered_per_chapter_in_page_order():
 
     numbers = {  # what Sphinx assigns without numbered sections: one count for all
         "book/intro": {"figure": {"intro-fig": (1,)}},
-        "chapters/07-families": {"figure": {"a": (3,), "b": (2,)}},
+        "chapters/07-1-families": {"figure": {"a": (3,), "b": (2,)}},
+        # a page of the same chapter: its figures go on from the first page's
+        "chapters/07-2-reference": {"figure": {"e": (7,), "f": (6,)}},
         "chapters/08-training": {
             "figure": {"c": (4,), "d": (5,)},
             "table": {"t": (1,)},
         },
     }
     changed = fignumbers.renumber(numbers)
-    assert numbers["chapters/07-families"]["figure"] == {"b": (7, 1), "a": (7, 2)}
+    assert numbers["chapters/07-1-families"]["figure"] == {"b": (7, 1), "a": (7, 2)}
+    assert numbers["chapters/07-2-reference"]["figure"] == {"f": (7, 3), "e": (7, 4)}
     assert numbers["chapters/08-training"]["figure"] == {"c": (8, 1), "d": (8, 2)}
     assert numbers["chapters/08-training"]["table"] == {"t": (8, 1)}
     assert numbers["book/intro"]["figure"] == {"intro-fig": (1,)}  # not a chapter
-    assert changed == ["chapters/07-families", "chapters/08-training"]
+    assert changed == [
+        "chapters/07-1-families",
+        "chapters/07-2-reference",
+        "chapters/08-training",
+    ]
     assert fignumbers.renumber(numbers) == []  # a second pass changes nothing

@@ -66,11 +66,11 @@ def test_each_notebook_installs_only_what_its_chapter_imports():
         for c in chapter_files()
     }
     assert list(needs["01-tokenizer"]) == ["tokenizers"]
-    assert list(needs["07-families"]) == ["transformers"]
+    assert list(needs["07-2-reference"]) == ["transformers"]
     assert list(needs["08-training"]) == ["sacrebleu"]
     assert needs["02-embeddings"] == {}
     # The requirement strings are the `chapters` extra's, so the ranges cannot drift.
-    assert needs["07-families"]["transformers"] == "transformers>=4.46"
+    assert needs["07-2-reference"]["transformers"] == "transformers>=4.46"
 
 
 def test_solutions_are_collapsed_and_myst_roles_are_plain_markdown():
@@ -126,7 +126,7 @@ def test_install_cell_installs_nothing_where_lib_is_installed(tmp_path):
 
 def test_install_cell_checks_versions_and_platforms(capsys):
     cell = "".join(
-        load(notebooks.NOTEBOOKS / "07-families.ipynb")["cells"][1]["source"]
+        load(notebooks.NOTEBOOKS / "07-2-reference.ipynb")["cells"][1]["source"]
     )
     definitions = cell[: cell.index("# TFS_REPO names")]  # imports, settings, helpers
     scope: dict = {}

@@ -288,4 +288,6 @@ def test_rope_at_is_chapter_3s_rotation():
 
     x = torch.randn(2, 3, 7, 8)
     rotary = RotaryEmbedding(8)
-    assert torch.allclose(rope_at(x, torch.arange(4, 11)), rotary(x, offset=4), atol=1e-5)
+    assert torch.allclose(
+        rope_at(x, torch.arange(4, 11)), rotary(x, offset=4), atol=1e-5
+    )

@@ -217,7 +217,12 @@ def test_span_corruption_reconstructs_exactly_and_respects_padding():
     lengths = [1, 2, 3, 7, 20, 64, 150, 33]
     ids, rows = _padded_batch(lengths, vocab=(1, 900))
     batch = span_corruption_batch(
-        ids, sentinel_ids=SENTINELS, pad_id=PAD, vocab_size=SPAN_VOCAB, generator=_gen(2), eos_id=EOS
+        ids,
+        sentinel_ids=SENTINELS,
+        pad_id=PAD,
+        vocab_size=SPAN_VOCAB,
+        generator=_gen(2),
+        eos_id=EOS,
     )
     for b, row in enumerate(rows):
         inputs = batch.inputs[b][batch.inputs[b] != PAD]
@@ -246,7 +251,11 @@ def test_span_corruption_reconstructs_exactly_and_respects_padding():
 def test_span_corruption_is_deterministic_and_shorter():
     ids, _ = _padded_batch([100] * 8, vocab=(1, 900))
     make = lambda seed: span_corruption_batch(
-        ids, sentinel_ids=SENTINELS, pad_id=PAD, vocab_size=SPAN_VOCAB, generator=_gen(seed)
+        ids,
+        sentinel_ids=SENTINELS,
+        pad_id=PAD,
+        vocab_size=SPAN_VOCAB,
+        generator=_gen(seed),
     )
     first, again, other = make(0), make(0), make(1)
     assert torch.equal(first.inputs, again.inputs)
@@ -292,7 +301,12 @@ def test_span_corruption_refuses_text_ids_outside_the_vocabulary():
 def test_span_corruption_decoder_start_id():
     ids, _ = _padded_batch([30])
     batch = span_corruption_batch(
-        ids, sentinel_ids=SENTINELS, pad_id=PAD, vocab_size=SPAN_VOCAB, generator=_gen(), decoder_start_id=7
+        ids,
+        sentinel_ids=SENTINELS,
+        pad_id=PAD,
+        vocab_size=SPAN_VOCAB,
+        generator=_gen(),
+        decoder_start_id=7,
     )
     assert batch.decoder_inputs[0, 0] == 7
 
@@ -309,7 +323,9 @@ def test_span_corruption_decoder_start_id():
 )
 def test_span_corruption_bad_input(kwargs, match):
     ids = torch.tensor([[5] + [6] * 60])
-    options = dict(sentinel_ids=SENTINELS, pad_id=PAD, vocab_size=SPAN_VOCAB, generator=_gen())
+    options = dict(
+        sentinel_ids=SENTINELS, pad_id=PAD, vocab_size=SPAN_VOCAB, generator=_gen()
+    )
     options.update(kwargs)
     with pytest.raises(ValueError, match=match):
         span_corruption_batch(ids, **options)
@@ -405,7 +421,11 @@ def test_span_corruption_refuses_ambiguous_sentinels(sentinels):
     ids = torch.tensor([[5] + [6] * 10])
     with pytest.raises(ValueError, match="sentinel_ids must be a non-empty list of"):
         span_corruption_batch(
-            ids, sentinel_ids=sentinels, pad_id=PAD, eos_id=EOS, generator=_gen(),
+            ids,
+            sentinel_ids=sentinels,
+            pad_id=PAD,
+            eos_id=EOS,
+            generator=_gen(),
             vocab_size=SPAN_VOCAB,
         )
 

@@ -733,7 +733,9 @@ def _models_and_tokenizers():
 
     torch.manual_seed(0)
     bpe = BPETokenizer().train("low lower lowest newer newest " * 4, 262, ["<eos>"])
-    text = dict(vocab_size=bpe.vocab_size, d_model=16, n_heads=2, n_layers=1, max_len=16)
+    text = dict(
+        vocab_size=bpe.vocab_size, d_model=16, n_heads=2, n_layers=1, max_len=16
+    )
     char_gpt, chars = _tiny_gpt()
     t5_cfg = TransformerConfig(**text, positions="t5", n_decoder_layers=2)
     classifier = SequenceClassifier(BERT(TransformerConfig(**text)), 3, dropout=0.2)

@@ -1042,7 +1042,10 @@ def test_load_checkpoint_changes_nothing_when_the_optimizer_does_not_fit(tmp_pat
     for optim, message in (
         (one_group, "the optimizer has 1 parameter groups, the file 2"),
         (make_optimizer(frozen, 1e-3), r"the optimizer's groups hold \[\d+, \d+\]"),
-        (other_shapes, r"exp_avg of parameter \d+: \(\d+, 16\) in the checkpoint, \(\d+, 32\)"),
+        (
+            other_shapes,
+            r"exp_avg of parameter \d+: \(\d+, 16\) in the checkpoint, \(\d+, 32\)",
+        ),
     ):
         draw = torch.get_rng_state()
         with pytest.raises(CheckpointError, match=message):

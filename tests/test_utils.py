@@ -328,7 +328,9 @@ def test_device_helpers_take_a_torch_device_and_name_what_they_refuse():
     assert get_precision(torch.device("cpu")).dtype == torch.float32
     with pytest.raises(TypeError, match="get_device: prefer must be a device such as"):
         get_device(0)
-    with pytest.raises(ValueError, match=r"get_precision: unknown device 'gpu'; device must be"):
+    with pytest.raises(
+        ValueError, match=r"get_precision: unknown device 'gpu'; device must be"
+    ):
         get_precision("gpu")
     with pytest.raises(TypeError, match="get_precision: device must be .* got float"):
         get_precision(1.5)
@@ -340,7 +342,9 @@ def test_device_helpers_take_a_torch_device_and_name_what_they_refuse():
     assert PRECISIONS["fp16"].use_grad_scaler and not PRECISIONS["bf16"].use_grad_scaler
     with pytest.raises(TypeError, match="autocast: precision must be .* got 'half'"):
         autocast("cpu", "half")
-    with pytest.raises(ValueError, match="autocast: unknown device 'gpu'; device must be"):
+    with pytest.raises(
+        ValueError, match="autocast: unknown device 'gpu'; device must be"
+    ):
         autocast("gpu", "fp32")
 
 
@@ -360,12 +364,18 @@ def test_dataset_helpers_take_paths_and_name_what_they_refuse(tmp_path):
     assert datasets.sha256_file(shipped) == datasets.sha256_file(str(shipped))
     with pytest.raises(TypeError, match="sha256_file: path must be a path .* NoneType"):
         datasets.sha256_file(None)
-    with pytest.raises(TypeError, match="data_path: dataset must be a lib.datasets.Dataset"):
+    with pytest.raises(
+        TypeError, match="data_path: dataset must be a lib.datasets.Dataset"
+    ):
         datasets.data_path("tinyshakespeare/input.txt")
     digest = "0" * 64
-    with pytest.raises(TypeError, match=r"url must be a str .* \(are url and dest swapped\?\)"):
+    with pytest.raises(
+        TypeError, match=r"url must be a str .* \(are url and dest swapped\?\)"
+    ):
         datasets.download(tmp_path / "x.txt", "https://example.com/x", sha256=digest)
-    with pytest.raises(ValueError, match="url must start with http://, https:// or file://"):
+    with pytest.raises(
+        ValueError, match="url must start with http://, https:// or file://"
+    ):
         datasets.download("example.com/x.txt", tmp_path / "x.txt", sha256=digest)
     with pytest.raises(TypeError, match="download: dest must be a path"):
         datasets.download("https://example.com/x.txt", None, sha256=digest)

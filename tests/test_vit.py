@@ -554,6 +554,9 @@ def test_vit_names_images_of_another_dtype_than_its_weights(dtype):
                   n_layers=1)
     )  # fmt: skip
     images = torch.rand(2, 1, 28, 28, dtype=dtype)
-    with pytest.raises(TypeError, match=f"images {dtype}, weight torch.float32"):
+    with pytest.raises(
+        TypeError,
+        match=f"images {dtype}, weight torch.float32; convert them to the model.s dtype",
+    ):
         model(images)
     assert model(images.float()).shape == (2, 10)

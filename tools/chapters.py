@@ -46,7 +46,13 @@ CHAPTERS: tuple[Chapter, ...] = (
         7,
         "The model families",
         MODELS,
-        ("07-families",),
+        (
+            "07-1-families",
+            "07-2-reference",
+            "07-3-objectives",
+            "07-4-decoding",
+            "07-5-pretrained",
+        ),
         ("models", "hf_weights", "objectives", "generation", "pretrained"),
     ),
     Chapter(
@@ -75,7 +81,7 @@ def modules() -> list[str]:
 
 
 def chapter_of_page(page: str) -> Chapter:
-    """The chapter a page (``"07-families"``) belongs to."""
+    """The chapter a page (``"07-2-reference"``) belongs to."""
     for chapter in CHAPTERS:
         if page in chapter.pages:
             return chapter

@@ -283,6 +283,19 @@ def figure_of(cell) -> dict | None:
     return figure if figure and figure.get("name") else None
 
 
+def chapter_figures(page: Path) -> dict[str, int]:
+    """The figures of ``page``'s chapter (every page sharing its ``NN-`` prefix, in
+    order), numbered from 1 through the chapter."""
+    import jupytext
+
+    pages = [p for p in chapter_files() if p.name[:3] == page.name[:3]]
+    named = []
+    for each in pages:
+        cells = jupytext.reads(each.read_text(encoding="utf-8"), fmt="md:myst").cells
+        named += [figure_of(c)["name"] for c in cells if figure_of(c)]
+    return {name: number for number, name in enumerate(named, start=1)}
+
+
 def render(chapter: Path) -> str:
     """The notebook for one chapter, as the exact text written to ``notebooks/``."""
     import jupytext
@@ -294,9 +307,9 @@ def render(chapter: Path) -> str:
         nbformat.v4.new_markdown_cell(intro_cell(chapter)),
         nbformat.v4.new_code_cell(install_cell(source)),
     ]
-    # Figures are numbered per page in the book (Fig. 1, Fig. 2, ...): the same here.
-    named = [figure_of(c)["name"] for c in notebook.cells if figure_of(c)]
-    figures = {name: number for number, name in enumerate(named, start=1)}
+    # Figures are numbered through the chapter, its pages in order (Fig. 1, Fig. 2,
+    # ...), as the book numbers them (book/_ext/fignumbers.py): the same here.
+    figures = chapter_figures(chapter)
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
             cell.source = plain_markdown(cell.source, figures)
