@@ -56,7 +56,7 @@ from lib.tokenizer import CharTokenizer
 from lib.training import (
     TrainHistory,
     WarmupCosineSchedule,
-    _tokens_in,
+    tokens_in,
     distributed_setup,
     evaluate,
     make_optimizer,
@@ -799,10 +799,10 @@ def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
     else:
         tokenizer, _, _, batch_at, test_batches = _t5_data(sizes, 0)
         sample = range(0, n_steps, max(1, n_steps // 64))
-        sampled_tokens = sum(_tokens_in(batch_at(s)) for s in sample)
+        sampled_tokens = sum(tokens_in(batch_at(s)) for s in sample)
         per_batch = sampled_tokens / len(sample)
         seq_len = max(1, round(per_batch / (2 * batch_size)))  # per stack
-        test_tokens = sum(_tokens_in(b) for b in test_batches)
+        test_tokens = sum(tokens_in(b) for b in test_batches)
         # the characters, <pad> and </s>
         cfg = _run_config(run, sizes, tokenizer.vocab_size + 2)
         model = _on_meta(lambda: T5(cfg, start_id=0))

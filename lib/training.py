@@ -84,6 +84,7 @@ __all__ = [
     "evaluate",
     "TrainHistory",
     "NonFiniteLossError",
+    "tokens_in",
     "train",
     "distributed_setup",
 ]
@@ -808,7 +809,9 @@ class NonFiniteLossError(FloatingPointError):
         )
 
 
-def _tokens_in(batch: Batch) -> int:
+def tokens_in(batch: Batch) -> int:
+    """The tokens a batch feeds the model: its inputs, and a decoder's
+    inputs too (what throughput and FLOP estimates count)."""
     return sum(batch[k].numel() for k in ("inputs", "decoder_inputs") if k in batch)
 
 
@@ -1022,7 +1025,7 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         if scheduler is not None:
             scheduler.step()
-        history.tokens += _tokens_in(whole)
+        history.tokens += tokens_in(whole)
         if logged:
             history.steps.append(done)
             history.losses.append(loss_value)

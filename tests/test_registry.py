@@ -106,3 +106,33 @@ def test_contributing_names_the_modules_of_each_chapter_that_writes_several():
                 f"CONTRIBUTING's layout does not say what chapter {chapter.number} writes"
             )
             assert re.findall(r"`(\w+)`", sentence.group(1)) == list(chapter.modules)
+
+
+def _lib_imports(module: str) -> list[tuple[str, list[str]]]:
+    """``(lib module, names)`` for each ``from lib.x import ...`` (and ``import lib.x``)
+    at any level of ``lib/<module>.py``."""
+    tree = ast.parse(_read(f"lib/{module}.py"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lib."):
+            found.append((node.module.split(".")[1], [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [
+                (a.name.split(".")[1], [])
+                for a in node.names
+                if a.name.startswith("lib.")
+            ]
+    return found
+
+
+def test_layers_point_down():
+    """A module imports only what its own or an earlier chapter built (and the
+    hand-written plumbing), and no private name of another module: chapter 7's
+    lib.pretrained does not reach into chapter 10, lib.runs uses public names."""
+    chapter_of_module = {m: c.number for c in CHAPTERS for m in c.modules}
+    for module, number in chapter_of_module.items():
+        for imported, names in _lib_imports(module):
+            if imported in chapter_of_module:
+                assert chapter_of_module[imported] <= number, (module, imported)
+            private = [n for n in names if n.startswith("_")]
+            assert imported == "_checks" or not private, (module, imported, private)

@@ -24,7 +24,7 @@ from lib.runs import (
     run_sizes,
     split_pairs_by_source,
 )
-from lib.training import _tokens_in
+from lib.training import tokens_in
 from lib.utils import PROFILES, read_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +99,7 @@ def test_run_flops_samples_t5_batches_close_to_the_exact_count():
 
     sizes = run_sizes("t5", "smoke")
     _, _, _, batch_at, _ = _t5_data(sizes, 0)
-    exact = sum(_tokens_in(batch_at(step)) for step in range(sizes["n_steps"]))
+    exact = sum(tokens_in(batch_at(step)) for step in range(sizes["n_steps"]))
     work = run_flops("t5", "smoke")
     assert work["train_tokens"] == pytest.approx(exact, rel=0.05)
     assert work["steps"] == sizes["n_steps"]
