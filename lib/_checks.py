@@ -66,6 +66,12 @@ Tensors:
   ``0..size - 1`` (token ids against a vocabulary); it **reads the values**;
 * :func:`same_device` ``(**tensors)``: the named tensors are on one device (``ValueError``);
   a ``None`` among them is an optional tensor not given, and is skipped;
+* :func:`layer_forward` ``(axes, weight, *, name="x", casts=False)`` -> a checker for
+  :func:`front_door`: a layer's ``forward(x)`` or ``forward(x, offset=0)``, ``x`` a
+  floating-point tensor with those axes (the last one's size read from the layer's
+  attribute of that name), on the device of the layer's ``weight`` (an attribute path)
+  and of its dtype (as :func:`layer_input`), unless the layer ``casts`` the weight to
+  ``x``'s dtype itself; ``offset`` an int ``>= 0``;
 * :func:`attention_inputs` ``(q, k, v)``: queries ``(batch heads q_pos d_head)``, keys
   ``(batch kv_heads k_pos d_head)`` and values ``(batch kv_heads k_pos d_v)`` of one
   floating dtype on one device, ``heads`` a multiple of ``kv_heads``;
@@ -119,6 +125,7 @@ __all__ = [
     "ids_in_range",
     "integer",
     "layer_input",
+    "layer_forward",
     "nonnegative_ints",
     "one_of",
     "positive_int",
@@ -806,6 +813,35 @@ def layer_input(
     tensor(name, x, axes, floating=True, owner=owner, hint=hint, **sizes)
     same_dtype_and_device(autocast=True, owner=owner, **{name: x, "weight": weight})
     return x
+
+
+def layer_forward(
+    axes: str, weight: str, *, name: str = "x", casts: bool = False
+) -> Callable[..., None]:
+    """The front-door checker of a layer's ``forward(x)`` or ``forward(x, offset=0)``.
+
+    ``x`` (the argument ``name``) must be a floating-point tensor with the named ``axes``,
+    the last of them of the size the layer keeps under that name (``"... d_model"`` reads
+    ``layer.d_model``), on the device of the layer's ``weight``, an attribute path such as
+    ``"embedding.weight"`` (a layer without it, or with ``None`` there, is not compared),
+    and of that weight's dtype too, as :func:`layer_input` says, unless the layer ``casts``
+    the weight to ``x``'s dtype itself (a norm, a table of positions). ``offset`` must be
+    an int ``>= 0``. Messages are owned by the layer's class name.
+    """
+    size, path = axes.split()[-1], weight.split(".")
+
+    def checker(layer: Any, x: Any = None, offset: Any = 0, **named: Any) -> None:
+        x, owner = named.get(name, x), type(layer).__name__
+        held = functools.reduce(lambda obj, attr: getattr(obj, attr, None), path, layer)
+        sizes = {size: getattr(layer, size)}
+        if casts:
+            tensor(name, x, axes, floating=True, owner=owner, **sizes)
+            same_device(owner=owner, **{name: x, path[-1]: held})
+        else:
+            layer_input(name, x, axes, held, owner=owner, **sizes)
+        int_at_least("offset", offset, 0, owner=owner)
+
+    return checker
 
 
 def attention_inputs(

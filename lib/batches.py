@@ -68,13 +68,13 @@ def _token_stream(tokens, seq_len, batch_size, seed, objective) -> tuple[Any, An
         )
     check.positive_ints(batch_size=batch_size, seq_len=seq_len)
     check.int_at_least("seed", seed, 0)
-    if objective is not None and not callable(objective):
-        raise TypeError(f"objective must be (windows, generator) -> batch, {objective}")
+    if objective is not None:
+        hint = "(windows, generator) -> batch"
+        check.function("objective", objective, hint=hint)
     if isinstance(tokens, torch.Tensor) and tokens.is_floating_point():
         raise TypeError(f"tokens must be integer ids, got dtype {tokens.dtype}")
     tokens = torch.as_tensor(tokens, dtype=torch.long)
-    if tokens.dim() != 1:
-        raise ValueError(f"tokens must be one stream (n,), got {tuple(tokens.shape)}")
+    check.tensor("tokens", tokens, "n", hint="one stream of ids")
     if len(tokens) < seq_len + 1:  # a context and the token after it
         n, window = len(tokens), f"seq_len + 1 = {seq_len + 1}"
         raise ValueError(f"it holds {n} tokens, fewer than one window of {window}")

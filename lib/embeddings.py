@@ -139,12 +139,6 @@ class TokenEmbedding(nn.Module):
 
 
 # From chapters/02-embeddings.md, section "The un-embedding: from vectors back to tokens".
-def _check_hidden(unembedding, hidden) -> None:
-    sizes = dict(d_model=unembedding.d_model, owner="Unembedding")
-    weight = unembedding.weight
-    check.layer_input("hidden", hidden, "... d_model", weight, **sizes)
-
-
 class Unembedding(nn.Module):
     """Scores every token: ``(... d_model)`` vectors to ``(... vocab)``
     logits.
@@ -199,7 +193,7 @@ class Unembedding(nn.Module):
         self.is_tied = tie_to is not None
         self.bias = nn.Parameter(torch.zeros(vocab_size)) if bias else None
 
-    @check.front_door(_check_hidden)
+    @check.front_door(check.layer_forward("... d_model", "weight", name="hidden"))
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Score every token of the vocabulary.
 

@@ -69,11 +69,9 @@ FFN_ACTIVATIONS = {
 
 
 # From chapters/05-ffn.md, section "The module".
-def _check_ffn_input(ffn: nn.Module, x: torch.Tensor) -> None:
-    """Both FFNs' front door: ``x`` ``(... d_model)`` in the dtype and on
-    the device of the weights (any dtype under autocast)."""
-    sizes = dict(d_model=ffn.d_model, owner=type(ffn).__name__)
-    check.layer_input("x", x, "... d_model", ffn.w_in.weight, **sizes)
+# Both FFNs' front door: ``x`` ``(... d_model)`` in the dtype and on the
+# device of the weights (any dtype under autocast).
+_check_ffn_input = check.layer_forward("... d_model", "w_in.weight")
 
 
 class FeedForward(nn.Module):

@@ -51,13 +51,9 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def _check_features(module: nn.Module, x: torch.Tensor) -> None:
-    """``x`` is a float ``(... d_model)`` tensor on the device of
-    ``module.weight``."""
-    owner, sizes = type(module).__name__, dict(d_model=module.d_model)
-    check.tensor("x", x, "... d_model", floating=True, owner=owner, **sizes)
-    if getattr(module, "weight", None) is not None:
-        check.same_device(x=x, weight=module.weight, owner=owner)
+# ``x`` is a float ``(... d_model)`` tensor on the device of
+# ``module.weight``, if it has one (the norm casts it to x's dtype)
+_check_features = check.layer_forward("... d_model", "weight", casts=True)
 
 
 # From chapters/06-norms.md, section "The module".

@@ -22,7 +22,6 @@ positions ``offset .. offset + q_len - 1`` and keys at ``0 .. k_len - 1``.
 """
 
 import math
-import operator
 
 import torch
 from einops import einsum, rearrange
@@ -59,23 +58,6 @@ def _finer_than_tables(dtype: torch.dtype) -> bool:
     computed afresh.
     """
     return torch.finfo(dtype).bits > 32
-
-
-def _check_input(owner: str, axis: str, table: str):
-    """The front-door checker of a module's ``forward(x, offset=0)``: ``x``
-    ``(... seq axis)``, ``axis`` the module's attribute of that name (its
-    size), floating point, on the device of the module's ``table`` (an
-    attribute path, ``"embedding.weight"``); ``offset`` an int ``>= 0``.
-    """
-    name, read = table.split(".")[-1], operator.attrgetter(table)
-
-    def checker(module, x, offset=0) -> None:
-        shape, sizes = f"... seq {axis}", {axis: getattr(module, axis)}
-        check.tensor("x", x, shape, floating=True, owner=owner, **sizes)
-        check.same_device(x=x, owner=owner, **{name: read(module)})
-        check.int_at_least("offset", offset, 0, owner=owner)
-
-    return checker
 
 
 # From chapters/03-positions.md, section "Sinusoidal positions".
@@ -168,7 +150,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.d_model, self.base = table.shape[-1], float(base)
         self.dropout = nn.Dropout(dropout)
 
-    @check.front_door(_check_input("SinusoidalPositionalEncoding", "d_model", "pe"))
+    @check.front_door(check.layer_forward("... seq d_model", "pe", casts=True))
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Add ``PE[offset + t]`` to row ``t`` of ``x``.
 
@@ -191,7 +173,9 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 # From chapters/03-positions.md, section "Learned absolute positions".
 _LEARNED = "LearnedPositionalEmbedding"
-_check_learned_input = _check_input(_LEARNED, "d_model", "embedding.weight")
+_check_learned_input = check.layer_forward(
+    "... seq d_model", "embedding.weight", casts=True
+)
 
 
 def _check_learned(module, x, offset=0) -> None:
@@ -381,7 +365,7 @@ class RotaryEmbedding(nn.Module):
         cos, sin = _rope_cos_sin(positions, self.d_head, self.base)
         return cos.to(table.device, dtype), sin.to(table.device, dtype)
 
-    @check.front_door(_check_input("RotaryEmbedding", "d_head", "cos_cached"))
+    @check.front_door(check.layer_forward("... seq d_head", "cos_cached", casts=True))
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Rotate row ``t`` of ``x`` (a query or a key) to position
         ``offset + t``.

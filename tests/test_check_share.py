@@ -12,10 +12,11 @@ from tools import check_share
 # module plus the hand-written lib/_checks.py (all of it counts as checking) and
 # lib/utils.py. Issue 30's goal is at most 20 % for a chapter's module and 14 % in total;
 # lib is not there yet (20.4 % in total when the measure began to count _checks.py and
-# utils.py), so these limits are a ratchet: lower them as checks are shared or removed,
-# never raise them.
-MAX_MODULE_OF_CODE = 27.0
-MAX_TOTAL_OF_CODE = 21.0
+# utils.py; 20.35 % and at most 25.0 % a module, attention's and objectives', once
+# check.layer_forward was shared), so these limits are a ratchet: lower them as checks are
+# shared or removed, never raise them.
+MAX_MODULE_OF_CODE = 25.0
+MAX_TOTAL_OF_CODE = 20.4
 MODULES = check_share.chapter_modules()
 
 

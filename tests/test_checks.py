@@ -398,6 +398,31 @@ def test_layer_input_checks_axes_dtype_and_device_against_the_weight():
         )
 
 
+def test_layer_forward_checks_a_layers_input_against_its_weight():
+    class Layer(torch.nn.Module):
+        def __init__(self, affine: bool = True) -> None:
+            super().__init__()
+            self.d_model, self.inner = 8, torch.nn.Linear(8, 4) if affine else None
+
+    plain = check.layer_forward("... d_model", "inner.weight")
+    casts = check.layer_forward("... seq d_model", "inner.weight", casts=True)
+    x = torch.zeros(2, 3, 8)
+    plain(Layer(), x)
+    casts(Layer(), x.double(), 2)
+    casts(Layer(affine=False), x.to("meta"))  # no weight: nothing to compare
+    with pytest.raises(ValueError, match=r"Layer: x must have shape .* with d_model=8"):
+        plain(Layer(), torch.zeros(2, 4))
+    with pytest.raises(TypeError, match="x and weight must share a dtype"):
+        plain(Layer(), x.double())
+    with pytest.raises(ValueError, match="x and weight must be on one device"):
+        casts(Layer(), x.to("meta"))
+    with pytest.raises(ValueError, match="Layer: offset must be an int >= 0, got -1"):
+        casts(Layer(), x, -1)
+    hidden = check.layer_forward("... d_model", "inner.weight", name="hidden")
+    with pytest.raises(TypeError, match="hidden must be a floating-point tensor"):
+        hidden(Layer(), hidden=x.long())
+
+
 def test_ids_in_range_reads_the_values():
     ids = torch.tensor([[0, 9], [3, 4]])
     assert check.ids_in_range("token id", ids, 10) is ids
