@@ -56,12 +56,12 @@ from lib.tokenizer import CharTokenizer
 from lib.training import (
     TrainHistory,
     WarmupCosineSchedule,
-    tokens_in,
     distributed_setup,
     evaluate,
     make_optimizer,
     make_scheduler,
     model_loss,
+    tokens_in,
     train,
 )
 from lib.utils import (

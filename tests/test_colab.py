@@ -99,7 +99,15 @@ def test_citations_become_linked_author_year_labels():
         "[Gage, 1994](http://www.pennelynn.com/Documents/CUJ/HTML/94HTML/19940045.HTM))"
     )
     assert notebooks.plain_markdown("see {numref}`fig-a`", {"fig-a": 2}) == "see Fig. 2"
-    assert notebooks.plain_markdown("{ref}`lib.x <api-lib-x>`", {}) == "*lib.x*"
+    # a module's name as code (the sentences around it are often in italics)
+    assert notebooks.plain_markdown("{ref}`lib.x <api-lib-x>`", {}) == "`lib.x`"
+    assert notebooks.plain_markdown("{ref}`the rule <sec-rule>`", {}) == "*the rule*"
+    # another page of the course links to its own Colab notebook
+    linked = notebooks.plain_markdown("{doc}`page 7.2 <07-2-reference>`", {})
+    assert linked == f"[page 7.2]({notebooks.colab_url('07-2-reference.ipynb')})"
+    untitled = notebooks.plain_markdown("{doc}`../chapters/08-training`", {})
+    assert untitled.startswith("[8. Training")  # the page's own title
+    assert untitled.endswith(f"({notebooks.colab_url('08-training.ipynb')})")
     with pytest.raises(SystemExit, match="no such entry"):
         notebooks.plain_markdown("{cite}`nobody1999`", {})
 

@@ -257,7 +257,7 @@ def test_decoupled_rope_scores_accepts_the_reference_and_reports_a_stub(capsys):
         raise NotImplementedError
 
     assert check_decoupled_rope_scores(stub) is None
-    assert "Exercise 4" in capsys.readouterr().out
+    assert "Exercise 1 (page 7.1)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,7 @@ from tools.tangle import CHAPTER_WIDTH, chapter_files, ruff_format
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
+CHAPTERS_DIR = ROOT / "chapters"
 CONFIG = ROOT / "_config.yml"
 PYPROJECT = ROOT / "pyproject.toml"
 COLAB = "https://colab.research.google.com"
@@ -271,8 +272,21 @@ def plain_markdown(text: str, figures: dict[str, int]) -> str:
             if target not in figures:
                 raise SystemExit(f"{{numref}}`{target}`: no figure of that name")
             return f"Fig. {figures[target]}"
-        titled = re.fullmatch(r"(.*?)\s*<[^>]+>", target)
-        return f"*{titled.group(1) if titled else target}*"
+        titled = re.fullmatch(r"(.*?)\s*<([^>]+)>", target)
+        title, goal = (titled.group(1), titled.group(2)) if titled else (target, target)
+        page = goal.rsplit("/", 1)[-1]
+        source = CHAPTERS_DIR / f"{page}.md"
+        if role == "doc" and source.is_file():
+            # another page of the course: its own Colab notebook, under its title
+            if not titled:
+                heading = re.search(
+                    r"^# (.+)$", source.read_text(encoding="utf-8"), re.M
+                )
+                title = heading.group(1) if heading else page
+            return f"[{title}]({colab_url(page + '.ipynb')})"
+        if role == "ref" and title.startswith("lib."):
+            return f"`{title}`"  # a module's name, as code (no italics inside italics)
+        return f"*{title}*"
 
     return ROLE.sub(replace, text)
 

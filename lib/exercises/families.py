@@ -1,4 +1,4 @@
-"""Checkers for the exercises of chapter 7 (the families: training and generation).
+"""Checkers for the exercises of chapter 7 (pages 7.1, 7.3 and 7.4), numbered per page.
 
 Each checker runs the reader's function on seeded inputs, compares it with a reference,
 and names the typical mistake when it recognises one: spans appended instead of put
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 
-# -- Exercise 1 ------------------------------------------------------------
+# -- Exercise 1 of page 7.3 ------------------------------------------------------------
 
 
 Example = tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]
@@ -79,7 +79,7 @@ def _spans_of(targets: torch.Tensor, sentinels: set[int]) -> list[list[int]]:
     return spans[:-1]  # the final sentinel opens no span
 
 
-@checker("Exercise 1: undo span corruption")
+@checker("Exercise 1 (page 7.3): undo span corruption")
 def check_restore_spans(restore: Callable[..., torch.Tensor]) -> None:
     """``restore(inputs, targets, sentinel_ids)``: 1-D ``(in_len,)`` and ``(out_len,)``
     ids of one example, no padding, no eos -> the original ids ``(seq,)``."""
@@ -122,7 +122,7 @@ def check_restore_spans(restore: Callable[..., torch.Tensor]) -> None:
         raise ExerciseError(f"{what} is wrong: expected {expected}, got {got.tolist()}")
 
 
-# -- Exercise 2 ------------------------------------------------------------
+# -- Exercise 1 of page 7.4 ------------------------------------------------------------
 
 
 def _min_p_reference(logits: torch.Tensor, min_p: float) -> torch.Tensor:
@@ -138,7 +138,7 @@ def _same_logits(got: torch.Tensor, want: torch.Tensor) -> bool:
     return bool(torch.allclose(got[finite].double(), want[finite].double(), atol=1e-5))
 
 
-@checker("Exercise 2: min-p filtering")
+@checker("Exercise 1 (page 7.4): min-p filtering")
 def check_min_p_filter(min_p_filter: Callable[..., torch.Tensor]) -> None:
     """``min_p_filter(logits, min_p)``: ``(batch vocab)`` -> ``(batch vocab)`` with the
     tokens whose probability is below ``min_p`` times the row's largest at -inf."""
@@ -192,10 +192,10 @@ def check_min_p_filter(min_p_filter: Callable[..., torch.Tensor]) -> None:
         )
 
 
-# -- Exercise 3 ------------------------------------------------------------
+# -- Exercise 2 of page 7.4 ------------------------------------------------------------
 
 
-@checker("Exercise 3: tokens per target call")
+@checker("Exercise 2 (page 7.4): tokens per target call")
 def check_speculation_rate(
     speculation_rate: Callable[[torch.Tensor, torch.Tensor, int], tuple[float, float]],
 ) -> None:
@@ -276,7 +276,7 @@ def check_speculation_rate(
             )
 
 
-# -- Exercise 4: MLA's decoupled RoPE key ------------------------------------------------
+# -- Exercise 1 of page 7.1: MLA's decoupled RoPE key ------------------------------------------------
 
 
 def rope_at(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -310,7 +310,7 @@ def _decoupled_scores(
     return content + position
 
 
-@checker("Exercise 4: MLA's decoupled RoPE key")
+@checker("Exercise 1 (page 7.1): MLA's decoupled RoPE key")
 def check_decoupled_rope_scores(scores: Callable[..., torch.Tensor]) -> None:
     """``scores(q_content, q_rope, latent, k_rope, w_uk)`` -> ``(batch heads q_pos
     k_pos)``: each head's content score read from the latents (``W_UK`` folded into the
