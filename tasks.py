@@ -545,6 +545,21 @@ def check_figures() -> None:
     say("every chapter's figures are in the rendered book")
 
 
+def maths_problem(html: str) -> str | None:
+    """Why a built page's maths would not render offline, or None: MathJax loaded from
+    anywhere but the book's own copy, or a page with maths that loads none (a page
+    without maths, such as one of only code and prose, needs none)."""
+    scripts = re.findall(r'<script[^>]*src="([^"]*mathjax[^"]*)"', html, re.I)
+    if any(not s.startswith("../_static/mathjax/") for s in scripts):
+        return f"MathJax from {scripts}"
+    has_maths = re.search(r'class="math[" ]', html) is not None
+    if has_maths and not scripts:
+        return "maths, but MathJax from nowhere"
+    if not html:
+        return "no page"
+    return None
+
+
 def check_offline_maths() -> None:
     """Fail if a chapter page loads MathJax from anywhere but the book's own copy."""
     wrong = []
@@ -554,12 +569,12 @@ def check_offline_maths() -> None:
     for chapter in toc_chapters():
         page = ROOT / "_build" / "html" / "chapters" / f"{chapter.stem}.html"
         html = page.read_text(encoding="utf-8") if page.exists() else ""
-        scripts = re.findall(r'<script[^>]*src="([^"]*mathjax[^"]*)"', html, re.I)
-        if not scripts or any(not s.startswith("../_static/mathjax/") for s in scripts):
-            wrong.append(f"{chapter.name}: MathJax from {scripts or 'nowhere'}")
+        problem = maths_problem(html)
+        if problem:
+            wrong.append(f"{chapter.name}: {problem}")
     if wrong:
         sys.exit("[tasks] maths would not render offline:\n  " + "\n  ".join(wrong))
-    say("every chapter page loads the book's own copy of MathJax (maths works offline)")
+    say("every chapter page with maths loads the book's own copy of MathJax (offline)")
 
 
 def check_colab_buttons() -> None:

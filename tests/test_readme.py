@@ -24,7 +24,7 @@ def test_the_readme_example_is_short():
 
 def test_the_readme_example_trains_saves_reloads_and_samples(tmp_path: Path):
     """Train 300 steps, save, reload, sample; then the shipped char-GPT's 300
-    characters. It took 20-35 s on this project's 2-core CPU; the timeout only stops a
+    characters. It took 12 s on one core of this project's CPU; the timeout only stops a
     hang (no timed assert: a busy machine is not the example's fault)."""
     began = time.perf_counter()
     done = subprocess.run(

@@ -405,3 +405,16 @@ def test_a_chapter_saved_from_jupyterlab_is_unchanged(chapter):
     if jupytext.__version__ not in version.search(text).group(0):
         saved = version.sub(version.search(text).group(0), saved)
     assert saved == text
+
+
+def test_offline_maths_check_reads_each_page():
+    """A page with maths needs the book's own MathJax; a page without maths (chapter
+    7.2 is code and prose) needs none; MathJax from elsewhere is always wrong."""
+    own = '<script defer src="../_static/mathjax/tex-chtml.js"></script>'
+    cdn = '<script src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js"></script>'
+    maths = '<span class="math notranslate nohighlight">\\(x\\)</span>'
+    assert tasks.maths_problem(own + maths) is None
+    assert tasks.maths_problem("<p>code and prose</p>") is None
+    assert tasks.maths_problem(maths) == "maths, but MathJax from nowhere"
+    assert "MathJax from ['https://cdn" in tasks.maths_problem(cdn + maths)
+    assert tasks.maths_problem("") == "no page"
