@@ -294,7 +294,9 @@ def scaled_dot_product_attention(
     Returns ``(batch heads q_pos d_v)``, and the weights
     ``(batch heads q_pos k_pos)`` too when ``return_weights``. A query whose
     keys are all masked gets zero weights and a zero output, and a key
-    that no query may see adds nothing, whatever it holds.
+    that ``mask`` (or ``causal``) hides from every query adds nothing,
+    whatever it holds; a key hidden only by a ``-inf`` in ``bias`` must
+    hold finite values.
     """
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -601,6 +603,12 @@ def _check_mha_call(mha, x, context=None, **options) -> None:
         sizes |= dict(d_head=mha.d_head, owner=owner, hint=hint)
         axes = "batch kv_heads seq d_head"
         check.tensor("past.keys", past.keys, axes, **sizes)
+        sizes["seq"] = past.keys.shape[2]  # values: one per cached key
+        check.tensor("past.values", past.values, axes, **sizes)
+        # the layer's dtype and device too: the cache is extended with trust
+        # on, where torch.cat would promote a bf16 cache to fp32
+        cache = {"past.keys": past.keys, "past.values": past.values}
+        check.same_dtype_and_device(autocast=True, owner=owner, **cache, weight=weight)
     # the keys attended to: the cache's (cross), or the context's, or the
     # cache's and x's
     cached = 0 if past is None else past.seq_len

@@ -978,6 +978,21 @@ def packed_differences(
         for what, items in found.items()
         if items
     ]
+    # names the model ties (one Parameter) must hold one value in the file:
+    # loading would otherwise write one over the other
+    names_of: dict[int, list[str]] = {}
+    for key, tensor in model.state_dict(keep_vars=True).items():
+        names_of.setdefault(id(tensor), []).append(key)
+    for names in names_of.values():
+        stored = [saved[k] for k in names if k in saved]
+        if any(
+            t.shape != stored[0].shape or not torch.equal(t, stored[0])
+            for t in stored[1:]
+        ):
+            problems.append(
+                f"tied weights {', '.join(names)} hold different values in "
+                f"{source}: the model ties them, the saved one did not"
+            )
     return problems
 
 

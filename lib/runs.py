@@ -424,10 +424,11 @@ def char_gpt_run(
             "train_seconds": history.train_seconds,
             # nanoGPT's shakespeare_char reaches this held-out loss
             "target_val_loss": NANOGPT_VAL_LOSS,
-            # from this call (data, model and compilation included)
-            "seconds_to_target": seconds_to_loss(
-                history, NANOGPT_VAL_LOSS, before_training
-            ),
+            # from this call (data, model and compilation included); a
+            # resumed run's history holds another process's times: none
+            "seconds_to_target": None
+            if resume
+            else seconds_to_loss(history, NANOGPT_VAL_LOSS, before_training),
             **_speed(model, history, seq_len),
         },
         "curves": _curves(history),

@@ -346,7 +346,11 @@ def set_rng_states(states: Mapping[str, Any]) -> None:
     np.random.set_state(("MT19937", keys, *(n[k] for k in _NUMPY_STATE)))
     torch.set_rng_state(states["torch"].cpu())
     if states["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([s.cpu() for s in states["cuda"]])
+        # a run saved on more GPUs than this machine has: the first ones
+        # (each process of a DDP run uses its own device's)
+        count = min(len(states["cuda"]), torch.cuda.device_count())
+        for device, state in enumerate(states["cuda"][:count]):
+            torch.cuda.set_rng_state(state.cpu(), device)
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
@@ -1045,16 +1049,19 @@ def train(
             last_checkpoint = checkpoint_dir / f"step-{done:08d}.pt"
             if rank == 0:
                 save_checkpoint(last_checkpoint, step=done, extra=extra, **objects)
-                _prune(checkpoint_dir, keep_checkpoints)
+                _prune(checkpoint_dir, keep_checkpoints, done)
             if world > 1:
                 dist.barrier()
     bar.close()
     return history
 
 
-def _prune(directory: Path, keep: int) -> None:
-    """Delete all but the ``keep`` newest ``step-*.pt`` checkpoints."""
-    saved = _saved_checkpoints(directory)
+def _prune(directory: Path, keep: int, upto: int) -> None:
+    """Delete all but the ``keep`` newest ``step-*.pt`` checkpoints of steps
+    up to ``upto`` (the one just written). Those of later steps are not this
+    run's (another run's, or a file lib.training did not write): they stay,
+    and cannot push this run's own out."""
+    saved = [(s, p) for s, p in _saved_checkpoints(directory) if s <= upto]
     for _, old in saved[:-keep]:  # keep >= 1 (train checks it)
         old.unlink(missing_ok=True)
 

@@ -187,13 +187,14 @@ def _device_name(name: str, value: Any, owner: str) -> str:
         return str(value)
     if not isinstance(value, str):
         raise TypeError(f"{owner}: {name} must be {takes}, got {type(value).__name__}")
+    device = value.strip().lower()
     try:
-        torch.device(value.strip().lower())
+        torch.device(device)
     except RuntimeError:
         raise ValueError(
             f"{owner}: unknown device {value!r}; {name} must be {takes}"
         ) from None
-    return value
+    return device
 
 
 def get_device(prefer: str | torch.device | None = None) -> torch.device:

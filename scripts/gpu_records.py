@@ -182,6 +182,8 @@ class Session:
     # chapters already executed in the full profile by an earlier step (the vit step
     # runs chapter 10): chapter stem -> {"passed", "wall_time_s", "from_step"}
     chapters_run: dict[str, dict] = field(default_factory=dict)
+    # chapters another step of this session runs (the vit step: chapter 10)
+    chapters_elsewhere: set[str] = field(default_factory=set)
 
     @property
     def profile(self) -> str:
@@ -272,9 +274,9 @@ def _command_step(
     step fails, unless ``no_record`` says why none is expected (a dry run's limits)."""
     began = time.time() - 1  # file times can be coarse
     code, _, _ = session.run(command, prefix, **env)
-    if code != 0:
-        raise StepFailed(f"exit {code}")
     path = _fresh_record(folder, began)
+    if code != 0:  # a record it wrote before failing still shows why
+        raise StepFailed(f"exit {code}", path)
     if path is None and not no_record:
         raise StepFailed(f"no record written in {shown(folder)}")
     return path, "" if path is not None else f"no record: {no_record}"
@@ -366,6 +368,7 @@ def step_notebooks(session: Session) -> tuple[Path | None, str]:
     if session.notebook_jobs > 1:
         own_command += ["--notebook-jobs", str(session.notebook_jobs)]
     per_chapter: dict[str, dict] = {}
+    elsewhere = session.chapters_elsewhere
     lock = threading.Lock()
     saved: list[Path] = []
 
@@ -374,10 +377,15 @@ def step_notebooks(session: Session) -> tuple[Path | None, str]:
             metrics = {
                 "chapters": {c: per_chapter[c] for c in sorted(per_chapter)},
                 "all_passed": all(c["passed"] for c in per_chapter.values()),
-                "complete": len(per_chapter) == len(chapters),
+                "complete": all(
+                    Path(c).stem in per_chapter or Path(c).stem in elsewhere
+                    for c in chapters
+                ),
                 "not_run": [
                     Path(c).stem for c in chapters if Path(c).stem not in per_chapter
                 ],
+                # run by another step of the session (chapter 10: the vit step)
+                "run_by_another_step": sorted(elsewhere - set(per_chapter)),
                 "jobs": session.notebook_jobs,
             }
             total = sum(c["wall_time_s"] for c in per_chapter.values())
@@ -393,7 +401,11 @@ def step_notebooks(session: Session) -> tuple[Path | None, str]:
             per_chapter[Path(chapter).stem] = dict(earlier)
     if per_chapter:
         save()
-    waiting = [c for c in chapters if Path(c).stem not in per_chapter]
+    waiting = [
+        c
+        for c in chapters
+        if Path(c).stem not in per_chapter and Path(c).stem not in elsewhere
+    ]
     rank = {name: i for i, name in enumerate(SLOW_CHAPTERS_FIRST)}
     waiting.sort(key=lambda c: rank.get(Path(c).stem, len(rank)))
 
@@ -405,8 +417,14 @@ def step_notebooks(session: Session) -> tuple[Path | None, str]:
         prefix = f"[{Path(chapter).stem[:2]}] " if session.notebook_jobs > 1 else ""
         # the machine's cores shared between the chapters that run at once
         threads = max(1, (os.cpu_count() or 1) // session.notebook_jobs)
+        # a chapter that records itself (10) writes here, not over a step's record
+        scratch = session.out / "full-profile-notebooks" / "chapter-records"
+        scratch.mkdir(parents=True, exist_ok=True)
         code, seconds, _ = session.run(
-            [*command, f"chapters/{chapter}"], prefix, TFS_THREADS=str(threads)
+            [*command, f"chapters/{chapter}"],
+            prefix,
+            TFS_THREADS=str(threads),
+            TFS_RESULTS=str(scratch),
         )
         with lock:
             per_chapter[Path(chapter).stem] = {
@@ -614,7 +632,10 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(tempfile.mkdtemp(prefix="gpu_records_dry_run_"))
     else:
         out = RESULTS
+    out.mkdir(parents=True, exist_ok=True)  # chapter 10 records only into a folder
     session = Session(out, args.dry_run, args.budget_s, started=STARTED)
+    if "vit" in names:  # the vit step runs chapter 10: the notebooks step does not
+        session.chapters_elsewhere.add(Path(VIT_CHAPTER).stem)
     session.notebook_jobs = args.notebook_jobs
     outcomes = run_steps(names, session, together=together)
     return 0 if all(o.status == "ok" for o in outcomes) else 1

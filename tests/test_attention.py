@@ -1227,3 +1227,24 @@ def test_cross_attention_from_the_cache_alone_needs_no_context():
         mha(x, cross_attention=True)
     with pytest.raises(TypeError, match="cross_attention"):
         mha(x, context, cross_attention="yes")
+
+
+def test_mha_checks_the_cache_it_is_given():
+    """A cache of another dtype, or values of another width, are named at the front
+    door (the cache is extended with trust on: torch.cat would promote a bf16 cache or
+    fail deep inside)."""
+    from lib.attention import KVCache, MultiHeadAttention
+
+    mha = MultiHeadAttention(16, 4)
+    x = torch.randn(1, 3, 16)
+    _, cache = mha(x, use_cache=True)
+    bf16 = KVCache(cache.keys.bfloat16(), cache.values.bfloat16())
+    with pytest.raises(TypeError, match="past.keys, past.values and weight must share a dtype"):
+        mha(x, past=bf16, use_cache=True)
+    narrow = KVCache(cache.keys, cache.values[..., :2])
+    with pytest.raises(
+        ValueError, match=r"past.values must have shape .* got shape \(1, 4, 3, 2\)"
+    ):
+        mha(x, past=narrow, use_cache=True)
+    out, longer = mha(x, past=cache, use_cache=True)
+    assert out.shape == (1, 3, 16) and longer.seq_len == 6

@@ -14,8 +14,12 @@ from tools import check_share
 # lib is not there yet (20.4 % in total when the measure began to count _checks.py and
 # utils.py; 20.35 % and at most 25.0 % a module, attention's and objectives', once
 # check.layer_forward was shared), so these limits are a ratchet: lower them as checks are
-# shared or removed, never raise them.
-MAX_MODULE_OF_CODE = 25.0
+# shared or removed, never raise them for convenience. Raised once, 25.0 -> 26.0: the
+# one-implementation change had left MultiHeadAttention's front door without the checks
+# of a given cache (its values, dtype and device) that KVCache.extend made before it
+# trusted its caller, so a bf16 cache was silently promoted; putting them back took
+# attention to 25.6 %.
+MAX_MODULE_OF_CODE = 26.0
 MAX_TOTAL_OF_CODE = 20.4
 MODULES = check_share.chapter_modules()
 

@@ -809,3 +809,24 @@ def test_triton_entry_points_check_their_arguments():
     out, lse = flash.triton_attention_forward(q, k, v, block_q=16, block_k=16)
     with pytest.raises(ValueError, match="lse must have shape"):
         flash.triton_attention_backward(q, k, v, out, lse[0], torch.ones_like(q))
+
+
+@needs_triton
+def test_benchmark_check_names_the_side_that_failed(monkeypatch):
+    """Our kernel failing is OFF and says so; a reference that cannot run is replaced
+    by the next (FlashAttention-2 has no kernel before Ampere), and with none left the
+    size is not checked rather than blamed on us."""
+    bench = _bench_module()
+    q, k, v = (torch.randn(1, 1, 8, 4) for _ in range(3))
+    good = lambda q, k, v, causal: scaled_dot_product_attention(q, k, v, causal=causal)
+
+    def broken(q, k, v, causal):
+        raise RuntimeError("no kernel for this GPU")
+
+    errors, used = bench.max_errors(good, {"a": broken, "b": good}, q, k, v, True, True)
+    assert used == "b" and max(errors.values()) == 0.0
+    assert bench.max_errors(good, {"a": broken}, q, k, v, True, True) == (
+        None, "no reference ran (a)"
+    )  # fmt: skip
+    errors, why = bench.max_errors(broken, {"b": good}, q, k, v, True, True)
+    assert errors is None and why.startswith("ours failed: RuntimeError")

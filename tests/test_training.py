@@ -1218,6 +1218,29 @@ def test_resume_skips_a_step_file_that_lib_training_did_not_write(tmp_path):
     assert history.steps == [1, 2, 3]  # resumed from step 2
 
 
+def test_pruning_keeps_this_runs_checkpoints_beside_later_foreign_files(tmp_path):
+    """Step files of later steps (a foreign file, another run's checkpoint) are left
+    alone and cannot push the run's own checkpoints out (they used to delete them)."""
+    model, optimizer, _ = fresh()
+    train(model, BATCHES, optimizer=optimizer, n_steps=2,
+          checkpoint_dir=tmp_path, checkpoint_every=1)  # fmt: skip
+    torch.save({"hello": 1}, tmp_path / "step-00000008.pt")  # readable, not ours
+    (tmp_path / "step-00000009.pt").write_bytes(b"junk")  # damaged
+    model, optimizer, _ = fresh()
+    with pytest.warns(UserWarning, match="resuming from an older checkpoint"):
+        train(model, BATCHES, optimizer=optimizer, n_steps=3,
+              checkpoint_dir=tmp_path, checkpoint_every=1, resume=True)  # fmt: skip
+    names = sorted(p.name for p in tmp_path.glob("step-*.pt"))
+    assert names == [
+        "step-00000002.pt", "step-00000003.pt", "step-00000008.pt", "step-00000009.pt"
+    ]  # fmt: skip
+    model, optimizer, _ = fresh()
+    with pytest.warns(UserWarning):  # the two later files, skipped again
+        history = train(model, BATCHES, optimizer=optimizer, n_steps=4,
+                        checkpoint_dir=tmp_path, checkpoint_every=1, resume=True)  # fmt: skip
+    assert history.steps == [1, 2, 3, 4]  # resumed from step 3, this run's newest
+
+
 def test_non_finite_loss_names_the_batch_that_held_it():
     model, optimizer, _ = fresh()
     bad = BATCHES(4)["inputs"]
@@ -1230,3 +1253,19 @@ def test_non_finite_loss_names_the_batch_that_held_it():
         train(model, BATCHES, optimizer=optimizer, n_steps=7,
               loss_fn=nan_on_that_batch)  # fmt: skip
     assert (info.value.step, info.value.batch_index) == (5, 4)
+
+
+def test_a_loose_load_refuses_untied_weights_for_a_tied_model(tmp_path):
+    """strict_config=False lets runtime and configuration fields differ, but weights
+    the model ties must hold one value in the file: loading wrote the head over the
+    embedding before."""
+    cfg = dict(vocab_size=32, d_model=16, n_heads=2, n_layers=1, max_len=16)
+    untied = GPT(TransformerConfig(**cfg, tie_embeddings=False))
+    tied_model = GPT(TransformerConfig(**cfg, tie_embeddings=True))
+    path = save_checkpoint(tmp_path / "step-00000001.pt", model=untied, step=1)
+    before = tied_model.embed.tokens.weight.clone()
+    with pytest.raises(
+        CheckpointError, match="tied weights embed.tokens.weight, head.weight"
+    ):
+        load_checkpoint(path, model=tied_model, strict_config=False)
+    assert torch.equal(tied_model.embed.tokens.weight, before)  # nothing assigned

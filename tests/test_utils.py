@@ -325,6 +325,9 @@ def test_device_helpers_take_a_torch_device_and_name_what_they_refuse():
     from lib.utils import PRECISIONS, autocast, get_device, get_precision
 
     assert get_device(torch.device("cpu")) == torch.device("cpu")
+    assert get_precision(" CPU").dtype == torch.float32  # as get_device reads names
+    with autocast("CPU", "fp32"):
+        pass
     assert get_precision(torch.device("cpu")).dtype == torch.float32
     with pytest.raises(TypeError, match="get_device: prefer must be a device such as"):
         get_device(0)
