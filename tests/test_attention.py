@@ -1239,7 +1239,9 @@ def test_mha_checks_the_cache_it_is_given():
     x = torch.randn(1, 3, 16)
     _, cache = mha(x, use_cache=True)
     bf16 = KVCache(cache.keys.bfloat16(), cache.values.bfloat16())
-    with pytest.raises(TypeError, match="past.keys, past.values and weight must share a dtype"):
+    with pytest.raises(
+        TypeError, match="past.keys, past.values and weight must share a dtype"
+    ):
         mha(x, past=bf16, use_cache=True)
     narrow = KVCache(cache.keys, cache.values[..., :2])
     with pytest.raises(
