@@ -474,7 +474,9 @@ def _problems(state, target, strict_config, **objects) -> list[str]:
         ignored = [p for p in problems if p not in loose]
         problems = loose
     for name, given in objects.items():
-        if given is not None and state[name] is None:
+        # a run without a loss scaler (a CPU, bf16) may resume with one (a
+        # T4's fp16): the scaler then starts afresh (load_checkpoint warns)
+        if given is not None and state[name] is None and name != "scaler":
             problems.append(f"no {name} state")
     optimizer = objects["optimizer"]
     if optimizer is not None and state["optimizer"] is not None:
@@ -485,9 +487,6 @@ def _problems(state, target, strict_config, **objects) -> list[str]:
         not positions <= set(state["scheduler"] or positions)
     ):
         problems.append("the scheduler state has no position")
-    scaler = objects["scaler"]
-    if scaler is not None and scaler.is_enabled() and not state["scaler"]:
-        problems.append("the scaler state is empty (a disabled scaler's)")
     if ignored and not problems:
         warnings.warn(
             "loading a checkpoint of another configuration (strict_config"
@@ -597,8 +596,14 @@ def load_checkpoint(
     # everything fits: now, and only now, load it all
     target.load_state_dict(state["model"]["state_dict"])
     _restore_settings_and_position(optimizer, scheduler, state)
-    if scaler is not None:
+    if scaler is not None and state["scaler"]:
         scaler.load_state_dict(state["scaler"])
+    elif scaler is not None and scaler.is_enabled():
+        warnings.warn(
+            f"{path} holds no loss-scaler state (its run had no fp16 "
+            "scaling): the scaler starts from its initial scale",
+            stacklevel=2,
+        )
     if restore_rng:
         set_rng_states(state["rng"])
     return state
@@ -973,6 +978,11 @@ def train(
     for step in bar:
         began = time.perf_counter()
         whole = batches(step)
+        if not isinstance(whole, Mapping):  # the type only: no tensor read
+            raise TypeError(
+                f"batches({step}) returned {type(whole).__name__}: a batch "
+                "is a dict with 'inputs' and 'targets'"
+            )
         n_targets, n_rows = max(_n_targets(whole), 1), _rows(whole)
         if n_rows < world:
             raise ValueError(f"a batch of {n_rows} rows cannot feed {world} processes")

@@ -1269,3 +1269,29 @@ def test_a_loose_load_refuses_untied_weights_for_a_tied_model(tmp_path):
     ):
         load_checkpoint(path, model=tied_model, strict_config=False)
     assert torch.equal(tied_model.embed.tokens.weight, before)  # nothing assigned
+
+
+def test_a_run_without_a_loss_scaler_resumes_with_one(tmp_path):
+    """A checkpoint of a CPU or bf16 run (no scaler state) resumes on an fp16 GPU with a
+    fresh scaler and a warning (a T4 reader resuming a CPU run was refused before)."""
+    model, optimizer, _ = fresh()
+    path = save_checkpoint(tmp_path / "step-00000001.pt", model=model,
+                           optimizer=optimizer, step=1)  # fmt: skip
+    scaler = torch.amp.GradScaler("cpu", enabled=True, init_scale=2.0**10)
+    model, optimizer, _ = fresh()
+    with pytest.warns(UserWarning, match="holds no loss-scaler state"):
+        load_checkpoint(path, model=model, optimizer=optimizer, scaler=scaler)
+    assert scaler.get_scale() == 2.0**10  # its own initial scale
+
+
+def test_train_names_a_batch_that_is_not_a_dict():
+    model, optimizer, _ = fresh()
+
+    def tuples(step):
+        batch = BATCHES(step)
+        return batch["inputs"], batch["targets"]
+
+    with pytest.raises(
+        TypeError, match=r"batches\(0\) returned tuple: a batch is a dict"
+    ):
+        train(model, tuples, optimizer=optimizer, n_steps=2)
