@@ -370,11 +370,16 @@ def git_commit() -> str:
     """The commit of the course's checkout, for recorded results.
 
     The full hash, with ``-dirty`` appended when the working tree has uncommitted changes.
-    Outside a git checkout (an installed ``lib``, or a copy of a committed tree on a
-    machine that has no history, such as a rented GPU) or without git: ``TFS_COMMIT``
-    when set (whoever copied the tree names its commit, after checking the copy), else
+    ``TFS_COMMIT``, when set, comes first: whoever copied a committed tree to another
+    machine (a rented GPU) names its commit, after checking the copy, since the copy
+    may have no history or, as seen on one such machine, a stale ``.git`` of an older
+    commit under which the copied files read as uncommitted changes. Outside a git
+    checkout (an installed ``lib``) or without git, and with no ``TFS_COMMIT``:
     ``"unknown"``.
     """
+    named = os.environ.get(COMMIT_ENV, "").strip()
+    if named:
+        return named
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
     def git(*args: str) -> str:
@@ -391,7 +396,7 @@ def git_commit() -> str:
     try:
         commit, changes = git("rev-parse", "HEAD"), git("status", "--porcelain")
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get(COMMIT_ENV, "").strip() or "unknown"
+        return "unknown"
     return commit + ("-dirty" if changes else "")
 
 

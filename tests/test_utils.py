@@ -119,8 +119,12 @@ def test_git_commit_names_this_checkout_or_says_unknown(monkeypatch):
 
     from lib.utils import git_commit
 
+    monkeypatch.delenv("TFS_COMMIT", raising=False)
     commit = git_commit()
     assert commit == "unknown" or re.fullmatch(r"[0-9a-f]{40}(-dirty)?", commit)
+    # the copier's name wins over a checkout's own (a copy may carry a stale .git)
+    monkeypatch.setenv("TFS_COMMIT", "fedcba9")
+    assert git_commit() == "fedcba9"
 
     def no_git(*args, **kwargs):
         raise FileNotFoundError("git")
