@@ -186,6 +186,7 @@ def download(
 __all__ += [
     "GUTENBERG_BOOKS",
     "TATOEBA_ENG_FRA",
+    "TATOEBA_FRA_ENG_ALL",
     "load_gutenberg",
     "load_tatoeba_pairs",
 ]
@@ -230,6 +231,20 @@ TATOEBA_ENG_FRA = Dataset(
     ),
 )
 
+TATOEBA_FRA_ENG_ALL = Dataset(
+    relpath="tatoeba/fra-eng.zip",
+    sha256="16c4f7d0df9e7c5e6c54cdb0447f3f4a18a55052ff5e2e0b27dd4a06c0e49d04",
+    # manythings.org's own file has grown since (three columns); this is its
+    # 2017-09-29 version, as kept in genimind/seq2seq
+    url="https://github.com/genimind/seq2seq/raw/4f3f8eb/fra-eng.zip",
+    licence="CC BY 2.0 FR (https://creativecommons.org/licenses/by/2.0/fr/)",
+    attribution=(
+        "Sentence pairs from the Tatoeba Project (https://tatoeba.org), via "
+        "www.manythings.org/anki (its file of 2017-09-29); licensed CC BY 2.0 FR. Each "
+        "sentence's author is credited on tatoeba.org."
+    ),
+)
+
 
 def load_gutenberg(names: list[str] | tuple[str, ...] | None = None) -> dict[str, str]:
     """Six public-domain books from Project Gutenberg: ``{name: text}``, in a fixed order.
@@ -258,22 +273,34 @@ def load_gutenberg(names: list[str] | tuple[str, ...] | None = None) -> dict[str
     }
 
 
-def load_tatoeba_pairs() -> list[tuple[str, str]]:
-    """5,000 short English-French sentence pairs from Tatoeba, as ``(english, french)``.
+def load_tatoeba_pairs(all_pairs: bool = False) -> list[tuple[str, str]]:
+    """English-French sentence pairs from Tatoeba, as ``(english, french)``.
 
-    The file holds the first 5,000 (shortest) lines of manythings.org's ``fra.txt``; an
-    English sentence may appear with several French translations. Licence CC BY 2.0 FR;
-    attribution: the Tatoeba Project (https://tatoeba.org), via www.manythings.org/anki,
-    with each pair's authors in the file's third column.
+    By default 5,000 short pairs: the first 5,000 (shortest) lines of manythings.org's
+    ``fra.txt`` (``TATOEBA_ENG_FRA``), each pair's authors in the file's third column.
+    With ``all_pairs=True``, the whole file of 2017-09-29 (``TATOEBA_FRA_ENG_ALL``,
+    shipped zipped): 142,787 pairs, from one word to long sentences, as the shipped T5
+    translator learned from. An English sentence may appear with several French
+    translations. Licence CC BY 2.0 FR; attribution: the Tatoeba Project
+    (https://tatoeba.org), via www.manythings.org/anki.
     """
-    text = data_path(TATOEBA_ENG_FRA).read_text(encoding="utf-8")
+    if not isinstance(all_pairs, bool):
+        raise TypeError(
+            f"load_tatoeba_pairs: all_pairs must be True or False, got {all_pairs!r:.60}"
+        )
+    if all_pairs:
+        import zipfile
+
+        with zipfile.ZipFile(data_path(TATOEBA_FRA_ENG_ALL)) as archive:
+            text = archive.read("fra.txt").decode("utf-8")
+    else:
+        text = data_path(TATOEBA_ENG_FRA).read_text(encoding="utf-8")
     pairs = []
     for number, line in enumerate(text.splitlines(), start=1):
         fields = line.split("\t")
         if len(fields) < 2:
-            raise ValueError(
-                f"{TATOEBA_ENG_FRA.relpath}, line {number}: expected tab-separated"
-            )
+            source = TATOEBA_FRA_ENG_ALL if all_pairs else TATOEBA_ENG_FRA
+            raise ValueError(f"{source.relpath}, line {number}: expected tab-separated")
         pairs.append((fields[0], fields[1]))
     return pairs
 

@@ -85,6 +85,7 @@ __all__ = [
     "char_gpt_val_loss",
     "char_gpt_run",
     "bert_run",
+    "pair_batch",
     "t5_run",
     "run_flops",
     "estimate_run_seconds",
@@ -592,7 +593,7 @@ def bert_run(
 
 
 # From chapters/08-training.md, section "T5: English to French".
-def _pair_batch(sources: list[torch.Tensor], targets: list[torch.Tensor], pad: int):
+def pair_batch(sources: list[torch.Tensor], targets: list[torch.Tensor], pad: int):
     """Right-padded source and target rows; the decoder reads ``pad``, then
     the target shifted right."""
     inputs = pad_sequence(sources, batch_first=True, padding_value=pad)
@@ -655,11 +656,11 @@ def _t5_data(sizes: Mapping[str, Any], seed: int):
     def batch_at(step: int) -> Batch:
         generator = step_generator(seed, step)
         rows = torch.randint(len(sources), (sizes["batch_size"],), generator=generator)
-        return _pair_batch([sources[i] for i in rows], [targets[i] for i in rows], pad)
+        return pair_batch([sources[i] for i in rows], [targets[i] for i in rows], pad)
 
     test_sources, test_targets = encoded(test_pairs)
     test_batches = [
-        _pair_batch(test_sources[i : i + 256], test_targets[i : i + 256], pad)
+        pair_batch(test_sources[i : i + 256], test_targets[i : i + 256], pad)
         for i in range(0, len(test_pairs), 256)
     ]
     return tokenizer, train_pairs, test_pairs, batch_at, test_batches

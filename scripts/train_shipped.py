@@ -49,27 +49,34 @@ import time
 from pathlib import Path
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib.batches import lm_eval_batches  # noqa: E402
-from lib.datasets import load_mnist, load_tiny_shakespeare  # noqa: E402
-from lib.models import GPT, TransformerConfig  # noqa: E402
+from lib.batches import lm_eval_batches, step_generator  # noqa: E402
+from lib.datasets import (  # noqa: E402
+    load_mnist,
+    load_tatoeba_pairs,
+    load_tiny_shakespeare,
+)
+from lib.generation import beam_search, generate  # noqa: E402
+from lib.models import GPT, T5, TransformerConfig  # noqa: E402
 from lib.pretrained import (  # noqa: E402
     CHECKPOINTS,
     load_shipped,
     save_shipped,
     shipped_names,
 )
-from lib.runs import char_gpt_val_loss  # noqa: E402
-from lib.tokenizer import CharTokenizer  # noqa: E402
+from lib.runs import char_gpt_val_loss, pair_batch, split_pairs_by_source  # noqa: E402
+from lib.tokenizer import BPETokenizer, CharTokenizer  # noqa: E402
 from lib.training import (  # noqa: E402
     WarmupCosineSchedule,
     evaluate,
     load_checkpoint,
     make_optimizer,
     make_scheduler,
+    model_loss,
     train,
 )
 from lib.utils import (  # noqa: E402
@@ -85,6 +92,7 @@ from lib.vit import ViT, ViTConfig, classification_loss, image_batches  # noqa: 
 RESULTS = ROOT / "book" / "results"
 GPT_RECORD = RESULTS / "08-training-gpt-cpu"
 VIT_RECORD = RESULTS / "10-vit-mnist-cpu"
+T5_RECORD = RESULTS / "08-training-t5-cpu"
 
 
 def mnist_split(n_val: int = 1_000):
@@ -192,6 +200,247 @@ def train_vit(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> 
         directory=shipped_dir or CHECKPOINTS,
     )
     print(f"vit-mnist: {metrics} -> {out}")
+    return metrics
+
+
+# --- the T5 translator: English -> French on the whole Tatoeba file ---------------------
+
+T5_NAME = "t5-tatoeba-en-fr"
+T5_SPECIALS = ("<pad>", "</s>")  # ids 256 and 257 of the BPE vocabulary
+
+
+def tatoeba_split(test_fraction: float = 0.015, seed: int = 0):
+    """The shipped T5's split of all 142,787 Tatoeba pairs: ``(train, test)``, no English
+    sentence on both sides (:func:`lib.runs.split_pairs_by_source`); the test side holds
+    every French translation of its English sentences, its references."""
+    pairs = load_tatoeba_pairs(all_pairs=True)
+    return split_pairs_by_source(pairs, test_fraction, seed)
+
+
+def t5_tokenizer(train_pairs: list[tuple[str, str]], vocab_size: int) -> BPETokenizer:
+    """Chapter 1's byte-level BPE, one vocabulary for both languages, learned from the
+    training pairs only."""
+    text = "\n".join(f"{english}\n{french}" for english, french in train_pairs)
+    return BPETokenizer().train(text, vocab_size, special_tokens=T5_SPECIALS)
+
+
+def t5_encode(tokenizer: BPETokenizer, text: str, max_len: int) -> torch.Tensor:
+    """The ids of ``text`` and ``</s>``, cut to ``max_len`` ids."""
+    eos = tokenizer.special_tokens["</s>"]
+    return torch.tensor([*tokenizer.encode(text)[: max_len - 1], eos])
+
+
+def length_batches(lengths: list[int], max_tokens: int, seed: int):
+    """``batch_rows(step)``: the rows of the batch of ``step``. Each epoch sorts the rows
+    by length (ties in a random order), cuts them into batches of at most ``max_tokens``
+    padded tokens (rows times the longest row) and shuffles the batches; epochs follow
+    each other, each drawn from ``(seed, epoch)``."""
+    epochs: list[list[list[int]]] = []
+    starts = [0]  # the first step of each epoch
+
+    def make_epoch(epoch: int) -> list[list[int]]:
+        generator = step_generator(seed, epoch)
+        ties = torch.rand(len(lengths), generator=generator).tolist()
+        order = sorted(range(len(lengths)), key=lambda i: (lengths[i], ties[i]))
+        batches, rows, longest = [], [], 0
+        for i in order:
+            if rows and max(longest, lengths[i]) * (len(rows) + 1) > max_tokens:
+                batches.append(rows)
+                rows, longest = [], 0
+            rows.append(i)
+            longest = max(longest, lengths[i])
+        batches.append(rows)
+        shuffled = torch.randperm(len(batches), generator=generator).tolist()
+        return [batches[j] for j in shuffled]
+
+    def batch_rows(step: int) -> list[int]:
+        while step >= starts[-1] + (len(epochs[-1]) if epochs else 0) or not epochs:
+            if epochs:
+                starts.append(starts[-1] + len(epochs[-1]))
+            epochs.append(make_epoch(len(epochs)))
+        epoch = max(e for e, first in enumerate(starts) if first <= step)
+        return epochs[epoch][step - starts[epoch]]
+
+    return batch_rows
+
+
+@torch.no_grad()
+def translate(
+    model: T5,
+    tokenizer: BPETokenizer,
+    sentences: list[str],
+    beam_size: int = 4,
+    chunk: int = 64,
+) -> list[str]:
+    """French for each English sentence: beam search (greedy with ``beam_size=1``) over
+    the shipped T5, ``chunk`` sentences at a time."""
+    pad, eos = (tokenizer.special_tokens[t] for t in T5_SPECIALS)
+    model.eval()
+    out = []
+    for first in range(0, len(sentences), chunk):
+        rows = [
+            t5_encode(tokenizer, s, model.cfg.max_len)
+            for s in sentences[first : first + chunk]
+        ]
+        src = pad_sequence(rows, batch_first=True, padding_value=pad)
+        bound = model.bind(src, src != pad)
+        prompt = torch.full((len(rows), 1), pad)
+        max_new = min(2 * src.shape[1] + 10, model.cfg.max_len)
+        stop = dict(stop_ids=[eos], pad_id=pad)
+        if beam_size == 1:
+            ids = generate(bound, prompt, max_new, temperature=0, **stop)
+        else:
+            ids = beam_search(bound, prompt, max_new, beam_size=beam_size, **stop)
+        for row in ids[:, 1:].tolist():
+            ended = row[: row.index(eos)] if eos in row else row
+            out.append(tokenizer.decode([i for i in ended if i != pad]))
+    return out
+
+
+def t5_bleu(model: T5, tokenizer: BPETokenizer, test_pairs, beam_size: int) -> dict:
+    """sacreBLEU of the translations of the held-out English sentences, against all
+    their French translations in the file (one reference stream per translation,
+    ``None`` where a sentence has fewer)."""
+    import sacrebleu
+
+    references: dict[str, list[str]] = {}
+    for english, french in test_pairs:
+        references.setdefault(english, []).append(french)
+    english = list(references)
+    streams = [
+        [r[k] if k < len(r) else None for r in references.values()]
+        for k in range(max(map(len, references.values())))
+    ]
+    hypotheses = translate(model, tokenizer, english, beam_size)
+    metric = sacrebleu.BLEU()
+    bleu = metric.corpus_score(hypotheses, streams)
+    return dict(
+        bleu=bleu.score,
+        signature=str(metric.get_signature()),
+        sentences=len(english),
+        samples=[
+            dict(english=e, french=h, references=references[e])
+            for e, h in zip(english[:12], hypotheses[:12])
+        ],
+    )
+
+
+def train_t5(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> dict:
+    began = time.time()
+    train_pairs, test_pairs = tatoeba_split(args.test_fraction)
+    if args.dry_run:
+        train_pairs = train_pairs[:: len(train_pairs) // 2000]
+        test_pairs = test_pairs[:40]
+    tokenizer = t5_tokenizer(train_pairs, args.vocab_size)
+    pad = tokenizer.special_tokens["<pad>"]
+    sources = [t5_encode(tokenizer, e, args.max_len) for e, _ in train_pairs]
+    targets = [t5_encode(tokenizer, f, args.max_len) for _, f in train_pairs]
+    prepared = time.time() - began
+    lengths = [max(len(s), len(t)) for s, t in zip(sources, targets)]
+    batch_rows = length_batches(lengths, args.max_tokens, args.seed)
+
+    def batch_at(step: int):
+        rows = batch_rows(step)
+        return pair_batch([sources[i] for i in rows], [targets[i] for i in rows], pad)
+
+    held_out = [p for p in test_pairs[: args.eval_pairs]]
+    eval_batches = [
+        pair_batch(
+            [t5_encode(tokenizer, e, args.max_len) for e, _ in held_out[i : i + 128]],
+            [t5_encode(tokenizer, f, args.max_len) for _, f in held_out[i : i + 128]],
+            pad,
+        )
+        for i in range(0, len(held_out), 128)
+    ]
+    cfg = TransformerConfig(
+        vocab_size=tokenizer.vocab_size,
+        d_model=args.d_model,
+        n_heads=args.n_heads,
+        n_layers=args.n_layers,
+        n_decoder_layers=args.n_layers,
+        d_ff=args.d_ff,
+        dropout=args.dropout,
+        positions="t5",
+        norm="rmsnorm",
+        activation="relu",
+        bias=False,
+        attn_scale=1.0,
+        max_len=args.max_len,
+    )
+    torch.manual_seed(args.seed)
+    model = T5(cfg, start_id=pad)
+    optimizer = make_optimizer(model, args.lr, betas=(0.9, 0.98), eps=1e-9)
+    schedule = WarmupCosineSchedule(args.warmup, args.steps, min_ratio=0.05)
+    history = train(
+        model,
+        batch_at,
+        optimizer=optimizer,
+        scheduler=make_scheduler(optimizer, schedule),
+        n_steps=args.steps,
+        loss_fn=lambda net, batch: model_loss(net, batch, label_smoothing=0.1),
+        eval_batches=eval_batches,
+        eval_every=max(1, args.steps // 10),
+        progress=not args.quiet,
+    )
+    trained = time.time()
+    beam = t5_bleu(model, tokenizer, test_pairs, beam_size=4)
+    greedy = t5_bleu(model, tokenizer, test_pairs, beam_size=1)
+    metrics = dict(
+        bleu_beam=beam["bleu"],
+        bleu_greedy=greedy["bleu"],
+        test_sentences=beam["sentences"],
+        test_pairs=len(test_pairs),
+        train_pairs=len(train_pairs),
+        test_loss=history.eval_losses[-1],
+        parameters=sum(p.numel() for p in model.parameters()),
+        vocab_size=tokenizer.vocab_size,
+        train_seconds=history.train_seconds,
+        prepare_seconds=prepared,
+        bleu_seconds=time.time() - trained,
+        steps=args.steps,
+        threads=torch.get_num_threads(),
+    )
+    command = f"python scripts/train_shipped.py {shlex.join(sys.argv[1:])}"
+    write_record(
+        out,
+        name=out.name,
+        command=command,
+        wall_seconds=time.time() - began,
+        metrics=metrics,
+        curves={
+            "train": dict(step=list(range(1, args.steps + 1)), loss=history.losses),
+            "held_out": dict(step=history.eval_steps, loss=history.eval_losses),
+        },
+        config=cfg,
+        samples=beam["samples"],
+        extra=dict(
+            bleu_signature=beam["signature"],
+            max_tokens=args.max_tokens,
+            lr=args.lr,
+            warmup=args.warmup,
+            test_fraction=args.test_fraction,
+            label_smoothing=0.1,
+            split="lib.runs.split_pairs_by_source(load_tatoeba_pairs(all_pairs=True), "
+            f"{args.test_fraction}, seed=0)",
+        ),
+        device="cpu",
+    )
+    save_shipped(
+        model,
+        T5_NAME,
+        tokenizer=tokenizer,
+        metrics=metrics,
+        inputs=dict(
+            source="English text; ids = tokenizer.encode(text) + [</s>], padded with "
+            "<pad>, which also starts the decoder",
+            pad_id=pad,
+            eos_id=tokenizer.special_tokens["</s>"],
+        ),
+        record=_relative(out / "metrics.json"),
+        command=command,
+        directory=shipped_dir or CHECKPOINTS,
+    )
+    print(f"{T5_NAME}: {metrics} -> {out}")
     return metrics
 
 
@@ -385,6 +634,23 @@ def main(argv: list[str] | None = None) -> dict:
     vit.add_argument("--n-layers", type=int, default=4)
     vit.add_argument("--dropout", type=float, default=0.0)
     vit.add_argument("--seed", type=int, default=0)
+    t5 = sub.add_parser("t5-tatoeba", help="train and package the English-French T5")
+    t5.add_argument("--steps", type=int, default=6000)
+    t5.add_argument(
+        "--max-tokens", type=int, default=4096, help="padded tokens a batch"
+    )
+    t5.add_argument("--lr", type=float, default=1e-3)
+    t5.add_argument("--warmup", type=int, default=300)
+    t5.add_argument("--vocab-size", type=int, default=4000)
+    t5.add_argument("--d-model", type=int, default=192)
+    t5.add_argument("--d-ff", type=int, default=768)
+    t5.add_argument("--n-heads", type=int, default=4)
+    t5.add_argument("--n-layers", type=int, default=3)
+    t5.add_argument("--dropout", type=float, default=0.1)
+    t5.add_argument("--max-len", type=int, default=64)
+    t5.add_argument("--test-fraction", type=float, default=0.015)
+    t5.add_argument("--eval-pairs", type=int, default=512)
+    t5.add_argument("--seed", type=int, default=0)
     gpt = sub.add_parser("char-gpt", help="package chapter 8's char-GPT run")
     gpt.add_argument("--checkpoint-dir", type=Path, required=True)
     gpt.add_argument("--record", type=Path, default=GPT_RECORD)
@@ -406,7 +672,7 @@ def main(argv: list[str] | None = None) -> dict:
         "intervals",
         help="the shipped checkpoints' held-out numbers with 95 %% intervals",
     )
-    for each in (vit, gpt):
+    for each in (vit, t5, gpt):
         each.add_argument("--quiet", action="store_true")
         each.add_argument(
             "--dry-run",
@@ -427,9 +693,14 @@ def main(argv: list[str] | None = None) -> dict:
         if args.model == "vit-mnist":
             args.steps = 4
             return train_vit(args, scratch / VIT_RECORD.name, scratch / "checkpoints")
+        if args.model == "t5-tatoeba":
+            args.steps, args.warmup, args.vocab_size = 4, 2, 300
+            return train_t5(args, scratch / T5_RECORD.name, scratch / "checkpoints")
         return package_char_gpt(args, scratch / "checkpoints")
     if args.model == "vit-mnist":
         return train_vit(args, VIT_RECORD, None)
+    if args.model == "t5-tatoeba":
+        return train_t5(args, T5_RECORD, None)
     return package_char_gpt(args, None)
 
 
