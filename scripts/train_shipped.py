@@ -651,6 +651,9 @@ def main(argv: list[str] | None = None) -> dict:
     t5.add_argument("--test-fraction", type=float, default=0.015)
     t5.add_argument("--eval-pairs", type=int, default=512)
     t5.add_argument("--seed", type=int, default=0)
+    t5.add_argument(
+        "--threads", type=int, default=0, help="CPU threads (default: all cores)"
+    )
     gpt = sub.add_parser("char-gpt", help="package chapter 8's char-GPT run")
     gpt.add_argument("--checkpoint-dir", type=Path, required=True)
     gpt.add_argument("--record", type=Path, default=GPT_RECORD)
@@ -683,7 +686,12 @@ def main(argv: list[str] | None = None) -> dict:
             "--scratch", type=Path, help="the dry run's folder (default: a new one)"
         )
     args = parser.parse_args(argv)
-    set_threads()
+    threads = getattr(args, "threads", 0) or None
+    if threads is None and args.model == "t5-tatoeba":
+        threads = (
+            os.cpu_count() or 1
+        )  # sized for every core, not the smoke profile's one
+    set_threads(threads)
     if args.model == "evaluate":
         return evaluate_shipped(args, argv)
     if args.model == "intervals":
