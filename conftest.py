@@ -67,6 +67,27 @@ def pytest_collect_file(file_path: Path, parent):
     return ChapterNotebook.from_parent(parent, path=file_path)
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The chapters first, the longest source first, then the unit tests in their order.
+
+    A chapter takes up to a minute, a unit test seconds: pytest-xdist hands the tests to
+    its workers in this order, so the long ones start while the short ones fill the gaps,
+    instead of one worker finishing chapter 8 alone at the end (the same order on every
+    worker, as xdist requires)."""
+
+    def chapter_size(item) -> int:
+        path = Path(str(item.path))
+        return path.stat().st_size if is_chapter(path) else -1
+
+    chapters = sorted(
+        (item for item in items if chapter_size(item) >= 0),
+        key=lambda item: (-chapter_size(item), item.nodeid),
+    )
+    if chapters:
+        others = [item for item in items if chapter_size(item) < 0]
+        items[:] = chapters + others
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """One torch thread for a module's tests: tiny models run as fast on one thread, and

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 from einops import rearrange
+from torch.nn.utils.rnn import pad_sequence
 
 from lib import _checks as check
 
@@ -51,6 +52,7 @@ __all__ = [
     "generate",
     "length_penalty",
     "beam_search",
+    "translate",
     "residual_distribution",
     "TorchSampler",
     "speculative_generate",
@@ -568,6 +570,55 @@ def beam_search(
         best_scores = [score for score, _ in best]
         return out, torch.tensor(best_scores, dtype=scores.dtype, device=device)
     return out
+
+
+# From chapters/07-4-decoding.md, section "Translating: beam search over an encoder-decoder".
+@torch.no_grad()
+def translate(
+    model: Any,
+    tokenizer: Any,
+    sentences: list[str],
+    *,
+    pad_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    max_new_tokens: int | None = None,
+    chunk: int = 64,
+) -> list[str]:
+    """Each of ``sentences`` through an encoder-decoder ``model`` (a T5):
+    its ids ``tokenizer.encode(sentence) + [eos_id]``, right-padded with
+    ``pad_id``, encoded once by ``model.bind``; then :func:`beam_search`
+    (``beam_size=1``: greedy decoding) from ``pad_id`` until ``eos_id``, for
+    at most ``max_new_tokens`` (default: twice the longest source plus 10,
+    at most the model's ``max_len``). Returns the decoded texts, without
+    the special ids; ``chunk`` sentences are decoded at a time."""
+    if isinstance(sentences, str):
+        raise TypeError("translate takes a list of sentences; for one: [text]")
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()  # no dropout while decoding
+    texts = []
+    for first in range(0, len(sentences), chunk):
+        rows = [
+            torch.tensor([*tokenizer.encode(text), eos_id])
+            for text in sentences[first : first + chunk]
+        ]
+        # (batch src), right-padded
+        src = pad_sequence(rows, batch_first=True, padding_value=pad_id)
+        src = src.to(device)
+        bound = model.bind(src, src != pad_id)
+        start = torch.full((len(rows), 1), pad_id, device=device)
+        n_new = max_new_tokens
+        if n_new is None:
+            n_new = min(2 * src.shape[1] + 10, model.cfg.max_len)
+        ids = beam_search(
+            bound, start, n_new, beam_size=beam_size, stop_ids=[eos_id], pad_id=pad_id
+        )
+        for row in ids[:, 1:].tolist():  # the start id left out
+            ended = row[: row.index(eos_id)] if eos_id in row else row
+            texts.append(tokenizer.decode([i for i in ended if i != pad_id]))
+    model.train(was_training)
+    return texts
 
 
 # From chapters/07-4-decoding.md, section "Speculative decoding".

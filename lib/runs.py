@@ -42,7 +42,7 @@ from lib import _checks as check
 from lib.batches import Batch, lm_batches, lm_eval_batches, step_generator
 from lib.datasets import load_gutenberg, load_tatoeba_pairs, load_tiny_shakespeare
 from lib.efficiency import gpu_seconds, peak_flops, training_flops_per_token
-from lib.generation import beam_search, generate
+from lib.generation import generate, translate
 from lib.models import (
     BERT,
     GPT,
@@ -610,30 +610,18 @@ def pair_batch(sources: list[torch.Tensor], targets: list[torch.Tensor], pad: in
 
 @torch.no_grad()
 def _translate(model: T5, sources: list[str], tokenizer: CharTokenizer, beam_size: int):
-    """Greedy (``beam_size=1``) or beam translations of ``sources``."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    """Greedy (``beam_size=1``) or beam translations of ``sources``
+    (:func:`lib.generation.translate`, with this run's special ids)."""
     pad, eos = _specials(tokenizer, "<pad>", "</s>").values()
-    out = []
-    for start in range(0, len(sources), 256):
-        texts = sources[start : start + 256]
-        chunk = [torch.tensor([*tokenizer.encode(text), eos]) for text in texts]
-        src = pad_sequence(chunk, batch_first=True, padding_value=pad)
-        src = src.to(device)
-        bound = model.bind(src, src != pad)
-        prompt = torch.full((len(chunk), 1), pad, device=device)
-        max_new = 2 * src.shape[1] + 10
-        stop = dict(stop_ids=[eos], pad_id=pad)
-        if beam_size == 1:
-            ids = generate(bound, prompt, max_new, temperature=0, **stop)
-        else:
-            ids = beam_search(bound, prompt, max_new, beam_size=beam_size, **stop)
-        for row in ids[:, 1:].tolist():
-            ended = row[: row.index(eos)] if eos in row else row
-            out.append(_decode(tokenizer, ended))
-    model.train(was_training)
-    return out
+    return translate(
+        model,
+        tokenizer,
+        sources,
+        pad_id=pad,
+        eos_id=eos,
+        beam_size=beam_size,
+        chunk=256,
+    )
 
 
 def _t5_data(sizes: Mapping[str, Any], seed: int):

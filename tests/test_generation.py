@@ -729,6 +729,49 @@ def test_t5_beam_search_runs_and_beam_one_is_greedy():
         assert out.shape == (3, 9) and torch.isfinite(scores).all()
 
 
+@needs_models
+def test_translate_pads_binds_and_decodes_each_sentence():
+    """translate: each sentence's ids and eos, right-padded, decoded from the pad id by
+    beam search (beam 1: greedy), cut at eos and without pads; the model's mode kept."""
+    from lib.generation import translate
+    from lib.models import T5, TransformerConfig
+    from lib.tokenizer import CharTokenizer
+
+    chars = CharTokenizer("abcdefgh .")
+    pad, eos = chars.vocab_size, chars.vocab_size + 1
+    config = TransformerConfig(
+        vocab_size=chars.vocab_size + 2, d_model=32, n_heads=4, n_layers=1,
+        n_decoder_layers=1, positions="t5", bias=False, dropout=0.1,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = T5(config, start_id=pad).train()
+    sentences = ["abc.", "a bad cafe.", "h"]
+    special = dict(pad_id=pad, eos_id=eos)
+    found = translate(model, chars, sentences, beam_size=1, max_new_tokens=6, **special)
+    assert model.training  # put back in training mode
+    assert len(found) == 3 and all(isinstance(text, str) for text in found)
+    # by hand: the same greedy decoding of the padded batch
+    rows = [torch.tensor([*chars.encode(s), eos]) for s in sentences]
+    src = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=pad)
+    model.eval()
+    with torch.no_grad():
+        bound = model.bind(src, src != pad)
+        start = torch.full((3, 1), pad)
+        ids = generate(bound, start, 6, temperature=0, stop_ids=[eos], pad_id=pad)
+    expected = []
+    for row in ids[:, 1:].tolist():
+        row = row[: row.index(eos)] if eos in row else row
+        expected.append(chars.decode([i for i in row if i != pad]))
+    assert found == expected
+    # one sentence at a time gives the same (padding changes nothing)
+    one_by_one = translate(
+        model, chars, sentences, beam_size=1, max_new_tokens=6, chunk=1, **special
+    )
+    assert one_by_one == found
+    with pytest.raises(TypeError, match="list of sentences"):
+        translate(model, chars, "abc", **special)
+
+
 # -- issue 19: no token from unusable logits, no id outside the vocabulary --------------
 
 

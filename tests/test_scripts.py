@@ -287,6 +287,44 @@ def test_train_shipped_dry_run_trains_records_and_packages(tmp_path: Path):
     )
 
 
+def test_train_shipped_dry_run_trains_and_packages_the_translator(tmp_path: Path):
+    """t5-tatoeba --dry-run: a few steps on a slice of the pairs, its record, and a model
+    file that load_shipped reads with its BPE tokenizer and special ids, ready for
+    lib.generation.translate; the held-out English sentences are not in training."""
+    from lib.generation import translate
+    from lib.pretrained import load_shipped
+    from lib.utils import read_record
+
+    tiny = ["--d-model", "32", "--d-ff", "64", "--n-layers", "1", "--threads", "1"]
+    done = _script(
+        "train_shipped.py", "t5-tatoeba", "--dry-run", "--quiet", "--scratch",
+        str(tmp_path), *tiny,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = read_record(tmp_path / "08-training-t5-cpu")
+    metrics = record["metrics"]
+    assert metrics["steps"] == 4 and metrics["threads"] == 1
+    assert 0.0 <= metrics["bleu_beam"] <= 100.0
+    assert record["extra"]["bleu_signature"].startswith("nrefs:")
+    shipped = load_shipped("t5-tatoeba-en-fr", directory=tmp_path / "checkpoints")
+    inputs = shipped.entry["inputs"]
+    specials = shipped.tokenizer.special_tokens
+    assert (inputs["pad_id"], inputs["eos_id"]) == (specials["<pad>"], specials["</s>"])
+    french = translate(
+        shipped.model, shipped.tokenizer, ["Hello.", "I see a cat."], beam_size=2,
+        pad_id=inputs["pad_id"], eos_id=inputs["eos_id"],
+    )  # fmt: skip
+    assert len(french) == 2 and all(isinstance(text, str) for text in french)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import train_shipped
+    finally:
+        sys.path.pop(0)
+    train_pairs, test_pairs = train_shipped.tatoeba_split()
+    assert len({e for e, _ in test_pairs}) >= 1_000
+    assert not {e for e, _ in test_pairs} & {e for e, _ in train_pairs}
+
+
 def test_train_shipped_packages_the_last_checkpoint_of_a_gpt_run(
     tmp_path: Path, monkeypatch
 ):

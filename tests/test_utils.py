@@ -389,3 +389,20 @@ def test_dataset_helpers_take_paths_and_name_what_they_refuse(tmp_path):
     with pytest.raises(TypeError, match=r"names must be a list .* \['austen-emma'\]"):
         datasets.load_gutenberg("austen-emma")
     assert list(datasets.load_gutenberg(("austen-emma",))) == ["austen-emma"]
+
+
+def test_the_whole_tatoeba_file_ships_and_reads_as_pairs():
+    """load_tatoeba_pairs(all_pairs=True): the shipped zip (checksummed), all 142,787
+    pairs of its fra.txt as (english, french), beside the 5,000 short pairs."""
+    from lib import datasets
+
+    every = datasets.load_tatoeba_pairs(all_pairs=True)
+    short = datasets.load_tatoeba_pairs()
+    assert len(every) == 142_787 and len(short) == 5_000
+    assert every[0] == ("Go.", "Va !")
+    assert all(isinstance(e, str) and isinstance(f, str) and e and f for e, f in every)
+    # the whole file runs from one word to long sentences
+    assert max(len(e) for e, _ in every) > 200 > max(len(e) for e, _ in short)
+    assert datasets.data_path(datasets.TATOEBA_FRA_ENG_ALL).stat().st_size == 2_951_390
+    with pytest.raises(TypeError, match="all_pairs must be True or False"):
+        datasets.load_tatoeba_pairs("all")
