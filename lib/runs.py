@@ -84,6 +84,9 @@ __all__ = [
     "split_pairs_by_source",
     "char_gpt_val_loss",
     "char_gpt_run",
+    "book_batches",
+    "book_test_set",
+    "classifier_accuracy",
     "bert_run",
     "pair_batch",
     "t5_run",
@@ -441,7 +444,7 @@ def char_gpt_run(
 
 
 # From chapters/08-training.md, section "BERT: pre-training on six books, then telling them apart".
-def _book_batches(books: list[torch.Tensor], batch_size: int, seq_len: int, seed: int):
+def book_batches(books: list[torch.Tensor], batch_size: int, seq_len: int, seed: int):
     """``step -> batch`` of passages: a book drawn uniformly, then a window
     of it."""
 
@@ -459,7 +462,7 @@ def _book_batches(books: list[torch.Tensor], batch_size: int, seq_len: int, seed
     return batch_at
 
 
-def _book_test_set(books: list[torch.Tensor], per_book: int, seq_len: int, size: int):
+def book_test_set(books: list[torch.Tensor], per_book: int, seq_len: int, size: int):
     """``per_book`` evenly spaced passages of each (held-out) book, in
     batches."""
     rows, labels = [], []
@@ -474,7 +477,9 @@ def _book_test_set(books: list[torch.Tensor], per_book: int, seq_len: int, size:
 
 
 @torch.no_grad()
-def _accuracy(model: nn.Module, batches: list[Batch]) -> float:
+def classifier_accuracy(model: nn.Module, batches: list[Batch]) -> float:
+    """The share of the rows of ``batches`` (``inputs``, ``targets``) whose
+    class ``model`` scores highest, in eval mode."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -547,7 +552,7 @@ def bert_run(
         progress=progress,
         **_saving(checkpoint_dir, resume, sizes["eval_every"], "pretraining"),
     )
-    test_set = _book_test_set(held_out, sizes["test_per_book"], seq_len, 4 * batch_size)
+    test_set = book_test_set(held_out, sizes["test_per_book"], seq_len, 4 * batch_size)
     finetuned, curves = {}, _curves(pre_history, "pretraining_")
     scratch = BERT(cfg).to(device)
     steps = sizes["finetune_steps"]
@@ -563,7 +568,7 @@ def bert_run(
         every = max(1, steps // 4)
         history = train(
             classifier,
-            _book_batches(seen, batch_size, seq_len, seed + 2),
+            book_batches(seen, batch_size, seq_len, seed + 2),
             optimizer=optimizer,
             scheduler=make_scheduler(optimizer, schedule),
             n_steps=steps,
@@ -573,7 +578,7 @@ def bert_run(
             progress=progress,
             **_saving(checkpoint_dir, resume, every, name),
         )
-        finetuned[name] = _accuracy(classifier, test_set)
+        finetuned[name] = classifier_accuracy(classifier, test_set)
         curves.update(_curves(history, f"{name}_"))
     return {
         "run": "bert",

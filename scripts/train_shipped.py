@@ -40,8 +40,10 @@ checkpoint files are not changed: their sha256 is checked to stay the same.
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -53,21 +55,36 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lib.batches import lm_eval_batches, step_generator  # noqa: E402
+from lib.batches import lm_batches, lm_eval_batches, step_generator  # noqa: E402
 from lib.datasets import (  # noqa: E402
+    load_gutenberg,
     load_mnist,
     load_tatoeba_pairs,
     load_tiny_shakespeare,
 )
 from lib.generation import translate  # noqa: E402
-from lib.models import GPT, T5, TransformerConfig  # noqa: E402
+from lib.models import (  # noqa: E402
+    BERT,
+    GPT,
+    T5,
+    SequenceClassifier,
+    TransformerConfig,
+)
+from lib.objectives import masked_lm_batch  # noqa: E402
 from lib.pretrained import (  # noqa: E402
     CHECKPOINTS,
     load_shipped,
     save_shipped,
     shipped_names,
 )
-from lib.runs import char_gpt_val_loss, pair_batch, split_pairs_by_source  # noqa: E402
+from lib.runs import (  # noqa: E402
+    book_batches,
+    book_test_set,
+    char_gpt_val_loss,
+    classifier_accuracy,
+    pair_batch,
+    split_pairs_by_source,
+)
 from lib.tokenizer import BPETokenizer, CharTokenizer  # noqa: E402
 from lib.training import (  # noqa: E402
     WarmupCosineSchedule,
@@ -92,6 +109,7 @@ RESULTS = ROOT / "book" / "results"
 GPT_RECORD = RESULTS / "08-training-gpt-cpu"
 VIT_RECORD = RESULTS / "10-vit-mnist-cpu"
 T5_RECORD = RESULTS / "08-training-t5-cpu"
+BERT_RECORD = RESULTS / "08-training-bert-cpu"
 
 
 def mnist_split(n_val: int = 1_000):
@@ -453,6 +471,234 @@ def train_t5(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> d
     return metrics
 
 
+# --- the BERT: masked-LM pre-training on six books, then naming their author ----------
+
+BERT_MLM_NAME = "bert-gutenberg-mlm"
+BERT_AUTHORS_NAME = "bert-gutenberg-authors"
+BERT_SPECIALS = ("<pad>", "<mask>")  # ids 256 and 257 of the BPE vocabulary
+# a chapter's first line: "CHAPTER I", "Chapter 1", "CHAPTER 1. Loomings.", or, in
+# The Wisdom of Father Brown, a story's "I. The Absence of Mr Glass"
+CHAPTER_HEADING = re.compile(
+    r"^(?:(?i:chapter) [0-9IVXLCivxlc]+\b|[IVXLC]+\. [A-Z])", re.M
+)
+
+
+def book_chapters(text: str) -> list[str]:
+    """The chapters of a book, each from its heading to the next (the title and any
+    preface before the first heading left out)."""
+    starts = [m.start() for m in CHAPTER_HEADING.finditer(text)]
+    return [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)])]
+
+
+def author_split(held_out_every: int = 5) -> tuple[dict, dict]:
+    """``(train, held_out)``: ``{author: text}`` from the six shipped books, the
+    author's books' chapters in order; every ``held_out_every``-th chapter of each book
+    (the 5th, 10th, ...) is held out, the rest is for training."""
+    train_text: dict[str, list[str]] = {}
+    held_text: dict[str, list[str]] = {}
+    for name, text in load_gutenberg().items():
+        author = name.split("-")[0]
+        for i, chapter in enumerate(book_chapters(text), start=1):
+            side = held_text if i % held_out_every == 0 else train_text
+            side.setdefault(author, []).append(chapter)
+    return (
+        {a: "\n\n".join(c) for a, c in train_text.items()},
+        {a: "\n\n".join(c) for a, c in held_text.items()},
+    )
+
+
+def bag_of_words_accuracy(
+    train_ids: list[torch.Tensor], test_set: list[dict], vocab_size: int
+) -> float:
+    """A multinomial naive Bayes over token counts (add-one smoothing), trained on the
+    same training text: the honest baseline of a classifier of passages."""
+    log_p = torch.stack(
+        [(torch.bincount(ids, minlength=vocab_size) + 1.0) for ids in train_ids]
+    )
+    log_p = (log_p / log_p.sum(-1, keepdim=True)).log()  # (authors vocab)
+    right = total = 0
+    for batch in test_set:
+        counts = torch.stack(
+            [
+                torch.bincount(row, minlength=vocab_size).float()
+                for row in batch["inputs"]
+            ]
+        )
+        predicted = (counts @ log_p.T).argmax(-1)
+        right += int((predicted == batch["targets"]).sum())
+        total += len(batch["targets"])
+    return right / total
+
+
+def bert_held_out(shipped, record: dict) -> dict:
+    """A shipped BERT's held-out numbers, re-measured from the file as it is: the
+    author classifier's accuracy on the held-out passages (with its Wilson interval), or
+    the masked LM's loss on the held-out chapters (the training's evaluation batches)."""
+    extra = record["extra"]
+    _, held_text = author_split()
+    authors = sorted(held_text)
+    tokenizer, seq_len = shipped.tokenizer, extra["seq_len"]
+    held_ids = [torch.tensor(tokenizer.encode(held_text[a])) for a in authors]
+    if shipped.entry["kind"] == "classifier":
+        test_set = book_test_set(held_ids, extra["test_per_author"], seq_len, 256)
+        value = classifier_accuracy(shipped.model, test_set)
+        n = sum(len(b["targets"]) for b in test_set)
+        low, high = wilson_interval(round(value * n), n)
+        return dict(
+            accuracy_pretrained=value, accuracy_pretrained_low=low,
+            accuracy_pretrained_high=high, test_passages=n,
+        )  # fmt: skip
+    pad, mask_id = (tokenizer.special_tokens[t] for t in BERT_SPECIALS)
+
+    def mlm(windows: torch.Tensor, generator: torch.Generator):
+        return masked_lm_batch(
+            windows, mask_id=mask_id, vocab_size=tokenizer.vocab_size,
+            generator=generator, special_ids=(pad,),
+        )  # fmt: skip
+
+    batches = lm_batches(
+        torch.cat(held_ids), extra["batch_size"], seq_len - 1, seed=extra["seed"] + 1,
+        objective=mlm,
+    )  # fmt: skip
+    loss = evaluate(shipped.model, [batches(i) for i in range(extra["eval_iters"])])
+    return dict(mlm_val_loss=loss)
+
+
+def train_bert(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> dict:
+    began = time.time()
+    train_text, held_text = author_split()
+    authors = sorted(train_text)
+    tokenizer = BPETokenizer().train(
+        "\n".join(train_text.values()), args.vocab_size, special_tokens=BERT_SPECIALS
+    )
+    pad, mask_id = (tokenizer.special_tokens[t] for t in BERT_SPECIALS)
+    vocab = tokenizer.vocab_size
+    train_ids = [torch.tensor(tokenizer.encode(train_text[a])) for a in authors]
+    held_ids = [torch.tensor(tokenizer.encode(held_text[a])) for a in authors]
+    prepared = time.time() - began
+    seq_len, batch_size = args.seq_len, args.batch_size
+
+    def mlm(windows: torch.Tensor, generator: torch.Generator):
+        return masked_lm_batch(
+            windows, mask_id=mask_id, vocab_size=vocab, generator=generator,
+            special_ids=(pad,),
+        )  # fmt: skip
+
+    cfg = TransformerConfig(
+        vocab_size=vocab, d_model=args.d_model, n_heads=args.n_heads,
+        n_layers=args.n_layers, d_ff=args.d_ff, dropout=args.dropout,
+        max_len=seq_len, embedding_norm=True,
+    )  # fmt: skip
+    torch.manual_seed(args.seed)
+    bert = BERT(cfg)
+    optimizer = make_optimizer(bert, args.lr, betas=(0.9, 0.98), eps=1e-9)
+    pre = train(
+        bert,
+        lm_batches(torch.cat(train_ids), batch_size, seq_len - 1, seed=args.seed,
+                   objective=mlm),
+        optimizer=optimizer,
+        scheduler=make_scheduler(
+            optimizer, WarmupCosineSchedule(args.warmup, args.steps, min_ratio=0.05)
+        ),
+        n_steps=args.steps,
+        eval_batches=lm_batches(torch.cat(held_ids), batch_size, seq_len - 1,
+                                seed=args.seed + 1, objective=mlm),
+        eval_every=max(1, args.steps // 10),
+        eval_iters=args.eval_iters,
+        progress=not args.quiet,
+    )  # fmt: skip
+    mlm_model = copy.deepcopy(bert)  # fine-tuning changes the encoder it shares
+    test_set = book_test_set(held_ids, args.test_per_author, seq_len, 256)
+    accuracies, curves = (
+        {},
+        {"pretraining": dict(step=pre.eval_steps, loss=pre.eval_losses)},
+    )
+    classifiers, seconds = {}, {"pretraining": pre.train_seconds}
+    for name, encoder in (("pretrained", bert), ("from_scratch", BERT(cfg))):
+        torch.manual_seed(args.seed + 1)  # the same head and dropout for both
+        classifier = SequenceClassifier(encoder, len(authors), args.dropout)
+        optimizer = make_optimizer(
+            classifier, args.finetune_lr, betas=(0.9, 0.98), eps=1e-9
+        )
+        steps = args.finetune_steps
+        history = train(
+            classifier,
+            book_batches(train_ids, batch_size, seq_len, args.seed + 2),
+            optimizer=optimizer,
+            scheduler=make_scheduler(optimizer, WarmupCosineSchedule(steps // 10, steps)),
+            n_steps=steps,
+            eval_batches=test_set,
+            eval_every=max(1, steps // 5),
+            progress=not args.quiet,
+        )  # fmt: skip
+        accuracies[name] = classifier_accuracy(classifier, test_set)
+        curves[f"{name}_held_out"] = dict(
+            step=history.eval_steps, loss=history.eval_losses
+        )
+        classifiers[name], seconds[name] = classifier, history.train_seconds
+    n_test = sum(len(b["targets"]) for b in test_set)
+    correct = round(accuracies["pretrained"] * n_test)
+    low, high = wilson_interval(correct, n_test)
+    metrics = dict(
+        accuracy_pretrained=accuracies["pretrained"],
+        accuracy_pretrained_low=low,
+        accuracy_pretrained_high=high,
+        accuracy_from_scratch=accuracies["from_scratch"],
+        accuracy_bag_of_words=bag_of_words_accuracy(train_ids, test_set, vocab),
+        chance=1 / len(authors),
+        test_passages=n_test,
+        mlm_val_loss=pre.eval_losses[-1],
+        parameters=sum(p.numel() for p in bert.parameters()),
+        vocab_size=vocab,
+        train_seconds=sum(seconds.values()),
+        prepare_seconds=prepared,
+        steps=args.steps,
+        finetune_steps=args.finetune_steps,
+        threads=torch.get_num_threads(),
+    )
+    command = f"python scripts/train_shipped.py {shlex.join(sys.argv[1:])}"
+    write_record(
+        out,
+        name=out.name,
+        command=command,
+        wall_seconds=time.time() - began,
+        metrics=metrics,
+        curves=curves,
+        config=cfg,
+        samples=dict(authors=authors),
+        extra=dict(
+            seconds=seconds,
+            held_out="every 5th chapter of each book (scripts/train_shipped.py "
+            "author_split)",
+            passages=f"{args.test_per_author} evenly spaced windows of {seq_len} "
+            "tokens of each author's held-out chapters",
+            batch_size=batch_size,
+            seq_len=seq_len,
+            test_per_author=args.test_per_author,
+            eval_iters=args.eval_iters,
+            seed=args.seed,
+            lr=args.lr,
+            finetune_lr=args.finetune_lr,
+        ),
+        device="cpu",
+    )
+    record = _relative(out / "metrics.json")
+    save_shipped(
+        mlm_model, BERT_MLM_NAME, tokenizer=tokenizer,
+        metrics=dict(mlm_val_loss=metrics["mlm_val_loss"]),
+        inputs=dict(pad_id=pad, mask_id=mask_id, max_len=seq_len),
+        record=record, command=command, directory=shipped_dir or CHECKPOINTS,
+    )  # fmt: skip
+    save_shipped(
+        classifiers["pretrained"], BERT_AUTHORS_NAME, tokenizer=tokenizer,
+        metrics={k: v for k, v in metrics.items() if k.startswith(("accuracy", "test"))},
+        inputs=dict(labels=authors, pad_id=pad, passage=f"{seq_len} tokens"),
+        record=record, command=command, directory=shipped_dir or CHECKPOINTS,
+    )  # fmt: skip
+    print(f"bert: {metrics} -> {out}")
+    return metrics
+
+
 def package_char_gpt(args: argparse.Namespace, shipped_dir: Path | None) -> dict:
     """Package the last checkpoint of chapter 8's char-GPT run with its record."""
     record = read_record(args.record)
@@ -517,6 +763,8 @@ def evaluate_shipped(args: argparse.Namespace, argv: list[str]) -> dict:
         elif entry["kind"] == "t5":
             fraction = record["extra"]["test_fraction"]
             new = t5_held_out(shipped.model, shipped.tokenizer, fraction)
+        elif entry["kind"] in ("bert", "classifier"):
+            new = bert_held_out(shipped, record)
         else:
             _, _, val_x, val_y = mnist_split()
             mean, std = entry["inputs"]["mean"], entry["inputs"]["std"]
@@ -597,7 +845,16 @@ def intervals(directory: Path = CHECKPOINTS) -> dict:
     for name in shipped_names(directory):
         shipped = load_shipped(name, directory=directory)
         entry = shipped.entry
-        if entry["kind"] == "t5":
+        if entry["kind"] == "bert":
+            continue  # a masked LM's loss: no held-out number to put an interval on
+        if entry["kind"] == "classifier":
+            m = bert_held_out(shipped, read_record(ROOT / entry["record"]))
+            results[name] = dict(
+                metric="accuracy", value=m["accuracy_pretrained"],
+                low=m["accuracy_pretrained_low"], high=m["accuracy_pretrained_high"],
+                n=m["test_passages"], unit="passages (Wilson)",
+            )  # fmt: skip
+        elif entry["kind"] == "t5":
             m = entry["metrics"]
             results[name] = dict(
                 metric="bleu_beam", value=m["bleu_beam"], low=m["bleu_beam_low"],
@@ -675,6 +932,26 @@ def main(argv: list[str] | None = None) -> dict:
     t5.add_argument(
         "--threads", type=int, default=0, help="CPU threads (default: all cores)"
     )
+    bert = sub.add_parser("bert-authors", help="train and package the BERTs")
+    bert.add_argument("--steps", type=int, default=2000)
+    bert.add_argument("--batch-size", type=int, default=32)
+    bert.add_argument("--seq-len", type=int, default=128)
+    bert.add_argument("--lr", type=float, default=1e-3)
+    bert.add_argument("--warmup", type=int, default=200)
+    bert.add_argument("--finetune-steps", type=int, default=300)
+    bert.add_argument("--finetune-lr", type=float, default=3e-4)
+    bert.add_argument("--vocab-size", type=int, default=4000)
+    bert.add_argument("--d-model", type=int, default=192)
+    bert.add_argument("--d-ff", type=int, default=768)
+    bert.add_argument("--n-heads", type=int, default=4)
+    bert.add_argument("--n-layers", type=int, default=4)
+    bert.add_argument("--dropout", type=float, default=0.1)
+    bert.add_argument("--eval-iters", type=int, default=5)
+    bert.add_argument("--test-per-author", type=int, default=200)
+    bert.add_argument("--seed", type=int, default=0)
+    bert.add_argument(
+        "--threads", type=int, default=0, help="CPU threads (default: all)"
+    )
     gpt = sub.add_parser("char-gpt", help="package chapter 8's char-GPT run")
     gpt.add_argument("--checkpoint-dir", type=Path, required=True)
     gpt.add_argument("--record", type=Path, default=GPT_RECORD)
@@ -696,7 +973,7 @@ def main(argv: list[str] | None = None) -> dict:
         "intervals",
         help="the shipped checkpoints' held-out numbers with 95 %% intervals",
     )
-    for each in (vit, t5, gpt):
+    for each in (vit, t5, bert, gpt):
         each.add_argument("--quiet", action="store_true")
         each.add_argument(
             "--dry-run",
@@ -708,7 +985,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
     args = parser.parse_args(argv)
     threads = getattr(args, "threads", 0) or None
-    if threads is None and args.model == "t5-tatoeba":
+    if threads is None and args.model in ("t5-tatoeba", "bert-authors"):
         threads = (
             os.cpu_count() or 1
         )  # sized for every core, not the smoke profile's one
@@ -725,11 +1002,17 @@ def main(argv: list[str] | None = None) -> dict:
         if args.model == "t5-tatoeba":
             args.steps, args.warmup, args.vocab_size = 4, 2, 300
             return train_t5(args, scratch / T5_RECORD.name, scratch / "checkpoints")
+        if args.model == "bert-authors":
+            args.steps, args.warmup, args.finetune_steps = 4, 2, 3
+            args.vocab_size, args.test_per_author = 300, 8
+            return train_bert(args, scratch / BERT_RECORD.name, scratch / "checkpoints")
         return package_char_gpt(args, scratch / "checkpoints")
     if args.model == "vit-mnist":
         return train_vit(args, VIT_RECORD, None)
     if args.model == "t5-tatoeba":
         return train_t5(args, T5_RECORD, None)
+    if args.model == "bert-authors":
+        return train_bert(args, BERT_RECORD, None)
     return package_char_gpt(args, None)
 
 

@@ -325,6 +325,51 @@ def test_train_shipped_dry_run_trains_and_packages_the_translator(tmp_path: Path
     assert not {e for e, _ in test_pairs} & {e for e, _ in train_pairs}
 
 
+def test_train_shipped_dry_run_trains_and_packages_the_two_berts(tmp_path: Path):
+    """bert-authors --dry-run: the masked LM and the author classifier, each a model
+    file with its BPE tokenizer; held-out chapters never trained on; the numbers that
+    `evaluate` re-measures from the files equal the training's."""
+    from lib.pretrained import load_shipped
+    from lib.utils import read_record
+
+    tiny = ["--d-model", "32", "--d-ff", "64", "--n-layers", "1", "--threads", "1"]
+    done = _script(
+        "train_shipped.py", "bert-authors", "--dry-run", "--quiet", "--scratch",
+        str(tmp_path), *tiny,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = read_record(tmp_path / "08-training-bert-cpu")
+    metrics = record["metrics"]
+    assert metrics["test_passages"] == 3 * 8 and metrics["chance"] == 1 / 3
+    for key in (
+        "accuracy_pretrained",
+        "accuracy_from_scratch",
+        "accuracy_bag_of_words",
+    ):
+        assert 0.0 <= metrics[key] <= 1.0
+    directory = tmp_path / "checkpoints"
+    mlm = load_shipped("bert-gutenberg-mlm", directory=directory)
+    authors = load_shipped("bert-gutenberg-authors", directory=directory)
+    assert authors.entry["inputs"]["labels"] == ["austen", "chesterton", "melville"]
+    mask_id = mlm.entry["inputs"]["mask_id"]
+    ids = torch.tensor([[*mlm.tokenizer.encode("It is a truth universally "), mask_id]])
+    assert mlm.model(ids).shape == (1, ids.shape[1], mlm.model.cfg.vocab_size)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import train_shipped
+    finally:
+        sys.path.pop(0)
+    train_text, held_text = train_shipped.author_split()
+    assert (
+        sorted(train_text) == sorted(held_text) == ["austen", "chesterton", "melville"]
+    )
+    # a held-out chapter's opening is nowhere in the training text
+    first_held = train_shipped.book_chapters(held_text["melville"])[0][:300]
+    assert first_held not in train_text["melville"]
+    again = train_shipped.bert_held_out(authors, record)
+    assert again["accuracy_pretrained"] == metrics["accuracy_pretrained"]
+
+
 def test_train_shipped_packages_the_last_checkpoint_of_a_gpt_run(
     tmp_path: Path, monkeypatch
 ):
