@@ -751,7 +751,11 @@ def evaluate_shipped(args: argparse.Namespace, argv: list[str]) -> dict:
     command = f"python scripts/train_shipped.py {shlex.join(argv)}"
     directory = Path(args.directory)
     results = {}
-    for name in shipped_names(directory):
+    names = shipped_names(directory)
+    unknown = sorted(set(args.only or ()) - set(names))
+    if unknown:
+        raise SystemExit(f"--only {unknown}: no such checkpoint; shipped: {names}")
+    for name in args.only or names:
         shipped = load_shipped(name, directory=directory)  # sha256 checked
         entry = shipped.entry
         record_path = ROOT / entry["record"]
@@ -963,6 +967,9 @@ def main(argv: list[str] | None = None) -> dict:
         type=Path,
         default=CHECKPOINTS,
         help="the checkpoints and their manifest (default: lib/data/checkpoints)",
+    )
+    again.add_argument(
+        "--only", nargs="+", metavar="NAME", help="these checkpoints (default: all)"
     )
     again.add_argument(
         "--allow-dirty",
