@@ -804,7 +804,7 @@ def evaluate_shipped(args: argparse.Namespace, argv: list[str]) -> dict:
             metrics={**entry["metrics"], **new},
             record=entry["record"],
             command=entry["command"],
-            inputs=entry["inputs"],
+            inputs=shipped.metadata["inputs"],  # the file's own (key order)
             directory=directory,
         )
         if load_shipped(name, directory=directory).entry["sha256"] != entry["sha256"]:
