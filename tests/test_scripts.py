@@ -505,6 +505,10 @@ def test_shipped_checkpoints_readme_states_the_intervals_the_files_give():
     assert f"{gpt['low']:.3f}–{gpt['high']:.3f}" in readme
     assert f"**{100 * vit['value']:.1f} %**" in readme
     assert f"{100 * vit['low']:.1f}–{100 * vit['high']:.1f} %" in readme
+    authors = found["bert-gutenberg-authors"]
+    assert authors["n"] == 600 and "bert-gutenberg-mlm" not in found
+    assert f"accuracy **{100 * authors['value']:.1f} %**" in readme
+    assert f"{100 * authors['low']:.1f}–{100 * authors['high']:.1f} %" in readme
     t5 = found["t5-tatoeba-en-fr"]  # from the manifest, as `evaluate` measured it
     assert t5["n"] == 1480 and t5["low"] < t5["value"] < t5["high"]
     assert f"sacreBLEU **{t5['value']:.1f}**" in readme
