@@ -124,6 +124,11 @@ def mnist_split(n_val: int = 1_000):
     return images[train_idx], labels[train_idx], images[val_idx], labels[val_idx]
 
 
+def this_command() -> str:
+    """The command that started this script, as a record and the manifest name it."""
+    return f"python scripts/train_shipped.py {shlex.join(sys.argv[1:])}"
+
+
 def _relative(path: Path) -> str:
     """``path`` from the repository's root when it is inside it (records move with it)."""
     path = path.resolve()
@@ -190,7 +195,7 @@ def train_vit(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> 
     write_record(
         out,
         name=out.name,
-        command=f"python scripts/train_shipped.py {shlex.join(sys.argv[1:])}",
+        command=this_command(),
         wall_seconds=time.time() - began,
         metrics=metrics,
         curves={
@@ -215,7 +220,7 @@ def train_vit(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> 
             std=std,
         ),
         record=_relative(out / "metrics.json"),
-        command=f"python scripts/train_shipped.py {shlex.join(sys.argv[1:])}",
+        command=this_command(),
         directory=shipped_dir or CHECKPOINTS,
     )
     print(f"vit-mnist: {metrics} -> {out}")
@@ -429,7 +434,7 @@ def train_t5(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> d
         steps=args.steps,
         threads=torch.get_num_threads(),
     )
-    command = f"python scripts/train_shipped.py {shlex.join(sys.argv[1:])}"
+    command = this_command()
     write_record(
         out,
         name=out.name,
@@ -532,6 +537,20 @@ def bag_of_words_accuracy(
     return right / total
 
 
+def bert_mlm_objective(tokenizer: BPETokenizer):
+    """The masked-LM objective of the shipped BERT, for :func:`lm_batches`: BERT's
+    80/10/10 corruption of 15 % of the tokens, the pad id never chosen."""
+    pad, mask_id = (tokenizer.special_tokens[t] for t in BERT_SPECIALS)
+
+    def mlm(windows: torch.Tensor, generator: torch.Generator):
+        return masked_lm_batch(
+            windows, mask_id=mask_id, vocab_size=tokenizer.vocab_size,
+            generator=generator, special_ids=(pad,),
+        )  # fmt: skip
+
+    return mlm
+
+
 def bert_held_out(shipped, record: dict) -> dict:
     """A shipped BERT's held-out numbers, re-measured from the file as it is: the
     author classifier's accuracy on the held-out passages (with its Wilson interval), or
@@ -550,17 +569,9 @@ def bert_held_out(shipped, record: dict) -> dict:
             accuracy_pretrained=value, accuracy_pretrained_low=low,
             accuracy_pretrained_high=high, test_passages=n,
         )  # fmt: skip
-    pad, mask_id = (tokenizer.special_tokens[t] for t in BERT_SPECIALS)
-
-    def mlm(windows: torch.Tensor, generator: torch.Generator):
-        return masked_lm_batch(
-            windows, mask_id=mask_id, vocab_size=tokenizer.vocab_size,
-            generator=generator, special_ids=(pad,),
-        )  # fmt: skip
-
     batches = lm_batches(
         torch.cat(held_ids), extra["batch_size"], seq_len - 1, seed=extra["seed"] + 1,
-        objective=mlm,
+        objective=bert_mlm_objective(tokenizer),
     )  # fmt: skip
     loss = evaluate(shipped.model, [batches(i) for i in range(extra["eval_iters"])])
     return dict(mlm_val_loss=loss)
@@ -579,12 +590,7 @@ def train_bert(args: argparse.Namespace, out: Path, shipped_dir: Path | None) ->
     held_ids = [torch.tensor(tokenizer.encode(held_text[a])) for a in authors]
     prepared = time.time() - began
     seq_len, batch_size = args.seq_len, args.batch_size
-
-    def mlm(windows: torch.Tensor, generator: torch.Generator):
-        return masked_lm_batch(
-            windows, mask_id=mask_id, vocab_size=vocab, generator=generator,
-            special_ids=(pad,),
-        )  # fmt: skip
+    mlm = bert_mlm_objective(tokenizer)
 
     cfg = TransformerConfig(
         vocab_size=vocab, d_model=args.d_model, n_heads=args.n_heads,
@@ -658,7 +664,7 @@ def train_bert(args: argparse.Namespace, out: Path, shipped_dir: Path | None) ->
         finetune_steps=args.finetune_steps,
         threads=torch.get_num_threads(),
     )
-    command = f"python scripts/train_shipped.py {shlex.join(sys.argv[1:])}"
+    command = this_command()
     write_record(
         out,
         name=out.name,

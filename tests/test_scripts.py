@@ -70,6 +70,16 @@ def test_gpu_records_write_the_one_schema(tmp_path: Path, monkeypatch):
     assert saved["command"].endswith("scripts/gpu_records.py throughput")
 
 
+def _train_shipped_module():
+    import importlib.util
+
+    path = ROOT / "scripts" / "train_shipped.py"
+    spec = importlib.util.spec_from_file_location("train_shipped", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _gpu_records_module():
     import importlib.util
 
@@ -315,11 +325,7 @@ def test_train_shipped_dry_run_trains_and_packages_the_translator(tmp_path: Path
         pad_id=inputs["pad_id"], eos_id=inputs["eos_id"],
     )  # fmt: skip
     assert len(french) == 2 and all(isinstance(text, str) for text in french)
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import train_shipped
-    finally:
-        sys.path.pop(0)
+    train_shipped = _train_shipped_module()
     train_pairs, test_pairs = train_shipped.tatoeba_split()
     assert len({e for e, _ in test_pairs}) >= 1_000
     assert not {e for e, _ in test_pairs} & {e for e, _ in train_pairs}
@@ -354,11 +360,7 @@ def test_train_shipped_dry_run_trains_and_packages_the_two_berts(tmp_path: Path)
     mask_id = mlm.entry["inputs"]["mask_id"]
     ids = torch.tensor([[*mlm.tokenizer.encode("It is a truth universally "), mask_id]])
     assert mlm.model(ids).shape == (1, ids.shape[1], mlm.model.cfg.vocab_size)
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import train_shipped
-    finally:
-        sys.path.pop(0)
+    train_shipped = _train_shipped_module()
     train_text, held_text = train_shipped.author_split()
     assert (
         sorted(train_text) == sorted(held_text) == ["austen", "chesterton", "melville"]
@@ -489,12 +491,7 @@ def test_the_shipped_gpt_records_its_held_out_loss_per_character():
 def test_shipped_checkpoints_readme_states_the_intervals_the_files_give():
     """lib/data/checkpoints/README.md's held-out numbers and 95 % intervals are those
     `train_shipped.py intervals` computes from the shipped files (about 6 s)."""
-    import importlib.util
-
-    path = ROOT / "scripts" / "train_shipped.py"
-    spec = importlib.util.spec_from_file_location("train_shipped", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _train_shipped_module()
     low, high = module.wilson_interval(976, 1000)
     assert (round(low, 3), round(high, 3)) == (0.965, 0.984)
     found = module.intervals()
