@@ -63,7 +63,8 @@ Tensors:
   floating-point :func:`tensor` with those axes and sizes, on the device of the layer's
   ``weight`` and of its dtype (autocast allowed, as :func:`same_dtype_and_device` does);
 * :func:`ids_in_range` ``(name, ids, size)`` -> ``ids``: every value of an integer tensor in
-  ``0..size - 1`` (token ids against a vocabulary); it **reads the values**;
+  ``0..size - 1`` (token ids against a vocabulary, labels; ``>= 0`` with ``size=None``),
+  lib's one check of a range of ids; it **reads the values**;
 * :func:`same_device` ``(**tensors)``: the named tensors are on one device (``ValueError``);
   a ``None`` among them is an optional tensor not given, and is skipped;
 * :func:`layer_forward` ``(axes, weight, *, name="x", casts=False)`` -> a checker for
@@ -104,43 +105,11 @@ import numbers
 import operator
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
-__all__ = [
-    "boolean",
-    "booleans",
-    "attention_inputs",
-    "broadcastable",
-    "even",
-    "divisible",
-    "finite_float",
-    "float_dtype",
-    "front_door",
-    "function",
-    "int_at_least",
-    "int_in_range",
-    "instance",
-    "ids_in_range",
-    "integer",
-    "layer_input",
-    "layer_forward",
-    "nonnegative_ints",
-    "one_of",
-    "positive_int",
-    "positive_ints",
-    "probability",
-    "same_device",
-    "same_dtype_and_device",
-    "string",
-    "strings",
-    "tensor",
-    "text_lines",
-    "token_ids",
-    "trusted",
-    "trusting",
-]
+Say = str | None  # the type of ``owner`` and ``hint``, which every check takes
 
 
 # -- trust: checks once, at the front door --------------------------------------------------
@@ -178,7 +147,7 @@ def front_door(checker: Callable[..., Any]) -> Callable:
             if _TRUST.on:
                 return body(*args, **kwargs)
             checker(*args, **kwargs)
-            _TRUST.on = True
+            _TRUST.on = True  # (a plain flag, not trusting(): torch.compile traces it)
             try:
                 return body(*args, **kwargs)
             finally:
@@ -189,10 +158,11 @@ def front_door(checker: Callable[..., Any]) -> Callable:
     return decorate
 
 
-def _message(text: str, owner: str | None, hint: str | None) -> str:
-    prefix = f"{owner}: " if owner else ""
-    suffix = f"; {hint}" if hint else ""
-    return prefix + text + suffix
+def _fail(
+    error: type[Exception], text: str, owner: Say = None, hint: Say = None
+) -> NoReturn:
+    """Raise ``error`` with ``text``, the owner in front of it and the hint after it."""
+    raise error((f"{owner}: " if owner else "") + text + (f"; {hint}" if hint else ""))
 
 
 def _describe(value: Any) -> str:
@@ -200,112 +170,67 @@ def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
     text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{type(value).__name__} {text}"
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def _names(names: Iterable[str]) -> str:
     """``"a"``, ``"a and b"``, ``"a, b and c"``."""
-    names = list(names)
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    *rest, last = names
+    return f"{', '.join(rest)} and {last}" if rest else last
 
 
 # -- scalars ------------------------------------------------------------------------------------
-def integer(
-    name: str, value: Any, *, owner: str | None = None, hint: str | None = None
-) -> int:
+def integer(name: str, value: Any, *, owner: Say = None, hint: Say = None) -> int:
     """``value`` as a Python int: an int, a NumPy integer or a 0-d integer tensor, never a bool.
 
     (A 0-d tensor is read, which syncs with a GPU and which ``torch.compile`` cannot trace;
     pass Python ints where speed matters.)
     """
-    if isinstance(value, bool) or (
-        isinstance(value, torch.Tensor) and value.dtype == torch.bool
-    ):
-        raise TypeError(
-            _message(f"{name} must be an int, got {_describe(value)}", owner, hint)
-        )
+    is_bool = isinstance(value, bool) or getattr(value, "dtype", None) == torch.bool
     try:
-        return operator.index(value)
+        if not is_bool:
+            return operator.index(value)
     except TypeError:
-        raise TypeError(
-            _message(f"{name} must be an int, got {_describe(value)}", owner, hint)
-        ) from None
+        pass
+    _fail(TypeError, f"{name} must be an int, got {_describe(value)}", owner, hint)
 
 
-def int_at_least(
-    name: str,
-    value: Any,
-    minimum: int,
-    *,
-    owner: str | None = None,
-    hint: str | None = None,
-) -> int:
+def int_at_least(name: str, value: Any, minimum: int, **say: Say) -> int:
     """``value`` as an int ``>= minimum``."""
-    value = integer(name, value, owner=owner, hint=hint)
-    if value < minimum:
-        raise ValueError(
-            _message(f"{name} must be an int >= {minimum}, got {value}", owner, hint)
-        )
+    if (value := integer(name, value, **say)) < minimum:
+        _fail(ValueError, f"{name} must be an int >= {minimum}, got {value}", **say)
     return value
 
 
-def positive_int(
-    name: str, value: Any, *, owner: str | None = None, hint: str | None = None
-) -> int:
+def positive_int(name: str, value: Any, **say: Say) -> int:
     """``value`` as an int ``>= 1`` (a size: ``d_model``, ``n_heads``, ``vocab_size``...)."""
-    return int_at_least(name, value, 1, owner=owner, hint=hint)
+    return int_at_least(name, value, 1, **say)
 
 
-def int_in_range(
-    name: str,
-    value: Any,
-    low: int,
-    high: int,
-    *,
-    owner: str | None = None,
-    hint: str | None = None,
-) -> int:
+def int_in_range(name: str, value: Any, low: int, high: int, **say: Say) -> int:
     """``value`` as an int in ``low..high``, both ends included (an index: ``0..size - 1``)."""
-    value = integer(name, value, owner=owner, hint=hint)
-    if not low <= value <= high:
-        raise ValueError(
-            _message(
-                f"{name} must be an int in {low}..{high}, got {value}", owner, hint
-            )
-        )
+    if not low <= (value := integer(name, value, **say)) <= high:
+        _fail(ValueError, f"{name} must be an int in {low}..{high}, got {value}", **say)
     return value
 
 
-def even(
-    name: str,
-    value: Any,
-    *,
-    positive: bool = False,
-    owner: str | None = None,
-    hint: str | None = None,
-) -> int:
+def even(name: str, value: Any, *, positive: bool = False, **say: Say) -> int:
     """``value`` as an even int (``>= 2`` too with ``positive=True``: a size)."""
-    if positive:
-        value = int_at_least(name, value, 1, owner=owner, hint=hint)
-    else:
-        value = integer(name, value, owner=owner, hint=hint)
+    value = (
+        int_at_least(name, value, 1, **say) if positive else integer(name, value, **say)
+    )
     if value % 2:
-        raise ValueError(_message(f"{name} must be even, got {value}", owner, hint))
+        _fail(ValueError, f"{name} must be even, got {value}", **say)
     return value
 
 
-def _interval(
-    low: float | None, high: float | None, low_open: bool, high_open: bool
-) -> str:
-    if low is not None and high is not None:
-        return f" in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    if low is not None:
-        return f" {'>' if low_open else '>='} {low:g}"
-    if high is not None:
-        return f" {'<' if high_open else '<='} {high:g}"
-    return ""
+def _real(name: str, value: Any, owner: Say, hint: Say) -> float:
+    """``value`` as a float: any real number (int, float, NumPy scalar), not a bool."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        _fail(
+            TypeError, f"{name} must be a number, got {_describe(value)}", owner, hint
+        )
+    return float(value)
 
 
 def finite_float(
@@ -316,92 +241,78 @@ def finite_float(
     high: float | None = None,
     low_open: bool = False,
     high_open: bool = False,
-    owner: str | None = None,
-    hint: str | None = None,
+    owner: Say = None,
+    hint: Say = None,
 ) -> float:
     """``value`` as a finite float, optionally within ``low``/``high`` (open ends excluded).
 
     A real number of any kind is accepted (int, float, NumPy scalar); a bool, a string, a
     tensor, NaN and ±inf are not.
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(
-            _message(f"{name} must be a number, got {_describe(value)}", owner, hint)
-        )
-    value = float(value)
-    too_low = low is not None and (value <= low if low_open else value < low)
-    too_high = high is not None and (value >= high if high_open else value > high)
-    if not math.isfinite(value) or too_low or too_high:
-        interval = _interval(low, high, low_open, high_open)
-        raise ValueError(
-            _message(
-                f"{name} must be a finite number{interval}, got {value!r}", owner, hint
-            )
-        )
+    value = _real(name, value, owner, hint)
+    above = low is None or (value > low if low_open else value >= low)
+    below = high is None or (value < high if high_open else value <= high)
+    if not (math.isfinite(value) and above and below):
+        ends = [f"{'>' if low_open else '>='} {low:g}" if low is not None else ""]
+        ends += [f"{'<' if high_open else '<='} {high:g}" if high is not None else ""]
+        if all(ends):  # both ends: an interval
+            ends = [
+                f"in {'(' if low_open else '['}{low:g}, {high:g}{')]'[not high_open]}"
+            ]
+        text = f"{name} must be a finite number{''.join(' ' + e for e in ends if e)}"
+        _fail(ValueError, f"{text}, got {value!r}", owner, hint)
     return value
 
 
-def probability(
-    name: str, p: Any, *, owner: str | None = None, hint: str | None = None
-) -> float:
+def probability(name: str, p: Any, *, owner: Say = None, hint: Say = None) -> float:
     """``p`` as a float in ``[0, 1)``: a dropout probability (1 would drop everything)."""
-    if isinstance(p, bool) or not isinstance(p, numbers.Real):
-        raise TypeError(
-            _message(f"{name} must be a number, got {_describe(p)}", owner, hint)
+    if not 0.0 <= (p := _real(name, p, owner, hint)) < 1.0:  # False for NaN too
+        _fail(
+            ValueError,
+            f"{name} must be a probability in [0, 1), got {p!r}",
+            owner,
+            hint,
         )
-    if not 0.0 <= p < 1.0:  # False for NaN too
-        raise ValueError(
-            _message(
-                f"{name} must be a probability in [0, 1), got {float(p)!r}", owner, hint
-            )
-        )
-    return float(p)
+    return p
 
 
-def boolean(
-    name: str, value: Any, *, owner: str | None = None, hint: str | None = None
-) -> bool:
+def boolean(name: str, value: Any, *, owner: Say = None, hint: Say = None) -> bool:
     """``value`` itself, which must be ``True`` or ``False`` (``1`` or ``"no"`` are refused)."""
     if not isinstance(value, bool):
-        raise TypeError(
-            _message(
-                f"{name} must be True or False, got {_describe(value)}", owner, hint
-            )
+        _fail(
+            TypeError,
+            f"{name} must be True or False, got {_describe(value)}",
+            owner,
+            hint,
         )
     return value
 
 
-def booleans(
-    *, owner: str | None = None, hint: str | None = None, **values: Any
-) -> None:
+def booleans(*, owner: Say = None, hint: Say = None, **values: Any) -> None:
     """Every keyword's value is ``True`` or ``False`` (:func:`boolean` on each, in order)."""
     for name, value in values.items():
         boolean(name, value, owner=owner, hint=hint)
 
 
 def positive_ints(
-    *, owner: str | None = None, hint: str | None = None, **values: Any
+    *, owner: Say = None, hint: Say = None, **values: Any
 ) -> tuple[int, ...]:
     """The keywords' values as ints ``>= 1`` (:func:`positive_int` on each), in order."""
     return tuple(
-        positive_int(name, value, owner=owner, hint=hint)
-        for name, value in values.items()
+        int_at_least(n, v, 1, owner=owner, hint=hint) for n, v in values.items()
     )
 
 
 def nonnegative_ints(
-    *, owner: str | None = None, hint: str | None = None, **values: Any
+    *, owner: Say = None, hint: Say = None, **values: Any
 ) -> tuple[int, ...]:
     """The keywords' values as ints ``>= 0`` (:func:`int_at_least` on each), in order."""
     return tuple(
-        int_at_least(name, value, 0, owner=owner, hint=hint)
-        for name, value in values.items()
+        int_at_least(n, v, 0, owner=owner, hint=hint) for n, v in values.items()
     )
 
 
-def divisible(
-    *, owner: str | None = None, hint: str | None = None, **pair: int
-) -> None:
+def divisible(*, owner: Say = None, hint: Say = None, **pair: int) -> None:
     """Of two keywords (ints, checked already), the first is a multiple of the second:
     ``divisible(d_model=30, n_heads=4)`` raises ``d_model=30 is not divisible by
     n_heads=4``. Zero divides nothing."""
@@ -411,28 +322,34 @@ def divisible(
         )
     (name, value), (by_name, by) = pair.items()
     if by == 0 or value % by:
-        text = f"{name}={value} is not divisible by {by_name}={by}"
-        raise ValueError(_message(text, owner, hint))
+        _fail(
+            ValueError,
+            f"{name}={value} is not divisible by {by_name}={by}",
+            owner,
+            hint,
+        )
 
 
-def function(
-    name: str, value: Any, *, owner: str | None = None, hint: str | None = None
-) -> Any:
+def function(name: str, value: Any, *, owner: Say = None, hint: Say = None) -> Any:
     """``value``, which must be callable (a function, a module, a class)."""
     if not callable(value):
-        raise TypeError(
-            _message(f"{name} must be callable, got {_describe(value)}", owner, hint)
+        _fail(
+            TypeError, f"{name} must be callable, got {_describe(value)}", owner, hint
         )
     return value
 
 
 def float_dtype(
-    name: str, dtype: Any, *, owner: str | None = None, hint: str | None = None
+    name: str, dtype: Any, *, owner: Say = None, hint: Say = None
 ) -> torch.dtype:
     """``dtype``, which must be a floating-point ``torch.dtype`` (``torch.float32``...)."""
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        text = f"{name} must be a floating torch.dtype, got {dtype!r}"
-        raise TypeError(_message(text, owner, hint))
+        _fail(
+            TypeError,
+            f"{name} must be a floating torch.dtype, got {dtype!r}",
+            owner,
+            hint,
+        )
     return dtype
 
 
@@ -442,8 +359,8 @@ def string(
     *,
     nonempty: bool = False,
     utf8: bool = False,
-    owner: str | None = None,
-    hint: str | None = None,
+    owner: Say = None,
+    hint: Say = None,
 ) -> str:
     """``value``, which must be a ``str`` (and not empty, with ``nonempty=True``).
 
@@ -452,31 +369,31 @@ def string(
     which no encoder accepts.
     """
     if not isinstance(value, str):
-        raise TypeError(
-            _message(f"{name} must be a str, got {_describe(value)}", owner, hint)
-        )
+        _fail(TypeError, f"{name} must be a str, got {_describe(value)}", owner, hint)
     if nonempty and not value:
-        raise ValueError(
-            _message(f"{name} must be a non-empty str, got ''", owner, hint)
-        )
-    if utf8:
-        try:
+        _fail(ValueError, f"{name} must be a non-empty str, got ''", owner, hint)
+    try:
+        if utf8:
             value.encode("utf-8")
-        except UnicodeEncodeError as err:
-            text = (
-                f"{name} contains {value[err.start]!r} at position {err.start}, a lone "
-                "surrogate that UTF-8 cannot encode; it usually comes from decoding "
-                "bytes with errors='surrogateescape'"
-            )
-            raise ValueError(_message(text, owner, hint)) from None
+    except UnicodeEncodeError as err:
+        text = (
+            f"{name} contains {value[err.start]!r} at position {err.start}, a lone "
+            "surrogate that UTF-8 cannot encode; it usually comes from decoding "
+            "bytes with errors='surrogateescape'"
+        )
+        _fail(ValueError, text, owner, hint)
     return value
 
 
-def _not_one(name: str, values: Any, what: str, owner, hint) -> None:
+def _not_one(name: str, values: Any, what: str, owner: Say, hint: Say) -> None:
     """A ``TypeError`` unless ``values`` is an iterable other than one str or bytes."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        text = f"{name} must be {what}, got {type(values).__name__}"
-        raise TypeError(_message(text, owner, hint))
+        _fail(
+            TypeError,
+            f"{name} must be {what}, got {type(values).__name__}",
+            owner,
+            hint,
+        )
 
 
 def strings(
@@ -486,34 +403,40 @@ def strings(
     nonempty: bool = False,
     distinct: bool = False,
     utf8: bool = False,
-    owner: str | None = None,
-    hint: str | None = None,
+    owner: Say = None,
+    hint: Say = None,
 ) -> list[str]:
     """``values`` (any iterable of str, not one str) as a list, each item checked as
     :func:`string` does (``name[i]``); ``distinct=True`` refuses a repeated item."""
     if isinstance(values, str):  # a common slip: one token where a list was meant
         hint = f"write [{values!r}] for a list of one" + (f"; {hint}" if hint else "")
     _not_one(name, values, "a list of str", owner, hint)
-    items = list(values)
+    items, say = (
+        list(values),
+        dict(nonempty=nonempty, utf8=utf8, owner=owner, hint=hint),
+    )
     for i, item in enumerate(items):
-        string(
-            f"{name}[{i}]", item, nonempty=nonempty, utf8=utf8, owner=owner, hint=hint
-        )
+        string(f"{name}[{i}]", item, **say)
     if distinct and len(set(items)) != len(items):
-        raise ValueError(_message(f"{name} must be distinct, got {items}", owner, hint))
+        _fail(ValueError, f"{name} must be distinct, got {items}", owner, hint)
     return items
 
 
 def text_lines(
-    name: str, lines: Any, *, owner: str | None = None, hint: str | None = None
+    name: str, lines: Any, *, owner: Say = None, hint: Say = None
 ) -> Iterator[str]:
     """``lines``, an iterable of str (an open text file, a list of lines), not one str.
 
     The iterable is checked now; each line is checked as it is read (``line n must be a
     str``), so that a file too large for memory is never read twice.
     """
-    what = "an iterable of str (an open text file, a list of lines)"
-    _not_one(name, lines, what, owner, hint)
+    _not_one(
+        name,
+        lines,
+        "an iterable of str (an open text file, a list of lines)",
+        owner,
+        hint,
+    )
     mode = "open files in text mode"
     return (
         string(f"line {n}", line, owner=owner, hint=mode)
@@ -526,8 +449,8 @@ def token_ids(
     ids: Any,
     vocab_size: int | None = None,
     *,
-    owner: str | None = None,
-    hint: str | None = None,
+    owner: Say = None,
+    hint: Say = None,
 ) -> list[int]:
     """``ids`` (a list, tuple, NumPy array or 1-D tensor of ints) as a list of ints.
 
@@ -538,66 +461,52 @@ def token_ids(
     if hasattr(ids, "tolist"):  # torch tensors and NumPy arrays
         ids = ids.tolist()
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
-        got = _describe(ids)
-        if isinstance(ids, (str, bytes)):
-            got += " (text is not a sequence of ids: encode it first)"
-        text = f"{name} must be a sequence of integer ids, got {got}"
-        raise TypeError(_message(text, owner, hint))
-    ids = list(ids)
-    for position, token_id in enumerate(ids):
-        if type(token_id) is not int:  # NumPy ints are converted; bools, lists refused
-            one_d = hint or f"{name} must be ints in a 1-D sequence"
-            ids[position] = integer(
-                f"{name}[{position}]", token_id, owner=owner, hint=one_d
-            )
-    if vocab_size is not None and ids and (min(ids) < 0 or max(ids) >= vocab_size):
-        position, bad = next(
-            (p, i) for p, i in enumerate(ids) if not 0 <= i < vocab_size
+        text = " (text is not a sequence of ids: encode it first)" * isinstance(
+            ids, (str, bytes)
         )
+        got = f"{_describe(ids)}{text}"
+        _fail(
+            TypeError,
+            f"{name} must be a sequence of integer ids, got {got}",
+            owner,
+            hint,
+        )
+    ids, one_d = list(ids), hint or f"{name} must be ints in a 1-D sequence"
+    for k, token_id in enumerate(ids):
+        if type(token_id) is not int:  # NumPy ints are converted; bools, lists refused
+            ids[k] = integer(f"{name}[{k}]", token_id, owner=owner, hint=one_d)
+    bad = [
+        (k, i)
+        for k, i in enumerate(ids)
+        if vocab_size is not None and not 0 <= i < vocab_size
+    ]
+    for position, token_id in bad[:1]:
         text = (
-            f"id {bad} at position {position} is out of range for a vocabulary of "
+            f"id {token_id} at position {position} is out of range for a vocabulary of "
             f"{vocab_size} tokens (valid ids are 0..{vocab_size - 1})"
         )
-        raise ValueError(_message(text, owner, hint))
+        _fail(ValueError, text, owner, hint)
     return ids
 
 
 def instance(
-    name: str,
-    value: Any,
-    cls: type | tuple[type, ...],
-    *,
-    what: str | None = None,
-    owner: str | None = None,
-    hint: str | None = None,
+    name: str, value: Any, cls: type | tuple[type, ...], *, what: Say = None, **say: Say
 ) -> Any:
     """``value``, which must be an instance of ``cls`` (``TypeError`` naming ``what``)."""
     if not isinstance(value, cls):
         names = [c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,))]
         what = what or "a " + " or a ".join(names)
-        raise TypeError(
-            _message(f"{name} must be {what}, got {_describe(value)}", owner, hint)
-        )
+        _fail(TypeError, f"{name} must be {what}, got {_describe(value)}", **say)
     return value
 
 
-def one_of(
-    name: str,
-    value: Any,
-    choices: Iterable[Any],
-    *,
-    owner: str | None = None,
-    hint: str | None = None,
-) -> Any:
+def one_of(name: str, value: Any, choices: Iterable[Any], **say: Say) -> Any:
     """``value``, which must equal one of ``choices`` and have its type."""
     choices = list(choices)
-    for choice in choices:
-        if type(value) is type(choice) and value == choice:
-            return value
+    if any(type(value) is type(choice) and value == choice for choice in choices):
+        return value
     listed = ", ".join(repr(choice) for choice in choices)
-    raise ValueError(
-        _message(f"{name} must be one of {listed}, got {_describe(value)}", owner, hint)
-    )
+    _fail(ValueError, f"{name} must be one of {listed}, got {_describe(value)}", **say)
 
 
 # -- tensors ------------------------------------------------------------------------------------
@@ -605,16 +514,11 @@ _PARSED_AXES: dict[str, tuple[bool, tuple[str, ...]]] = {}
 
 
 def _parse_axes(axes: str) -> tuple[bool, tuple[str, ...]]:
-    """``"... seq d_model"`` -> ``(True, ("seq", "d_model"))``, parsed once per pattern.
-
-    Decoding calls these checks for every token, so the split is remembered (outside
-    ``torch.compile``, which traces the function once anyway).
-    """
-    parsed = _PARSED_AXES.get(axes)
-    if parsed is None:
+    """``"... seq d_model"`` -> ``(True, ("seq", "d_model"))``, parsed once per pattern
+    (decoding calls these checks for every token; ``torch.compile`` traces it once)."""
+    if (parsed := _PARSED_AXES.get(axes)) is None:
         names = axes.split()
-        leading = bool(names) and names[0] == "..."
-        parsed = (leading, tuple(names[1:] if leading else names))
+        parsed = (leading := names[:1] == ["..."]), tuple(names[leading:])
         if not torch.compiler.is_compiling():
             _PARSED_AXES[axes] = parsed
     return parsed
@@ -628,8 +532,8 @@ def tensor(
     floating: bool = False,
     integer: bool = False,
     boolean: bool = False,
-    owner: str | None = None,
-    hint: str | None = None,
+    owner: Say = None,
+    hint: Say = None,
     **sizes: int,
 ) -> torch.Tensor:
     """``x``, which must be a tensor with the named ``axes`` and a dtype of the kind asked for.
@@ -641,62 +545,50 @@ def tensor(
     ``torch.bool`` (a mask).
     """
     if not isinstance(x, torch.Tensor):
-        raise TypeError(
-            _message(f"{name} must be a torch.Tensor, got {_describe(x)}", owner, hint)
+        _fail(
+            TypeError, f"{name} must be a torch.Tensor, got {_describe(x)}", owner, hint
         )
-    if axes is not None:
-        leading, named = _parse_axes(axes)
-        if "..." in named or not set(sizes) <= set(named):
-            raise TypeError(
-                f"tensor(): bad axes {axes!r} for the sizes {sorted(sizes)}"
-            )
-        shape = tuple(x.shape)
-        fits = len(shape) >= len(named) if leading else len(shape) == len(named)
-        if fits and sizes:
-            offset = len(shape) - len(named)
-            fits = all(
-                shape[offset + i] == sizes[axis]
-                for i, axis in enumerate(named)
-                if axis in sizes
-            )
-        if not fits:
-            given = ", ".join(f"{axis}={size}" for axis, size in sizes.items())
-            with_sizes = f" with {given}" if given else ""
-            raise ValueError(
-                _message(
-                    f"{name} must have shape ({axes}){with_sizes}, got shape {shape}",
-                    owner,
-                    hint,
-                )
-            )
-    elif sizes:
+    if axes is None and sizes:
         raise TypeError(
             f"tensor(): the sizes {sorted(sizes)} need the axes they belong to"
         )
+    leading, named = _parse_axes(axes) if axes is not None else (True, ())
+    if "..." in named or not set(sizes) <= set(named):
+        raise TypeError(f"tensor(): bad axes {axes!r} for the sizes {sorted(sizes)}")
+    shape, offset = tuple(x.shape), x.dim() - len(named)
+    fits = offset >= 0 if leading else offset == 0
+    if not (
+        fits
+        and all(
+            shape[offset + i] == sizes.get(a, shape[offset + i])
+            for i, a in enumerate(named)
+        )
+    ):
+        given = ", ".join(f"{axis}={size}" for axis, size in sizes.items())
+        text = f"{name} must have shape ({axes}){' with ' * bool(given)}{given}, got shape {shape}"
+        _fail(ValueError, text, owner, hint)
+    kind = x.dtype == torch.bool or x.is_complex()
     if floating and not x.is_floating_point():
-        ids = (
-            ""
-            if x.dtype == torch.bool or x.is_complex()
-            else " (ids? embed them first)"
+        ids = "" if kind else " (ids? embed them first)"
+        _fail(
+            TypeError,
+            f"{name} must be a floating-point tensor, got dtype {x.dtype}{ids}",
+            owner,
+            hint,
         )
-        raise TypeError(
-            _message(
-                f"{name} must be a floating-point tensor, got dtype {x.dtype}{ids}",
-                owner,
-                hint,
-            )
-        )
-    if integer and (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool):
-        raise TypeError(
-            _message(
-                f"{name} must be an integer tensor, got dtype {x.dtype}", owner, hint
-            )
+    if integer and (x.is_floating_point() or kind):
+        _fail(
+            TypeError,
+            f"{name} must be an integer tensor, got dtype {x.dtype}",
+            owner,
+            hint,
         )
     if boolean and x.dtype != torch.bool:
-        raise TypeError(
-            _message(
-                f"{name} must be a boolean tensor, got dtype {x.dtype}", owner, hint
-            )
+        _fail(
+            TypeError,
+            f"{name} must be a boolean tensor, got dtype {x.dtype}",
+            owner,
+            hint,
         )
     return x
 
@@ -708,8 +600,8 @@ def broadcastable(
     *,
     floating: bool = False,
     boolean: bool = False,
-    owner: str | None = None,
-    hint: str | None = None,
+    owner: Say = None,
+    hint: Say = None,
     **sizes: int,
 ) -> torch.Tensor:
     """``x``, which must be a tensor that broadcasts to the shape of the named ``axes``
@@ -726,24 +618,18 @@ def broadcastable(
             f"broadcastable(): every axis of {axes!r} needs a size, got {sorted(sizes)}"
         )
     tensor(name, x, floating=floating, boolean=boolean, owner=owner, hint=hint)
-    target = tuple(sizes[axis] for axis in names)
-    shape = tuple(x.shape)
-    fits = len(shape) <= len(target) and all(
-        size in (1, wanted) for size, wanted in zip(reversed(shape), reversed(target))
-    )
-    if not fits:
-        raise ValueError(
-            _message(
-                f"{name} must broadcast to ({axes}) = {target}, got shape {shape}",
-                owner,
-                hint,
-            )
-        )
+    target, shape = tuple(sizes[axis] for axis in names), tuple(x.shape)
+    pairs = zip(reversed(shape), reversed(target))
+    if len(shape) > len(target) or any(
+        size not in (1, wanted) for size, wanted in pairs
+    ):
+        text = f"{name} must broadcast to ({axes}) = {target}, got shape {shape}"
+        _fail(ValueError, text, owner, hint)
     return x
 
 
 def same_device(
-    *, owner: str | None = None, hint: str | None = None, **tensors: torch.Tensor
+    *, owner: Say = None, hint: Say = None, **tensors: torch.Tensor
 ) -> None:
     """The named tensors (at least two) are on one device (``ValueError`` if not).
 
@@ -751,16 +637,18 @@ def same_device(
     """
     if len(tensors) < 2:
         raise TypeError("same_device() compares at least two named tensors")
-    tensors = {name: x for name, x in tensors.items() if x is not None}
-    for name, x in tensors.items():
-        tensor(name, x, owner=owner)
-    devices = [x.device for x in tensors.values()]
-    if any(device != devices[0] for device in devices[1:]):
+    tensors = {
+        name: tensor(name, x, owner=owner)
+        for name, x in tensors.items()
+        if x is not None
+    }
+    if len({x.device for x in tensors.values()}) > 1:
         listed = ", ".join(f"{name} on {x.device}" for name, x in tensors.items())
-        raise ValueError(
-            _message(
-                f"{_names(tensors)} must be on one device, got {listed}", owner, hint
-            )
+        _fail(
+            ValueError,
+            f"{_names(tensors)} must be on one device, got {listed}",
+            owner,
+            hint,
         )
 
 
@@ -774,8 +662,8 @@ def _autocast_enabled(device_type: str) -> bool:
 def same_dtype_and_device(
     *,
     autocast: bool = False,
-    owner: str | None = None,
-    hint: str | None = None,
+    owner: Say = None,
+    hint: Say = None,
     **tensors: torch.Tensor,
 ) -> None:
     """The named tensors (at least two) share one dtype and one device.
@@ -789,11 +677,13 @@ def same_dtype_and_device(
     same_device(owner=owner, hint=hint, **tensors)
     if autocast and _autocast_enabled(next(iter(tensors.values())).device.type):
         return
-    dtypes = [x.dtype for x in tensors.values()]
-    if any(dtype != dtypes[0] for dtype in dtypes):
+    if len({x.dtype for x in tensors.values()}) > 1:
         listed = ", ".join(f"{name} {x.dtype}" for name, x in tensors.items())
-        raise TypeError(
-            _message(f"{_names(tensors)} must share a dtype, got {listed}", owner, hint)
+        _fail(
+            TypeError,
+            f"{_names(tensors)} must share a dtype, got {listed}",
+            owner,
+            hint,
         )
 
 
@@ -803,8 +693,8 @@ def layer_input(
     axes: str,
     weight: torch.Tensor,
     *,
-    owner: str | None = None,
-    hint: str | None = None,
+    owner: Say = None,
+    hint: Say = None,
     **sizes: int,
 ) -> torch.Tensor:
     """``x``, the input of a layer whose parameter is ``weight``: a floating-point tensor
@@ -845,7 +735,7 @@ def layer_forward(
 
 
 def attention_inputs(
-    q: Any, k: Any, v: Any, *, owner: str | None = None, hint: str | None = None
+    q: Any, k: Any, v: Any, *, owner: Say = None, hint: Say = None
 ) -> None:
     """Attention's inputs: ``q`` ``(batch heads q_pos d_head)``, ``k`` ``(batch kv_heads
     k_pos d_head)`` and ``v`` ``(batch kv_heads k_pos d_v)``, floating point, of one
@@ -853,47 +743,44 @@ def attention_inputs(
 
     Each message names the tensor at fault and the tensor whose sizes it must match.
     """
-    tensor("q", q, "batch heads q_pos d_head", floating=True, owner=owner, hint=hint)
-    (batch, heads, _, d_head), same = q.shape, dict(floating=True, owner=owner)
-    axes, like_q = (
-        "batch kv_heads k_pos d_head",
+    same = dict(floating=True, owner=owner)
+    tensor("q", q, "batch heads q_pos d_head", hint=hint, **same)
+    (batch, heads, _, d_head), like_q = (
+        q.shape,
         f"batch and d_head as in q {tuple(q.shape)}",
     )
-    tensor("k", k, axes, batch=batch, d_head=d_head, hint=hint or like_q, **same)
-    (_, kv_heads, k_len, _), axes = k.shape, "batch kv_heads k_pos d_v"
-    like_k = f"batch, kv_heads and k_pos as in k {tuple(k.shape)}"
+    k_axes = "batch kv_heads k_pos d_head"
+    tensor("k", k, k_axes, batch=batch, d_head=d_head, hint=hint or like_q, **same)
+    (_, kv_heads, k_len, _), like_k = (
+        k.shape,
+        f"batch, kv_heads and k_pos as in k {tuple(k.shape)}",
+    )
     sizes = dict(batch=batch, kv_heads=kv_heads, k_pos=k_len)
-    tensor("v", v, axes, hint=hint or like_k, **sizes, **same)
+    tensor("v", v, "batch kv_heads k_pos d_v", hint=hint or like_k, **sizes, **same)
     same_dtype_and_device(q=q, k=k, v=v, owner=owner, hint=hint)
     if kv_heads == 0 or heads % kv_heads:
-        text = (
-            f"q has {heads} heads, not a multiple of the {kv_heads} key/value heads: "
-            f"q {tuple(q.shape)}, k {tuple(k.shape)}"
+        text = f"q has {heads} heads, not a multiple of the {kv_heads} key/value heads"
+        _fail(
+            ValueError, f"{text}: q {tuple(q.shape)}, k {tuple(k.shape)}", owner, hint
         )
-        raise ValueError(_message(text, owner, hint))
 
 
 def ids_in_range(
     name: str,
     ids: torch.Tensor,
-    size: int,
+    size: int | None,
     *,
-    owner: str | None = None,
-    hint: str | None = None,
+    owner: Say = None,
+    hint: Say = None,
 ) -> torch.Tensor:
-    """``ids``, an integer tensor whose values are all in ``0..size - 1`` (token ids).
+    """``ids``, an integer tensor whose values are all in ``0..size - 1`` (token ids,
+    labels, rows; with ``size=None``, any id ``>= 0``): the one check of a range of ids.
 
     The one tensor check that reads values (a reduction, and a wait for the device on a
     GPU): call it at a front door, on CPU ids or once per call, never per decoded token.
     """
-    if ids.numel():
-        (low, high), top = (int(v) for v in torch.aminmax(ids)), size - 1
-        if low < 0:
-            text = f"{name} {low} is negative; ids must be in 0..{top}"
-            raise ValueError(_message(text, owner, hint))
-        if high > top:
-            text = f"{name} {high} is out of range for vocab_size={size}"
-            raise ValueError(
-                _message(f"{text} (the largest valid id is {top})", owner, hint)
-            )
+    low, high = map(int, torch.aminmax(ids)) if ids.numel() else (0, 0)
+    if low < 0 or (size is not None and high >= size):
+        valid = "ids >= 0" if size is None else f"in 0..{size - 1}"
+        _fail(ValueError, f"{name} must be {valid}, got {low}..{high}", owner, hint)
     return ids

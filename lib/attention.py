@@ -532,30 +532,40 @@ class KVCache:
         return KVCache(self.keys[:, :, :length], self.values[:, :, :length])
 
 
-def _check_cache(keys, values, owner, like=None) -> None:
+def _check_cache(keys, values, owner, like=None, layer=None) -> None:
     """Keys ``(batch kv_heads seq d_head)`` and values ``(batch kv_heads
-    seq d_v)`` of one floating dtype on one device; with ``like``, the
-    cache they are appended to, its batch, heads, widths, dtype and device
-    too (torch.cat would silently promote a bf16 cache to fp32).
+    seq d_v)`` of one floating dtype on one device. With ``like``, the
+    cache they are appended to: its batch, heads, widths, dtype and device
+    too (torch.cat would silently promote a bf16 cache to fp32). With
+    ``layer``, an attention module and the batch it is called with: the
+    cache ``past`` must fit that layer and its weight's device and dtype.
     """
-    seq, tensors = "seq", dict(keys=keys, values=values)
-    same, key_sizes, value_sizes = dict(floating=True, owner=owner), {}, {}
+    names, seq, fit, hint = ("keys", "values"), "seq", {}, None
+    first, last, d_v = {}, {}, None  # tensors to compare, the values' width
     if like is not None:
         batch, kv_heads, _, d_head = like.keys.shape
-        seq, tensors = "new", dict(cache=like.keys, **tensors)
-        shape = tuple(like.keys.shape)
-        same["hint"] = f"cannot append to a cache of keys {shape}"
-        key_sizes = dict(batch=batch, kv_heads=kv_heads, d_head=d_head)
-        value_sizes = dict(d_v=like.values.shape[3])
+        seq, first, d_v = "new", dict(cache=like.keys), like.values.shape[3]
+        hint = f"cannot append to a cache of keys {tuple(like.keys.shape)}"
+        fit = dict(batch=batch, kv_heads=kv_heads, d_head=d_head)
+    if layer is not None:  # the layer projects values to d_head too
+        (mha, batch), names = layer, ("past.keys", "past.values")
+        last, hint = dict(weight=mha.qkv_proj.weight), "a cache fits only"
+        hint, d_v = hint + " the layer that made it", mha.d_head
+        fit = dict(batch=batch, kv_heads=mha.n_kv_heads, d_head=d_v)
+    say = dict(floating=True, owner=owner, hint=hint)
     axes = f"batch kv_heads {seq} d_head"
-    check.tensor("keys", keys, axes, **key_sizes, **same)
+    check.tensor(names[0], keys, axes, **fit, **say)
     batch, kv_heads, length, _ = keys.shape
-    hint = f"batch, kv_heads and seq as in keys {tuple(keys.shape)}"
-    same.setdefault("hint", hint)
     sizes = {"batch": batch, "kv_heads": kv_heads, seq: length}
+    sizes |= {} if d_v is None else dict(d_v=d_v)
+    like_keys = f"batch, kv_heads and seq as in keys {tuple(keys.shape)}"
+    say["hint"] = hint or like_keys
     axes = f"batch kv_heads {seq} d_v"
-    check.tensor("values", values, axes, **sizes, **value_sizes, **same)
-    check.same_dtype_and_device(**tensors, owner=owner)
+    check.tensor(names[1], values, axes, **sizes, **say)
+    tensors = dict(**first, **dict(zip(names, (keys, values))), **last)
+    # autocast: a layer's fp32 weight may meet a bf16 cache under autocast
+    autocast = layer is not None
+    check.same_dtype_and_device(autocast=autocast, owner=owner, **tensors)
 
 
 # From chapters/04-attention.md, section "The module".
@@ -598,17 +608,8 @@ def _check_mha_call(mha, x, context=None, **options) -> None:
         raise TypeError(f"{owner}: position_bias must be {_BIAS_KINDS}, {got}")
     if past is not None:
         check.instance("past", past, KVCache, owner=owner)
-        hint = "a cache fits only the layer that made it"
-        sizes = dict(batch=x.shape[0], kv_heads=mha.n_kv_heads)
-        sizes |= dict(d_head=mha.d_head, owner=owner, hint=hint)
-        axes = "batch kv_heads seq d_head"
-        check.tensor("past.keys", past.keys, axes, **sizes)
-        sizes["seq"] = past.keys.shape[2]  # values: one per cached key
-        check.tensor("past.values", past.values, axes, **sizes)
-        # the layer's dtype and device too: the cache is extended with trust
-        # on, where torch.cat would promote a bf16 cache to fp32
-        cache = {"past.keys": past.keys, "past.values": past.values}
-        check.same_dtype_and_device(autocast=True, owner=owner, **cache, weight=weight)
+        # the cache is extended with trust on: its fit is checked here
+        _check_cache(past.keys, past.values, owner, layer=(mha, x.shape[0]))
     # the keys attended to: the cache's (cross), or the context's, or the
     # cache's and x's
     cached = 0 if past is None else past.seq_len

@@ -68,7 +68,7 @@ def _check_lookup(embedding, token_ids) -> None:
     # reads the ids: only on the CPU, where that costs no GPU sync
     if embedding.check_ids and token_ids.device.type == "cpu":
         size = embedding.vocab_size
-        check.ids_in_range("token id", token_ids, size, **_IN_VOCAB)
+        check.ids_in_range("token_ids", token_ids, size, **_IN_VOCAB)
 
 
 class TokenEmbedding(nn.Module):

@@ -111,14 +111,6 @@ def _vocab_size(model: Any) -> int | None:
     return None
 
 
-def _check_ids_in_vocab(ids: torch.Tensor, vocab_size: int | None, name: str) -> None:
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or (vocab_size is not None and high >= vocab_size):
-        top = "" if vocab_size is None else f"..{vocab_size - 1}"
-        message = f"{name} holds ids outside the vocabulary 0{top}"
-        raise ValueError(f"{message}: min {low}, max {high}")
-
-
 def _check_prompt(
     prompt_ids, model, max_new_tokens, crop=None
 ) -> tuple[torch.Tensor, bool, int | None]:
@@ -136,7 +128,7 @@ def _check_prompt(
     if 0 in shape:  # for an encoder-decoder, the decoder's start token
         raise ValueError(f"prompt_ids is empty ({shape}): give at least one token")
     ids = prompt_ids if prompt_ids.dim() == 2 else rearrange(prompt_ids, "seq -> 1 seq")
-    _check_ids_in_vocab(ids, _vocab_size(model), "prompt_ids")
+    check.ids_in_range("prompt_ids", ids, _vocab_size(model))
     check.int_at_least("max_new_tokens", max_new_tokens, 0)
     if crop is not None:
         check.boolean("crop", crop)
@@ -174,7 +166,7 @@ def _first_step(model: Any, ids: torch.Tensor, ids_to_check: dict) -> tuple:
     check.tensor("logits", logits, "batch new vocab", batch=batch, new=new, hint=hint)
     for name, values in ids_to_check.items():
         if values.numel():
-            _check_ids_in_vocab(values, logits.shape[-1], name)
+            check.ids_in_range(name, values, logits.shape[-1])
     return logits, cache
 
 
@@ -203,9 +195,9 @@ def _stop_and_pad(stop_ids: Iterable[int], pad_id: int | None, ids, model: Any):
     fills = torch.tensor([fill], device=ids.device)
     vocab = _vocab_size(model)
     if vocab is not None and stops.numel():
-        _check_ids_in_vocab(stops, vocab, "stop_ids")
+        check.ids_in_range("stop_ids", stops, vocab)
     if vocab is not None:
-        _check_ids_in_vocab(fills, vocab, "pad_id")
+        check.ids_in_range("pad_id", fills, vocab)
     return (stops, fill, {"prompt_ids": ids, "stop_ids": stops, "pad_id": fills})
 
 

@@ -90,10 +90,7 @@ def _check_token_ids(token_ids, pad_id, *generator, vocab_size=None) -> torch.Te
     # the builders that draw random numbers pass theirs
     for given in generator:
         check.instance("generator", given, torch.Generator, hint=_SEED_HINT)
-    low, high = map(int, torch.aminmax(token_ids)) if token_ids.numel() else (0, 0)
-    if low < 0 or (vocab_size and high >= vocab_size):
-        limits = f"0..{vocab_size - 1}" if vocab_size else "of ids >= 0"
-        raise ValueError(f"token_ids {low}..{high}: outside the vocabulary {limits}")
+    check.ids_in_range("token_ids", token_ids, vocab_size)
     return _lengths(token_ids, pad_id)
 
 

@@ -570,9 +570,7 @@ def confusion_matrix(
     for name, t in [("predictions", predictions), ("labels", labels)]:
         if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.is_floating_point():
             raise ValueError(f"{name} must be a 1-D integer tensor, got {t!r:.60}")
-        low, high = map(int, torch.aminmax(t)) if t.numel() else (0, 0)
-        if not 0 <= low <= high < n_classes:
-            raise ValueError(f"{name} must be in 0..{n_classes - 1}, got {low}..{high}")
+        check.ids_in_range(name, t, n_classes)
     if predictions.shape != labels.shape:
         raise ValueError(f"{predictions.shape=} and {labels.shape=} differ")
     pairs = labels.long() * n_classes + predictions.long()

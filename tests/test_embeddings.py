@@ -181,12 +181,12 @@ def test_empty_input_gives_empty_output():
         (
             torch.tensor([0, 9, 12]),
             ValueError,
-            r"token id 12 is out of range for vocab_size=10 .*largest valid id is 9",
+            r"token_ids must be in 0\.\.9, got 0\.\.12; was the tokenizer's",
         ),
         (
             torch.tensor([3, -1]),
             ValueError,
-            r"token id -1 is negative; ids must be in 0\.\.9",
+            r"token_ids must be in 0\.\.9, got -1\.\.3",
         ),
         (
             torch.tensor([1.0, 2.0]),

@@ -142,7 +142,7 @@ def test_mlm_is_reproducible_with_a_seed():
     [
         (dict(mask_prob=0.0), ValueError, r"mask_prob must .* in \(0, 1\)"),
         (dict(mask_prob=1.5), ValueError, "mask_prob"),
-        (dict(vocab_size=10), ValueError, "outside the vocabulary 0..9"),
+        (dict(vocab_size=10), ValueError, r"token_ids must be in 0\.\.9, got"),
         (dict(mask_id=VOCAB), ValueError, "mask_id"),
         (dict(generator=None), TypeError, "torch.Generator"),
         (dict(replace_ids=[]), ValueError, "replace_ids"),

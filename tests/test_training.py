@@ -127,7 +127,10 @@ def test_cross_entropy_bad_input():
         cross_entropy(torch.randn(2, 3, 5), torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(TypeError, match="int64"):
         cross_entropy(torch.randn(2, 5), torch.zeros(2))
-    with pytest.raises(ValueError, match=r"must be in 0\.\.4 or -100, got 0\.\.5"):
+    with pytest.raises(
+        ValueError,
+        match=r"targets must be in 0\.\.4, got 0\.\.5; a target to skip is ignore_index=-100",
+    ):
         cross_entropy(torch.randn(2, 5), torch.tensor([0, 5]))
     with pytest.raises(ValueError, match="label_smoothing"):
         cross_entropy(torch.randn(2, 5), torch.tensor([0, 1]), label_smoothing=1.0)
