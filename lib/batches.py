@@ -1,6 +1,6 @@
-# This file is generated from chapters/08-training.md by tools/tangle.py. Do not edit it by hand:
+# This file is generated from chapters/08-1-training.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-# From chapters/08-training.md, section "The training loop".
+# From chapters/08-1-training.md, section "The training loop".
 """Batches for training (chapter 8 of the course).
 
 A batch (``Batch``) is a dict of tensors whose first axis is ``batch``:

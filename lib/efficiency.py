@@ -1,6 +1,6 @@
-# This file is generated from chapters/08-training.md by tools/tangle.py. Do not edit it by hand:
+# This file is generated from chapters/08-2-efficiency.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-# From chapters/08-training.md, section "Memory: activation checkpointing".
+# From chapters/08-2-efficiency.md, section "Memory: activation checkpointing".
 """Memory and speed of training (chapter 8 of the course).
 
 * Memory: :func:`enable_activation_checkpointing` (recompute each
@@ -67,7 +67,7 @@ def disable_activation_checkpointing(model: nn.Module) -> int:
     return len(blocks)
 
 
-# From chapters/08-training.md, section "Speed: compilation, fused kernels, and how busy the GPU is".
+# From chapters/08-2-efficiency.md, section "Speed: compilation, fused kernels, and how busy the GPU is".
 # Dense bf16/fp16 tensor-core peaks (FLOP/s), NVIDIA's data sheets; matched
 # in order.
 _PEAK_FLOPS = (

@@ -1,6 +1,6 @@
-# This file is generated from chapters/08-training.md by tools/tangle.py. Do not edit it by hand:
+# This file is generated from chapters/08-3-runs.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-# From chapters/08-training.md, section "Three runs".
+# From chapters/08-3-runs.md, section "Three runs".
 """Chapter 8's three runs, trained with :mod:`lib.training` on the course's
 data.
 
@@ -96,7 +96,7 @@ __all__ = [
 ]
 
 
-# From chapters/08-training.md, section "Three runs".
+# From chapters/08-3-runs.md, section "Three runs".
 RUNS = ("gpt", "bert", "t5")
 # the best held-out loss nanoGPT's README reports for its shakespeare_char
 # configuration (our full GPT's size): the character GPT's target
@@ -298,7 +298,7 @@ def _decode(tokenizer: CharTokenizer, ids: list[int]) -> str:
     return tokenizer.decode([i for i in ids if i < tokenizer.vocab_size])
 
 
-# From chapters/08-training.md, section "Three runs".
+# From chapters/08-3-runs.md, section "Three runs".
 def split_pairs_by_source(
     pairs: list[tuple[str, str]], test_fraction: float, seed: int = 0
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -339,7 +339,7 @@ def split_pairs_by_source(
     return train_part, test_part
 
 
-# From chapters/08-training.md, section "A character-level GPT on Tiny Shakespeare".
+# From chapters/08-3-runs.md, section "A character-level GPT on Tiny Shakespeare".
 @torch.no_grad()
 def _sample(model: GPT, tokenizer: CharTokenizer, prompt, n_new: int, seed: int) -> str:
     was_training = model.training
@@ -443,7 +443,7 @@ def char_gpt_run(
     }
 
 
-# From chapters/08-training.md, section "BERT: pre-training on six books, then telling them apart".
+# From chapters/08-3-runs.md, section "BERT: pre-training on six books, then telling them apart".
 def book_batches(books: list[torch.Tensor], batch_size: int, seq_len: int, seed: int):
     """``step -> batch`` of passages: a book drawn uniformly, then a window
     of it."""
@@ -597,7 +597,7 @@ def bert_run(
     }
 
 
-# From chapters/08-training.md, section "T5: English to French".
+# From chapters/08-3-runs.md, section "T5: English to French".
 def pair_batch(sources: list[torch.Tensor], targets: list[torch.Tensor], pad: int):
     """Right-padded source and target rows; the decoder reads ``pad``, then
     the target shifted right."""
@@ -734,7 +734,7 @@ def t5_run(
     }
 
 
-# From chapters/08-training.md, section "What the runs cost, and the three profiles".
+# From chapters/08-3-runs.md, section "What the runs cost, and the three profiles".
 def _on_meta(make: Callable[[], nn.Module]) -> nn.Module:
     """A model built on the meta device: shapes only, no memory, no
     initialisation."""
@@ -831,7 +831,7 @@ def estimate_run_seconds(
     )
 
 
-# From chapters/08-training.md, section "Full runs on a GPU".
+# From chapters/08-3-runs.md, section "Full runs on a GPU".
 _RUN_FUNCTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "gpt": char_gpt_run,
     "bert": bert_run,

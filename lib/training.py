@@ -1,6 +1,6 @@
-# This file is generated from chapters/08-training.md by tools/tangle.py. Do not edit it by hand:
+# This file is generated from chapters/08-1-training.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-# From chapters/08-training.md, section "8. Training".
+# From chapters/08-1-training.md, section "8. Training".
 """Training (chapter 8 of the course): from a loss to three trained model
 families.
 
@@ -90,7 +90,7 @@ __all__ = [
 ]
 
 
-# From chapters/08-training.md, section "The loss: cross-entropy from logits".
+# From chapters/08-1-training.md, section "The loss: cross-entropy from logits".
 def cross_entropy(
     logits: torch.Tensor,
     targets: torch.Tensor,
@@ -131,7 +131,7 @@ def cross_entropy(
     return (per_position * keep).sum() / n_kept
 
 
-# From chapters/08-training.md, section "The optimiser: Adam, AdamW and what to decay".
+# From chapters/08-1-training.md, section "The optimiser: Adam, AdamW and what to decay".
 def adamw_step(
     param: torch.Tensor,
     grad: torch.Tensor,
@@ -186,7 +186,7 @@ def _check_max_norm(max_norm: float) -> None:
         raise ValueError(f"max_norm must be > 0 (inf: only measure), got {max_norm}")
 
 
-# From chapters/08-training.md, section "The optimiser: Adam, AdamW and what to decay".
+# From chapters/08-1-training.md, section "The optimiser: Adam, AdamW and what to decay".
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Two optimiser groups: linear layers' weight matrices (decayed) and
     the rest.
@@ -208,7 +208,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
     ]
 
 
-# From chapters/08-training.md, section "The optimiser: Adam, AdamW and what to decay".
+# From chapters/08-1-training.md, section "The optimiser: Adam, AdamW and what to decay".
 def make_optimizer(
     model: nn.Module,
     lr: float,
@@ -227,7 +227,7 @@ def make_optimizer(
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
 
 
-# From chapters/08-training.md, section "The optimiser: Adam, AdamW and what to decay".
+# From chapters/08-1-training.md, section "The optimiser: Adam, AdamW and what to decay".
 def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float) -> torch.Tensor:
     """Scale all gradients by ``min(1, max_norm / global_norm)`` in place.
 
@@ -248,7 +248,7 @@ def clip_grad_norm(parameters: Iterable[torch.Tensor], max_norm: float) -> torch
     return total
 
 
-# From chapters/08-training.md, section "Learning-rate schedules".
+# From chapters/08-1-training.md, section "Learning-rate schedules".
 @dataclass(frozen=True)
 class NoamSchedule:
     """``d_model^-0.5 · min(n^-0.5, n · warmup^-1.5)`` at optimiser step
@@ -302,7 +302,7 @@ def make_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
 
-# From chapters/08-training.md, section "Checkpoints".
+# From chapters/08-1-training.md, section "Checkpoints".
 class CheckpointError(ModelFileError):
     """A checkpoint cannot be used: unreadable, damaged or not a checkpoint
     of lib.training (then ``damaged`` is True, and resuming skips it), saved
@@ -620,7 +620,7 @@ def _saved_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted((int(digits), p) for p, digits in steps.items() if digits.isdigit())
 
 
-# From chapters/08-training.md, section "The training loop".
+# From chapters/08-1-training.md, section "The training loop".
 def model_loss(
     model: nn.Module, batch: Batch, *, label_smoothing: float = 0.0
 ) -> torch.Tensor:
@@ -759,7 +759,7 @@ def evaluate(
     return loss_sum / n_targets
 
 
-# From chapters/08-training.md, section "The training loop".
+# From chapters/08-1-training.md, section "The training loop".
 @dataclass
 class TrainHistory:
     """What a run records: per logged step the loss, learning rate and
@@ -1074,7 +1074,7 @@ def _prune(directory: Path, keep: int, upto: int) -> None:
         old.unlink(missing_ok=True)
 
 
-# From chapters/08-training.md, section "Data parallelism".
+# From chapters/08-1-training.md, section "Data parallelism".
 def _environment_int(name: str, default: int, *, low: int) -> int:
     """The whole number ``low`` or more in the environment variable
     ``name`` (``default`` when it is unset), or an error naming it."""

@@ -350,7 +350,7 @@ def step_vit(session: Session) -> tuple[Path | None, str]:
 
 # the chapters that take longest in the full profile start first when several run at
 # once, so that the step's wall time is close to the longest chapter's
-SLOW_CHAPTERS_FIRST = ("08-training", "07-5-pretrained", "10-vit", "09-flash-attention")
+SLOW_CHAPTERS_FIRST = ("08-3-runs", "07-5-pretrained", "10-vit", "09-flash-attention")
 
 
 def step_notebooks(session: Session) -> tuple[Path | None, str]:

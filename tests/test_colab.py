@@ -67,7 +67,8 @@ def test_each_notebook_installs_only_what_its_chapter_imports():
     }
     assert list(needs["01-tokenizer"]) == ["tokenizers"]
     assert list(needs["07-2-reference"]) == ["transformers"]
-    assert list(needs["08-training"]) == ["sacrebleu"]
+    assert list(needs["08-3-runs"]) == ["sacrebleu"]
+    assert needs["08-1-training"] == needs["08-2-efficiency"] == {}
     assert needs["02-embeddings"] == {}
     # The requirement strings are the `chapters` extra's, so the ranges cannot drift.
     assert needs["07-2-reference"]["transformers"] == "transformers>=4.46"
@@ -105,9 +106,9 @@ def test_citations_become_linked_author_year_labels():
     # another page of the course links to its own Colab notebook
     linked = notebooks.plain_markdown("{doc}`page 7.2 <07-2-reference>`", {})
     assert linked == f"[page 7.2]({notebooks.colab_url('07-2-reference.ipynb')})"
-    untitled = notebooks.plain_markdown("{doc}`../chapters/08-training`", {})
-    assert untitled.startswith("[8. Training")  # the page's own title
-    assert untitled.endswith(f"({notebooks.colab_url('08-training.ipynb')})")
+    untitled = notebooks.plain_markdown("{doc}`../chapters/08-2-efficiency`", {})
+    assert untitled.startswith("[8.2 Memory and speed")  # the page's own title
+    assert untitled.endswith(f"({notebooks.colab_url('08-2-efficiency.ipynb')})")
     with pytest.raises(SystemExit, match="no such entry"):
         notebooks.plain_markdown("{cite}`nobody1999`", {})
 

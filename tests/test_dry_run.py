@@ -104,14 +104,14 @@ def pick_calls() -> list[tuple[str, dict[str, str]]]:
 # Where the full profile chooses another value than colab, in a call without ``dry=``:
 # (chapter, colab's value, full's value) and why the colab dry run in CI covers it.
 FULL_NOT_COLAB = {
-    ("08-training.md", "True", "False"): "every_run: twelve seeds check each warm-up "
+    ("08-3-runs.md", "True", "False"): "every_run: twelve seeds check each warm-up "
     "claim on most runs, not all; `python3 tasks.py dry --profile full` runs it",
-    ("08-training.md", "600", "1500"): "GPT steps: cut by the dry run's sizes",
-    ("08-training.md", "200", "500"): "GPT eval_every: cut by the dry run's sizes",
-    ("08-training.md", "10", "20"): "GPT eval_iters: cut by the dry run's sizes",
-    ("08-training.md", "2000", "4000"): "BERT steps: cut by the dry run's sizes",
-    ("08-training.md", "300", "600"): "BERT fine-tuning: cut with its steps",
-    ("08-training.md", "1500", "3000"): "T5 steps: cut by the dry run's sizes",
+    ("08-3-runs.md", "600", "1500"): "GPT steps: cut by the dry run's sizes",
+    ("08-3-runs.md", "200", "500"): "GPT eval_every: cut by the dry run's sizes",
+    ("08-3-runs.md", "10", "20"): "GPT eval_iters: cut by the dry run's sizes",
+    ("08-3-runs.md", "2000", "4000"): "BERT steps: cut by the dry run's sizes",
+    ("08-3-runs.md", "300", "600"): "BERT fine-tuning: cut with its steps",
+    ("08-3-runs.md", "1500", "3000"): "T5 steps: cut by the dry run's sizes",
 }
 
 

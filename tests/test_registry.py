@@ -136,3 +136,13 @@ def test_layers_point_down():
                 assert chapter_of_module[imported] <= number, (module, imported)
             private = [n for n in names if n.startswith("_")]
             assert imported == "_checks" or not private, (module, imported, private)
+
+
+def test_a_chapter_on_pages_has_pages_a_reader_can_take_in_one_sitting():
+    """Issue 30: chapters 7 and 8 are on pages of at most 2,500 lines each."""
+    for chapter in CHAPTERS:
+        if len(chapter.pages) == 1:
+            continue
+        for page in chapter.pages:
+            lines = len(_read(f"chapters/{page}.md").splitlines())
+            assert lines <= 2500, f"chapters/{page}.md has {lines} lines"

@@ -59,7 +59,7 @@ CHAPTERS: tuple[Chapter, ...] = (
         8,
         "Training",
         MODELS,
-        ("08-training",),
+        ("08-1-training", "08-2-efficiency", "08-3-runs"),
         ("training", "batches", "efficiency", "runs"),
     ),
     Chapter(9, "FlashAttention", MODELS, ("09-flash-attention",), ("flash",)),

@@ -5,7 +5,7 @@ that cell sits in is where the reader finds the reasoning. This extension reads 
 chapter (its headings, and the ``def``/``class`` lines of its export cells), and appends to
 each such docstring in ``book/api.md`` a line "Written in: Chapter N, <section>", a ``:ref:``
 to the section's label. The labels come from ``sphinx.ext.autosectionlabel`` (prefixed by
-the document, ``chapters/08-training:Warm-up, measured: a post-LN model``), so the nitpicky
+the document, ``chapters/08-3-runs:Warm-up, measured: a post-LN model``), so the nitpicky
 strict build fails if a section a link points at is renamed without the link following.
 
 Loaded from ``_config.yml`` (``sphinx: local_extensions``).
