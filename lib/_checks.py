@@ -706,7 +706,7 @@ def layer_input(
 
 
 def layer_forward(
-    axes: str, weight: str, *, name: str = "x", casts: bool = False
+    axes: str, weight: str, *, name: str = "x", casts: bool = False, rows: Say = None
 ) -> Callable[..., None]:
     """The front-door checker of a layer's ``forward(x)`` or ``forward(x, offset=0)``.
 
@@ -716,7 +716,9 @@ def layer_forward(
     ``"embedding.weight"`` (a layer without it, or with ``None`` there, is not compared),
     and of that weight's dtype too, as :func:`layer_input` says, unless the layer ``casts``
     the weight to ``x``'s dtype itself (a norm, a table of positions). ``offset`` must be
-    an int ``>= 0``. Messages are owned by the layer's class name.
+    an int ``>= 0``; with ``rows``, the name of the layer's attribute that says how many
+    positions its table holds (``"max_len"``), ``offset`` plus the ``seq`` axis (the one
+    before the last) must not pass it. Messages are owned by the layer's class name.
     """
     size, path = axes.split()[-1], weight.split(".")
 
@@ -730,6 +732,11 @@ def layer_forward(
         else:
             layer_input(name, x, axes, held, owner=owner, **sizes)
         int_at_least("offset", offset, 0, owner=owner)
+        if rows is not None and offset + x.shape[-2] > (limit := getattr(layer, rows)):
+            asked = (
+                f"positions {offset}..{offset + x.shape[-2] - 1} go past {rows}={limit}"
+            )
+            _fail(ValueError, f"{asked}: the table ends at row {limit - 1}", owner)
 
     return checker
 

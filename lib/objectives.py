@@ -90,7 +90,8 @@ def _check_token_ids(token_ids, pad_id, *generator, vocab_size=None) -> torch.Te
     # the builders that draw random numbers pass theirs
     for given in generator:
         check.instance("generator", given, torch.Generator, hint=_SEED_HINT)
-    check.ids_in_range("token_ids", token_ids, vocab_size)
+    hint = "encode the text with the model's tokenizer"
+    check.ids_in_range("token_ids", token_ids, vocab_size, hint=hint)
     return _lengths(token_ids, pad_id)
 
 
@@ -297,7 +298,7 @@ def span_corruption_batch(
     vocab_size = check.int_at_least("vocab_size", vocab_size, 1)
     below = dict(high=vocab_size - 1)
     pad_id = check.int_in_range("pad_id", pad_id, 0, **below)
-    lengths = _check_token_ids(token_ids, pad_id, generator)
+    lengths = _check_token_ids(token_ids, pad_id, generator, vocab_size=vocab_size)
     noise_density = check.finite_float("noise_density", noise_density, **_FRACTION)
     mean_span_length = check.finite_float("mean_span_length", mean_span_length, low=1)
     extra = []
@@ -317,11 +318,6 @@ def span_corruption_batch(
     is_real = _real_positions(lengths, token_ids.shape[1])
     if (torch.isin(token_ids, sentinels) & is_real).any():
         raise ValueError("token_ids hold a sentinel id; text must not hold sentinels")
-    if ((token_ids >= vocab_size) & is_real).any():
-        raise ValueError(
-            f"token_ids hold ids >= vocab_size={vocab_size}: encode the "
-            "text with the tokenizer of the model"
-        )
     extra = torch.tensor(extra, dtype=torch.long, device=device)
     start_id = pad_id if decoder_start_id is None else decoder_start_id
     check.int_in_range("decoder_start_id", start_id, 0, **below)
@@ -371,9 +367,8 @@ def prefix_lm_mask(
     # [] would be float
     prefix = prefix if prefix.numel() else prefix.long()
     check.tensor("prefix_lengths", prefix, "batch", integer=True)
-    hint = f"each must lie in 0..seq_len={seq_len}"
-    for extreme in map(int, torch.aminmax(prefix)) if prefix.numel() else ():
-        check.int_in_range("prefix_lengths", extreme, 0, seq_len, hint=hint)
+    hint = "each prefix length must lie in 0..seq_len"
+    check.ids_in_range("prefix_lengths", prefix, seq_len + 1, hint=hint)
     positions = torch.arange(seq_len, device=prefix.device)
     keys = rearrange(positions, "k_pos -> 1 1 k_pos")
     queries = rearrange(positions, "q_pos -> 1 q_pos 1")

@@ -172,20 +172,10 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 
 # From chapters/03-positions.md, section "Learned absolute positions".
-_LEARNED = "LearnedPositionalEmbedding"
-_check_learned_input = check.layer_forward(
-    "... seq d_model", "embedding.weight", casts=True
+# the input, and rows that exist: the table ends at max_len - 1
+_check_learned = check.layer_forward(
+    "... seq d_model", "embedding.weight", casts=True, rows="max_len"
 )
-
-
-def _check_learned(module, x, offset=0) -> None:
-    """The input, and rows that exist: the table ends at ``max_len - 1``."""
-    _check_learned_input(module, x, offset)
-    end, max_len = offset + x.shape[-2], module.max_len
-    if end > max_len:
-        rows = f"positions {offset}..{end - 1}"
-        past = f"go past max_len={max_len}: the table ends at row"
-        raise ValueError(f"{_LEARNED}: {rows} {past} {max_len - 1}")
 
 
 class LearnedPositionalEmbedding(nn.Module):

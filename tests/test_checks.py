@@ -734,3 +734,23 @@ def test_trust_is_per_thread_and_ends_with_an_error_in_the_body():
         worker.start()
         worker.join()
     assert seen == [False]  # another thread's calls still check
+
+
+def test_layer_forward_keeps_positions_inside_a_table():
+    class Table(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.d_model, self.max_len = 4, 6
+            self.weight = torch.nn.Parameter(torch.zeros(6, 4))
+
+    checker = check.layer_forward(
+        "... seq d_model", "weight", casts=True, rows="max_len"
+    )
+    table = Table()
+    checker(table, torch.zeros(2, 6, 4))  # rows 0..5: all there
+    checker(table, torch.zeros(2, 2, 4), offset=4)
+    with pytest.raises(
+        ValueError,
+        match=r"^Table: positions 4\.\.6 go past max_len=6: the table ends at row 5$",
+    ):
+        checker(table, torch.zeros(2, 3, 4), offset=4)
