@@ -788,6 +788,6 @@ def ids_in_range(
     """
     low, high = map(int, torch.aminmax(ids)) if ids.numel() else (0, 0)
     if low < 0 or (size is not None and high >= size):
-        valid = "ids >= 0" if size is None else f"in 0..{size - 1}"
+        valid = ">= 0" if size is None else f"in 0..{size - 1}"
         _fail(ValueError, f"{name} must be {valid}, got {low}..{high}", owner, hint)
     return ids

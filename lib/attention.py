@@ -75,15 +75,13 @@ def padding_mask(
             what = "lengths must be a tensor or a list of ints"
             raise TypeError(f"{owner}: {what}, got {got}") from None
     check.tensor("lengths", lengths, "batch", integer=True, owner=owner)
-    if lengths.numel() and int(lengths.min()) < 0:
-        raise ValueError(f"{owner}: lengths must be >= 0, got {lengths.tolist()}")
+    check.ids_in_range("lengths", lengths, None, owner=owner)  # >= 0
     longest = int(lengths.max()) if lengths.numel() else 0
     if max_len is None:
         max_len = longest
     max_len = check.int_at_least("max_len", max_len, 0, owner=owner)
-    if longest > max_len:
-        too_long = f"a length ({longest}) exceeds max_len={max_len}"
-        raise ValueError(f"{owner}: {too_long}: {lengths.tolist()}")
+    hint = f"a length exceeds max_len={max_len}"
+    check.ids_in_range("lengths", lengths, max_len + 1, owner=owner, hint=hint)
     key_positions = torch.arange(max_len, device=lengths.device)
     mask = key_positions < rearrange(lengths, "batch -> batch 1")
     return rearrange(mask, "batch k_pos -> batch 1 1 k_pos")
