@@ -68,20 +68,28 @@ def pytest_collect_file(file_path: Path, parent):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The chapters first, the longest source first, then the unit tests in their order.
+    """The chapters first (the registry's slowest pages, then the longest source first),
+    then the unit tests in their order.
 
     A chapter takes up to a minute, a unit test seconds: pytest-xdist hands the tests to
     its workers in this order, so the long ones start while the short ones fill the gaps,
-    instead of one worker finishing chapter 8 alone at the end (the same order on every
+    instead of one worker finishing page 8.3 alone at the end (the same order on every
     worker, as xdist requires)."""
+    from tools.chapters import SLOWEST_PAGES
 
     def chapter_size(item) -> int:
         path = Path(str(item.path))
         return path.stat().st_size if is_chapter(path) else -1
 
+    def slowness(item) -> int:
+        stem = Path(str(item.path)).stem
+        return (
+            SLOWEST_PAGES.index(stem) if stem in SLOWEST_PAGES else len(SLOWEST_PAGES)
+        )
+
     chapters = sorted(
         (item for item in items if chapter_size(item) >= 0),
-        key=lambda item: (-chapter_size(item), item.nodeid),
+        key=lambda item: (slowness(item), -chapter_size(item), item.nodeid),
     )
     if chapters:
         others = [item for item in items if chapter_size(item) < 0]

@@ -146,3 +146,21 @@ def test_a_chapter_on_pages_has_pages_a_reader_can_take_in_one_sitting():
         for page in chapter.pages:
             lines = len(_read(f"chapters/{page}.md").splitlines())
             assert lines <= 2500, f"chapters/{page}.md has {lines} lines"
+
+
+def test_the_slowest_pages_are_pages_and_start_first(pytestconfig):
+    from tools.chapters import SLOWEST_PAGES
+
+    assert set(SLOWEST_PAGES) <= set(pages())
+    import conftest
+
+    class Item:  # what the ordering reads of a collected test
+        def __init__(self, path: Path) -> None:
+            self.path, self.nodeid = path, str(path)
+
+    items = [Item(ROOT / "tests" / "test_registry.py")]
+    items += [Item(ROOT / "chapters" / f"{page}.md") for page in pages()]
+    conftest.pytest_collection_modifyitems(None, pytestconfig, items)
+    order = [Path(item.path).stem for item in items]
+    assert order[: len(SLOWEST_PAGES)] == list(SLOWEST_PAGES)
+    assert order[-1] == "test_registry"  # the unit tests after every chapter

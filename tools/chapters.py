@@ -66,6 +66,11 @@ CHAPTERS: tuple[Chapter, ...] = (
     Chapter(10, "The Vision Transformer", MODELS, ("10-vit",), ("vit",)),
 )
 
+#: The pages slowest to execute in the smoke profile on 2 CPU cores, slowest first (CI,
+#: 2026-11-28: 66, 35 and 25 s; every other page under 12 s). The test runner starts
+#: them first, so that its two workers finish together (conftest.py).
+SLOWEST_PAGES = ("08-3-runs", "07-5-pretrained", "10-vit")
+
 #: The hand-written modules of lib, after the generated ones in lib/__init__.py.
 HAND_WRITTEN = ("utils", "datasets", "exercises")
 
