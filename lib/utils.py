@@ -42,6 +42,7 @@ import re
 import shlex
 import subprocess
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -68,6 +69,7 @@ __all__ = [
     "THREADS_ENV",
     "set_threads",
     "set_plot_style",
+    "import_transformers",
     "git_commit",
     "PROJECT_ROOT",
     "looks_absolute",
@@ -341,6 +343,17 @@ def seed_everything(seed: int = 0, *, deterministic: bool = False) -> torch.Gene
         torch.use_deterministic_algorithms(True)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     return torch.Generator().manual_seed(seed)
+
+
+def import_transformers() -> Any:
+    """Hugging Face ``transformers``, imported (once) without tqdm's warning that the
+    notebook lacks ipywidgets: the pages that compare with ``transformers`` call it in their
+    hidden setup cell, since the warning names the path of the file that imported tqdm, a
+    path of the machine that builds the book (the progress bars work without widgets)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import transformers
+    return transformers
 
 
 def set_plot_style() -> None:

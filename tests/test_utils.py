@@ -406,3 +406,17 @@ def test_the_whole_tatoeba_file_ships_and_reads_as_pairs():
     assert datasets.data_path(datasets.TATOEBA_FRA_ENG_ALL).stat().st_size == 2_951_390
     with pytest.raises(TypeError, match="all_pairs must be True or False"):
         datasets.load_tatoeba_pairs("all")
+
+
+def test_import_transformers_gives_the_module_and_leaves_the_filters_as_they_were():
+    import warnings
+
+    from lib.utils import import_transformers
+
+    pytest.importorskip("transformers")
+    before = list(warnings.filters)
+    transformers = import_transformers()
+    assert transformers.__name__ == "transformers" and hasattr(
+        transformers, "BertConfig"
+    )
+    assert warnings.filters == before  # the tqdm filter held for the import only
