@@ -475,17 +475,13 @@ def token_ids(
     for k, token_id in enumerate(ids):
         if type(token_id) is not int:  # NumPy ints are converted; bools, lists refused
             ids[k] = integer(f"{name}[{k}]", token_id, owner=owner, hint=one_d)
-    bad = [
-        (k, i)
-        for k, i in enumerate(ids)
-        if vocab_size is not None and not 0 <= i < vocab_size
-    ]
-    for position, token_id in bad[:1]:
-        text = (
-            f"id {token_id} at position {position} is out of range for a vocabulary of "
-            f"{vocab_size} tokens (valid ids are 0..{vocab_size - 1})"
-        )
-        _fail(ValueError, text, owner, hint)
+    for position, token_id in enumerate(ids if vocab_size is not None else ()):
+        if not 0 <= token_id < vocab_size:  # the first id outside the vocabulary
+            text = (
+                f"id {token_id} at position {position} is out of range for a vocabulary "
+                f"of {vocab_size} tokens (valid ids are 0..{vocab_size - 1})"
+            )
+            _fail(ValueError, text, owner, hint)
     return ids
 
 

@@ -165,8 +165,7 @@ def _first_step(model: Any, ids: torch.Tensor, ids_to_check: dict) -> tuple:
     hint = "model.step must return logits (batch, new, vocab)"
     check.tensor("logits", logits, "batch new vocab", batch=batch, new=new, hint=hint)
     for name, values in ids_to_check.items():
-        if values.numel():
-            check.ids_in_range(name, values, logits.shape[-1])
+        check.ids_in_range(name, values, logits.shape[-1])
     return logits, cache
 
 
@@ -194,9 +193,8 @@ def _stop_and_pad(stop_ids: Iterable[int], pad_id: int | None, ids, model: Any):
     stops = torch.tensor(stops, dtype=torch.long, device=ids.device)
     fills = torch.tensor([fill], device=ids.device)
     vocab = _vocab_size(model)
-    if vocab is not None and stops.numel():
-        check.ids_in_range("stop_ids", stops, vocab)
     if vocab is not None:
+        check.ids_in_range("stop_ids", stops, vocab)
         check.ids_in_range("pad_id", fills, vocab)
     return (stops, fill, {"prompt_ids": ids, "stop_ids": stops, "pad_id": fills})
 

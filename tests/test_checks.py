@@ -438,6 +438,10 @@ def test_ids_in_range_reads_the_values():
         ValueError, match=r"^token id must be in 0\.\.9, got -1\.\.8; h$"
     ):
         check.ids_in_range("token id", ids - 1, 10, hint="h")
+    # without a size: any id >= 0 (a length, a prefix)
+    assert check.ids_in_range("lengths", ids, None) is ids
+    with pytest.raises(ValueError, match=r"^lengths must be >= 0, got -1\.\.8$"):
+        check.ids_in_range("lengths", ids - 1, None)
 
 
 def test_same_device_skips_optional_tensors_not_given():
