@@ -1,5 +1,6 @@
 """Benchmark: chapter 8's training step for the character GPT (sizes from
-``lib.runs.run_sizes``), with and without activation checkpointing and ``torch.compile``.
+``lib.runs.run_sizes``), with and without activation checkpointing and ``torch.compile``,
+and with PyTorch's default AdamW (not fused) in place of ``make_optimizer``'s fused one.
 
 For each configuration prints milliseconds per optimiser step (median after a warm-up),
 tokens per second, the model FLOPs utilisation on a GPU that ``lib.efficiency.peak_flops``
@@ -40,13 +41,23 @@ def _sync(device: torch.device) -> None:
 
 
 def measure(
-    cfg, sizes, device, *, checkpointing: bool, compiled: bool, steps: int, warmup: int
+    cfg,
+    sizes,
+    device,
+    *,
+    checkpointing: bool,
+    compiled: bool,
+    steps: int,
+    warmup: int,
+    fused: bool | None = None,
 ):
     seed_everything(0)
     model = GPT(cfg).to(device)
     if checkpointing:
         enable_activation_checkpointing(model)
-    optimizer = make_optimizer(model, sizes["lr"], betas=(0.9, 0.99), eps=1e-8)
+    optimizer = make_optimizer(
+        model, sizes["lr"], betas=(0.9, 0.99), eps=1e-8, fused=fused
+    )
     ids = torch.randint(0, cfg.vocab_size, (sizes["batch_size"], sizes["seq_len"] + 1))
     batch = {"inputs": ids[:, :-1], "targets": ids[:, 1:]}  # on the CPU, as train takes
     n_steps = warmup + steps
@@ -115,27 +126,31 @@ def main() -> None:
         f"{get_precision(device).name}, torch {torch.__version__}"
     )
     baseline = None
-    for compiled in (False, True) if args.compile else (False,):
-        for checkpointing in (False, True):
-            result = measure(
-                cfg,
-                sizes,
-                device,
-                checkpointing=checkpointing,
-                compiled=compiled,
-                steps=args.steps,
-                warmup=args.warmup,
-            )
-            baseline = baseline or result
-            label = f"{'compiled' if compiled else 'eager':>8}, checkpointing {checkpointing!s:>5}"
-            line = f"{label}: {result['ms']:8.1f} ms/step  {result['tokens_per_second']:>10,.0f} tok/s"
-            line += f"  x{baseline['ms'] / result['ms']:.2f} speed"
-            if "mfu" in result:
-                line += f"  MFU {100 * result['mfu']:.1f}%"
-            if "peak_memory_gib" in result:
-                ratio = result["peak_memory_gib"] / baseline["peak_memory_gib"]
-                line += f"  peak {result['peak_memory_gib']:.2f} GiB (x{ratio:.2f})"
-            print(line)
+    # (compiled, checkpointing, fused); fused=False: PyTorch's default AdamW
+    compiles = (False, True) if args.compile else (False,)
+    runs = [(c, ckpt, None) for c in compiles for ckpt in (False, True)]
+    for compiled, checkpointing, fused in [*runs, (False, False, False)]:
+        result = measure(
+            cfg,
+            sizes,
+            device,
+            checkpointing=checkpointing,
+            compiled=compiled,
+            steps=args.steps,
+            warmup=args.warmup,
+            fused=fused,
+        )
+        baseline = baseline or result
+        label = f"{'compiled' if compiled else 'eager':>8}, checkpointing {checkpointing!s:>5}"
+        label += ", AdamW not fused" if fused is False else ""
+        line = f"{label}: {result['ms']:8.1f} ms/step  {result['tokens_per_second']:>10,.0f} tok/s"
+        line += f"  x{baseline['ms'] / result['ms']:.2f} speed"
+        if "mfu" in result:
+            line += f"  MFU {100 * result['mfu']:.1f}%"
+        if "peak_memory_gib" in result:
+            ratio = result["peak_memory_gib"] / baseline["peak_memory_gib"]
+            line += f"  peak {result['peak_memory_gib']:.2f} GiB (x{ratio:.2f})"
+        print(line)
 
 
 if __name__ == "__main__":

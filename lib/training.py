@@ -218,12 +218,14 @@ def make_optimizer(
     eps: float = 1e-9,
     fused: bool | None = None,
 ) -> torch.optim.AdamW:
-    """AdamW over :func:`parameter_groups`; ``fused`` defaults to True on
-    CUDA."""
+    """AdamW over :func:`parameter_groups`; ``fused`` defaults to True when
+    the parameters are all on CUDA or all on the CPU (PyTorch's fused
+    kernel runs on both)."""
     _check_adam(lr, betas, eps, weight_decay)
     groups = parameter_groups(model, weight_decay)
     if fused is None:
-        fused = all(p.is_cuda for g in groups for p in g["params"]) or None
+        kinds = {p.device.type for g in groups for p in g["params"]}
+        fused = kinds in ({"cuda"}, {"cpu"}) or None
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused)
 
 

@@ -192,6 +192,29 @@ def test_parameter_groups_decay_linear_matrices_only(model):
     assert isinstance(optimizer, torch.optim.AdamW) and len(optimizer.param_groups) == 2
 
 
+def test_make_optimizer_fuses_on_the_cpu_and_gives_the_unfused_update():
+    """PyTorch's fused AdamW is make_optimizer's default on the CPU as on CUDA: the
+    same update as the unfused one, over steps with weight decay and without."""
+    fused_model, plain_model = tiny_gpt(), tiny_gpt()
+    fused = make_optimizer(fused_model, 1e-2, betas=(0.9, 0.99), eps=1e-8)
+    plain = make_optimizer(plain_model, 1e-2, betas=(0.9, 0.99), eps=1e-8, fused=False)
+    assert fused.defaults["fused"] is True and not plain.defaults["fused"]
+    for step in range(5):
+        ids = STREAM[32 * step : 32 * step + 32].view(2, 16)
+        for model, optimizer in ((fused_model, fused), (plain_model, plain)):
+            optimizer.zero_grad()
+            model(ids).logsumexp(-1).mean().backward()
+            optimizer.step()
+    moved = [
+        (a - b).abs().max()
+        for a, b in zip(fused_model.parameters(), tiny_gpt().parameters())
+    ]
+    assert max(moved) > 1e-3  # the steps moved the weights
+    # the same update up to fp32 rounding (each step moves a weight by up to lr = 1e-2)
+    for a, b in zip(fused_model.parameters(), plain_model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=2e-5)
+
+
 def test_clip_grad_norm_equals_torch():
     a, b = tiny_gpt(), tiny_gpt()
     for model in (a, b):
