@@ -292,8 +292,8 @@ def scaled_dot_product_attention(
     Returns ``(batch heads q_pos d_v)``, and the weights
     ``(batch heads q_pos k_pos)`` too when ``return_weights``. A query whose
     keys are all masked gets zero weights and a zero output, and a key
-    that ``mask`` (or ``causal``) hides from every query adds nothing,
-    whatever it holds; a key hidden only by a ``-inf`` in ``bias`` must
+    that ``mask`` alone hides from every query adds nothing, whatever it
+    holds; a key hidden only by a ``-inf`` in ``bias`` must
     hold finite values.
     """
     k, v, mask, bias = _prepare(q, k, v, mask, bias, causal)
@@ -654,7 +654,7 @@ class MultiHeadAttention(nn.Module):
     * ``cross_attention=True`` says the call is cross-attention even without
       ``context``: a decoder step then reads the encoder's keys and values
       from ``past`` alone. (Passing ``context`` implies cross-attention, so
-      existing calls need not say it.)
+      such a call need not say it.)
 
     Returns ``(batch q_pos d_model)``; with ``use_cache`` and/or
     ``need_weights``, a tuple ``(output, cache)``, ``(output, weights)`` or

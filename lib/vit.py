@@ -16,8 +16,8 @@ patches.
   :func:`mean_attention_distance` (how far, in pixels, each head looks).
 * :func:`config_from_vit`, :func:`vit_rows`, :func:`vit_state_dict`,
   :func:`load_hf_vit_state_dict`: the weights of ``transformers``'
-  ``ViTModel`` and ``ViTForImageClassification`` (4.x and 5.x names), through
-  chapter 7's table-driven loader.
+  ``ViTModel`` and ``ViTForImageClassification`` (4.x and 5.x names),
+  through chapter 7's table-driven loader.
 * On import it registers the ViT with :mod:`lib.pretrained`: the model
   kind ``"vit"`` (:func:`lib.pretrained.save_model` and
   :func:`~lib.pretrained.load_model`, the shipped ``vit-mnist``) and the
