@@ -363,7 +363,8 @@ def generate(
     Past the model's position table (learned, sinusoidal, RoPE:
     ``model.cfg.max_positions``), ``crop=True`` keeps the last ``max_len``
     ids as context, as nanoGPT does. The cache cannot slide with that
-    window (every cached key was computed at a position the slide shifts),
+    window (in every layer above the first, the cached keys were computed
+    from tokens that have left it),
     so once it is full each new token is a fresh pass over ``max_len``
     tokens instead of one cached step: O(max_len) tokens per step instead
     of 1. ``crop=False`` refuses such a call up front. Within the table,
@@ -578,7 +579,9 @@ def translate(
     """Each of ``sentences`` through an encoder-decoder ``model`` (a T5):
     its ids ``tokenizer.encode(sentence) + [eos_id]``, right-padded with
     ``pad_id``, encoded once by ``model.bind``; then :func:`beam_search`
-    (``beam_size=1``: greedy decoding) from ``pad_id`` until ``eos_id``, for
+    (``beam_size=1``: a one-wide beam, which the length penalty may carry
+    past the eos greedy decoding would stop at) from ``pad_id`` until
+    ``eos_id``, for
     at most ``max_new_tokens`` (default: twice the longest source plus 10,
     at most the model's ``max_len``). Returns the decoded texts, without
     the special ids; ``chunk`` sentences are decoded at a time."""

@@ -223,7 +223,8 @@ class ResidualSublayer(nn.Module):
     Extra arguments of ``forward`` go to ``f`` (for instance an attention
     mask, or the encoder's output). If ``f`` returns a tuple
     ``(out, *extras)`` (attention with a KV cache or its weights), the
-    wrapper returns ``(x + out, *extras)`` (post-LN: the norm of that sum),
+    wrapper returns ``(x + Dropout(out), *extras)`` (post-LN: the norm of
+    that sum),
     so the extras cross the residual connection.
 
     Args: sublayer: the module ``f`` (attention, feed-forward, ...).
