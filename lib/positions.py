@@ -184,8 +184,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     ``forward(x, offset)``: ``x`` is ``(batch seq d_model)``; row ``t``
     receives ``weight[offset + t]``. There is no row for positions
-    ``>= max_len``: asking for one is a ``ValueError``, not a silent
-    wrap-around or an index error deep inside ``nn.Embedding``.
+    ``>= max_len``: asking for one is a ``ValueError``, not a slice that
+    quietly comes back short.
     """
 
     def __init__(self, max_len: int, d_model: int, init_std=0.02) -> None:
