@@ -450,6 +450,8 @@ def _check_decoder_input(decoder, x, *, mask=None, context=None, **rest):
     positions, the context, the cache and ``use_cache``."""
     cache, use_cache = rest.get("cache"), rest.get("use_cache", False)
     check.boolean("use_cache", use_cache, owner="Decoder")
+    if cache is not None and not use_cache:  # it would be ignored
+        raise ValueError("Decoder: a cache needs use_cache=True to be read")
     _check_stack_input(decoder, x)
     layers = len(decoder.blocks)
     _check_cache(cache, x.shape[0], layers, "Decoder")

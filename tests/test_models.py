@@ -240,6 +240,18 @@ def test_encoder_takes_embedded_input():
         Decoder(cfg, cross_attention=True)(x)
 
 
+def test_a_decoder_given_a_cache_needs_use_cache():
+    """Without use_cache the decoder would ignore the cache: refused, not silently
+    wrong."""
+    decoder = Decoder(TransformerConfig(**SMALL)).eval()
+    x = torch.randn(2, 5, 32)
+    _, cache = decoder(x[:, :4], use_cache=True)
+    stepped, _ = decoder(x[:, 4:], cache=cache, use_cache=True)
+    assert torch.allclose(stepped, decoder(x)[:, 4:], atol=1e-5)
+    with pytest.raises(ValueError, match="a cache needs use_cache=True"):
+        decoder(x[:, 4:], cache=cache)
+
+
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
