@@ -1172,7 +1172,8 @@ FP32_LIMIT = 10_000_000
 @dataclass
 class Shipped:
     """A shipped checkpoint, loaded: ``model`` (eval mode), its
-    ``tokenizer`` (a :class:`~lib.tokenizer.CharTokenizer`, or None),
+    ``tokenizer`` (a :class:`~lib.tokenizer.CharTokenizer` or a
+    :class:`~lib.tokenizer.BPETokenizer`, or None),
     ``name``, ``entry``, its record in the manifest (``file``, ``sha256``,
     ``bytes``, ``kind``, ``dtype``, ``parameters``, ``metrics``,
     ``record``, ``command``, and ``inputs``: how to prepare what the model
