@@ -88,7 +88,10 @@ _PEAK_FLOPS = (
 def training_flops_per_token(model: nn.Module, seq_len: int) -> float:
     """Training FLOPs per token: ``6·N`` for the parameters (forward 2,
     backward 4) plus ``12·L·d·T`` for attention (PaLM's appendix B);
-    position tables do no products."""
+    position tables do no products. For an encoder-decoder (T5) every
+    token is charged to both stacks, about twice the true count when
+    sources and targets are alike; an untied token embedding is charged
+    too, though a lookup does no products."""
     check.positive_int("seq_len", seq_len, owner="training_flops_per_token")
     model = unwrap_model(model)
     cfg = model.cfg
