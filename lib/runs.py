@@ -23,8 +23,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import copy
+import math
 import os
 import random
+import re
 import shlex
 import sys
 import time
@@ -52,7 +55,7 @@ from lib.models import (
     count_parameters,
 )
 from lib.objectives import IGNORE_INDEX, ObjectiveBatch, masked_lm_batch
-from lib.tokenizer import CharTokenizer
+from lib.tokenizer import BPETokenizer, CharTokenizer
 from lib.training import (
     TrainHistory,
     WarmupCosineSchedule,
@@ -80,13 +83,26 @@ __all__ = [
     "RUNS",
     "NANOGPT_VAL_LOSS",
     "run_sizes",
+    "SHIPPED_SIZES",
     "seconds_to_loss",
     "split_pairs_by_source",
     "char_gpt_val_loss",
     "char_gpt_run",
-    "book_batches",
-    "book_test_set",
+    "CHAPTER_HEADING",
+    "BERT_SPECIALS",
+    "book_chapters",
+    "unwrap_paragraphs",
+    "gutenberg_split",
+    "book_passages",
+    "labelled_batches",
     "classifier_accuracy",
+    "naive_bayes_accuracy",
+    "wilson_interval",
+    "unigram_log_probs",
+    "masked_lm_scores",
+    "bert_mlm_objective",
+    "bert_tokenizer",
+    "bert_data",
     "bert_run",
     "pair_batch",
     "t5_run",
@@ -132,6 +148,7 @@ def run_sizes(run: str, profile: str | None = None, **overrides: Any) -> dict[st
         )
     elif run == "bert":
         sizes = dict(
+            vocab_size=p(smoke=512, full=4000),
             d_model=p(smoke=64, full=256),
             n_heads=4,
             n_layers=p(smoke=2, full=4),
@@ -141,11 +158,15 @@ def run_sizes(run: str, profile: str | None = None, **overrides: Any) -> dict[st
             n_steps=p(smoke=150, colab=2000, full=4000),
             lr=p(smoke=2e-3, full=1e-3),
             warmup=p(smoke=15, full=200),
-            finetune_steps=p(smoke=80, colab=300, full=600),
+            eval_every=p(smoke=50, full=250),
+            eval_iters=p(smoke=2, full=10),
+            mlm_test_batches=p(smoke=2, full=20),
+            # few labels: pre-training has to carry the classifier
+            labelled_per_book=32,
+            passage_len=64,
+            finetune_steps=p(smoke=60, full=300),
             finetune_lr=p(smoke=1e-3, full=3e-4),
             test_per_book=p(smoke=16, full=200),
-            eval_every=p(smoke=50, full=500),
-            eval_iters=p(smoke=2, full=10),
         )
     else:
         sizes = dict(
@@ -177,6 +198,29 @@ def run_sizes(run: str, profile: str | None = None, **overrides: Any) -> dict[st
         if run == "bert":
             sizes["finetune_steps"] = overrides["n_steps"]
     return {**sizes, **overrides, "profile": profile}
+
+
+# the CPU recipes of the models lib ships (lib/data/checkpoints/): sizes
+# over the smoke profile's, with which scripts/train_shipped.py trains them
+SHIPPED_SIZES = {
+    "bert": dict(
+        vocab_size=4000,
+        d_model=192,
+        n_layers=4,
+        seq_len=128,
+        batch_size=32,
+        dropout=0.1,
+        n_steps=4000,
+        lr=2e-3,
+        warmup=100,
+        eval_every=250,
+        eval_iters=10,
+        mlm_test_batches=20,
+        finetune_steps=300,
+        finetune_lr=3e-4,
+        test_per_book=200,
+    )
+}
 
 
 def _start(
@@ -222,7 +266,7 @@ def _run_config(
         return TransformerConfig(**common, max_len=sizes["seq_len"])
     if run == "bert":
         return TransformerConfig(
-            **common, max_len=sizes["seq_len"], embedding_norm=True
+            **common, max_len=sizes["seq_len"], embedding_norm=True, positions="rope"
         )
     return TransformerConfig(  # T5
         **common,
@@ -443,28 +487,50 @@ def char_gpt_run(
     }
 
 
-# From chapters/08-3-runs.md, section "BERT: pre-training on six books, then telling them apart".
-def book_batches(books: list[torch.Tensor], batch_size: int, seq_len: int, seed: int):
-    """``step -> batch`` of passages: a book drawn uniformly, then a window
-    of it."""
-
-    def batch_at(step: int) -> Batch:
-        generator = step_generator(seed, step)
-        labels = torch.randint(len(books), (batch_size,), generator=generator)
-        rows = []
-        for label in labels.tolist():
-            book = books[label]
-            high = len(book) - seq_len + 1
-            start = int(torch.randint(high, (1,), generator=generator))
-            rows.append(book[start : start + seq_len])
-        return {"inputs": torch.stack(rows), "targets": labels}
-
-    return batch_at
+# From chapters/08-3-runs.md, section "BERT: pre-training on six books, then naming the book of a passage".
+# a chapter's first line: "CHAPTER I", "Chapter 1", "CHAPTER 1. Loomings.",
+# or, in The Wisdom of Father Brown, a story's "I. The Absence of Mr Glass"
+CHAPTER_HEADING = re.compile(
+    r"^(?:(?i:chapter) [0-9IVXLCivxlc]+\b|[IVXLC]+\. [A-Z])", re.M
+)
+BERT_SPECIALS = ("<pad>", "<mask>")
 
 
-def book_test_set(books: list[torch.Tensor], per_book: int, seq_len: int, size: int):
-    """``per_book`` evenly spaced passages of each (held-out) book, in
-    batches."""
+def book_chapters(text: str) -> list[str]:
+    """The chapters of a book, each from its heading to the next (the title
+    and any preface before the first heading left out)."""
+    starts = [m.start() for m in CHAPTER_HEADING.finditer(text)]
+    return [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)])]
+
+
+def unwrap_paragraphs(text: str) -> str:
+    """One line per paragraph: the hard-wrapped lines of each paragraph
+    (paragraphs are separated by blank lines) joined by spaces."""
+    paragraphs = re.split(r"\n\s*\n", text)
+    lines = (" ".join(p.split()) for p in paragraphs)
+    return "\n".join(line for line in lines if line)
+
+
+def gutenberg_split(held_out_every: int = 5) -> tuple[list[str], list[str], list[str]]:
+    """``(names, train_texts, held_out_texts)`` of the six shipped books,
+    unwrapped: every ``held_out_every``-th chapter of each book (the 5th,
+    10th, ...) is held out, the others are for training."""
+    check.int_at_least("held_out_every", held_out_every, 2)
+    names, seen, held = [], [], []
+    for name, text in load_gutenberg().items():
+        chapters = [unwrap_paragraphs(c) for c in book_chapters(text)]
+        numbered = list(enumerate(chapters, start=1))
+        names.append(name)
+        seen.append("\n".join(c for i, c in numbered if i % held_out_every))
+        held.append("\n".join(c for i, c in numbered if not i % held_out_every))
+    return names, seen, held
+
+
+def book_passages(
+    books: list[torch.Tensor], per_book: int, seq_len: int, size: int
+) -> list[Batch]:
+    """``per_book`` evenly spaced passages of ``seq_len`` ids from each
+    book, labelled with its index, in batches of ``size`` rows."""
     rows, labels = [], []
     for label, ids in enumerate(books):
         starts = torch.linspace(0, len(ids) - seq_len, per_book).long()
@@ -474,6 +540,19 @@ def book_test_set(books: list[torch.Tensor], per_book: int, seq_len: int, size: 
     inputs, targets = torch.stack(rows), torch.tensor(labels)
     pieces = zip(inputs.split(size), targets.split(size))
     return [{"inputs": i, "targets": t} for i, t in pieces]
+
+
+def labelled_batches(passages: Batch, batch_size: int, seed: int):
+    """``step -> batch``: ``batch_size`` rows drawn at random from the few
+    labelled ``passages`` (with replacement)."""
+
+    def batch_at(step: int) -> Batch:
+        generator = step_generator(seed, step)
+        n = len(passages["targets"])
+        rows = torch.randint(n, (batch_size,), generator=generator)
+        return {key: value[rows] for key, value in passages.items()}
+
+    return batch_at
 
 
 @torch.no_grad()
@@ -493,6 +572,141 @@ def classifier_accuracy(model: nn.Module, batches: list[Batch]) -> float:
     return right / total
 
 
+def naive_bayes_accuracy(
+    labelled: Batch, test_set: list[Batch], n_classes: int, vocab_size: int
+) -> float:
+    """The bag-of-words baseline: multinomial naive Bayes over the token
+    counts of the ``labelled`` passages (add-one smoothing, equal priors),
+    scored on ``test_set``."""
+    counts = torch.ones(n_classes, vocab_size)
+    for row, label in zip(labelled["inputs"], labelled["targets"]):
+        counts[label] += torch.bincount(row, minlength=vocab_size)
+    log_p = (counts / counts.sum(-1, keepdim=True)).log()
+    right = total = 0
+    for batch in test_set:
+        bags = torch.stack(
+            [torch.bincount(r, minlength=vocab_size) for r in batch["inputs"]]
+        )
+        predicted = (bags.float() @ log_p.T).argmax(-1)
+        right += int((predicted == batch["targets"]).sum())
+        total += len(batch["targets"])
+    return right / total
+
+
+def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of an accuracy of ``correct`` out of
+    ``n`` (95 % for ``z = 1.96``), which stays inside [0, 1]."""
+    check.positive_int("n", n)
+    share = correct / n
+    centre = (share + z**2 / (2 * n)) / (1 + z**2 / n)
+    half = z * math.sqrt(share * (1 - share) / n + z**2 / (4 * n**2))
+    return centre - half / (1 + z**2 / n), centre + half / (1 + z**2 / n)
+
+
+def unigram_log_probs(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The baseline that knows only how often each token occurs: the log
+    frequency of each id in ``ids`` (add-one smoothing), shape ``(vocab)``."""
+    counts = torch.bincount(ids, minlength=vocab_size).double() + 1.0
+    return (counts / counts.sum()).log().float()
+
+
+@torch.no_grad()
+def masked_lm_scores(
+    model: nn.Module, batches: list[Batch], unigram: torch.Tensor
+) -> dict[str, float]:
+    """At the chosen positions of masked-LM ``batches`` (``targets`` not
+    ``IGNORE_INDEX``): the mean loss in nats and the top-1 accuracy of
+    ``model`` and of the ``unigram`` log-probabilities, and their number."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    loss = top1 = unigram_loss = unigram_top1 = 0.0
+    n = 0
+    for batch in batches:
+        logits = model(batch["inputs"].to(device)).float().cpu()
+        chosen = batch["targets"] != IGNORE_INDEX
+        targets = batch["targets"][chosen]
+        log_p = logits[chosen].log_softmax(-1)
+        loss -= float(log_p.gather(-1, targets[:, None]).sum())
+        top1 += float((log_p.argmax(-1) == targets).sum())
+        unigram_loss -= float(unigram[targets].sum())
+        unigram_top1 += float((targets == unigram.argmax()).sum())
+        n += len(targets)
+    model.train(was_training)
+    return {
+        "mlm_test_loss": loss / n,
+        "mlm_test_top1": top1 / n,
+        "unigram_test_loss": unigram_loss / n,
+        "unigram_test_top1": unigram_top1 / n,
+        "masked_tokens": n,
+    }
+
+
+def bert_mlm_objective(tokenizer: BPETokenizer):
+    """BERT's masked-LM corruption for :func:`lm_batches` with this
+    tokenizer's ``<pad>`` and ``<mask>`` (the pad id never chosen)."""
+    pad, mask_id = (tokenizer.special_tokens[t] for t in BERT_SPECIALS)
+
+    def mlm(windows: torch.Tensor, generator: torch.Generator):
+        return masked_lm_batch(
+            windows,
+            mask_id=mask_id,
+            vocab_size=tokenizer.vocab_size,
+            generator=generator,
+            special_ids=(pad,),
+        )
+
+    return mlm
+
+
+def bert_tokenizer(sizes: Mapping[str, Any]) -> BPETokenizer:
+    """The BERT recipe's byte-level BPE of ``sizes["vocab_size"]`` tokens
+    (``<pad>`` and ``<mask>`` among them), trained on the training
+    chapters."""
+    _, seen_texts, _ = gutenberg_split()
+    return BPETokenizer().train(
+        "\n".join(seen_texts), sizes["vocab_size"], special_tokens=BERT_SPECIALS
+    )
+
+
+def bert_data(
+    tokenizer: BPETokenizer, sizes: Mapping[str, Any], seed: int
+) -> dict[str, Any]:
+    """What the BERT recipe trains and measures on, in ``tokenizer``'s ids:
+    masked-LM windows of the training chapters (``train_windows``) and of
+    the held-out ones (``eval_windows``, which pick the best step;
+    ``mlm_test``, other windows, which measure it), the ``unigram`` of the
+    training chapters, the few ``labelled`` passages and the ``test``
+    passages, and the books' ``names``."""
+    names, seen_texts, held_texts = gutenberg_split()
+    seen = [torch.tensor(tokenizer.encode(t)) for t in seen_texts]
+    held_out = [torch.tensor(tokenizer.encode(t)) for t in held_texts]
+    mlm = bert_mlm_objective(tokenizer)
+
+    def windows(books: list[torch.Tensor], seed: int):
+        return lm_batches(
+            torch.cat(books),
+            sizes["batch_size"],
+            sizes["seq_len"] - 1,
+            seed=seed,
+            objective=mlm,
+        )
+
+    test_windows = windows(held_out, seed + 2)
+    passage, batch_size = sizes["passage_len"], sizes["batch_size"]
+    return {
+        "names": names,
+        "train_windows": windows(seen, seed),
+        "eval_windows": windows(held_out, seed + 1),
+        "mlm_test": [test_windows(i) for i in range(sizes["mlm_test_batches"])],
+        "unigram": unigram_log_probs(torch.cat(seen), tokenizer.vocab_size),
+        "labelled": book_passages(seen, sizes["labelled_per_book"], passage, 10**9)[0],
+        "test": book_passages(
+            held_out, sizes["test_per_book"], passage, 4 * batch_size
+        ),
+    }
+
+
 def bert_run(
     profile: str | None = None,
     *,
@@ -504,62 +718,55 @@ def bert_run(
     checkpoint_dir: str | os.PathLike | None = None,
     resume: bool = False,
 ) -> dict[str, Any]:
-    """Masked-LM pre-training on six Gutenberg books, then book
-    classification of held-out passages, against the same classifier trained
-    from scratch. Arguments as :func:`char_gpt_run`; each of the three
-    stages checkpoints in its own subfolder."""
+    """Masked-LM pre-training on six Gutenberg books (against a unigram
+    model), then naming the book of held-out passages from a few labelled
+    ones (against the same classifier from scratch, a bag of words and
+    chance). Arguments as :func:`char_gpt_run`; each of the three stages
+    checkpoints in its own subfolder. Besides plain data the result holds
+    ``models`` (the masked LM and the pre-trained classifier) and their
+    ``tokenizer``."""
     sizes, device = _start(
         "bert", profile, sizes, device, compile, progress, seed, checkpoint_dir, resume
     )
-    books = load_gutenberg()
-    tokenizer = CharTokenizer("".join(books.values()))
-    specials = _specials(tokenizer, "<pad>", "<mask>")
-    pad, mask_id, vocab_size = (
-        *specials.values(),
-        tokenizer.vocab_size + len(specials),
-    )
-    encoded = [torch.tensor(tokenizer.encode(text)) for text in books.values()]
-    seen = [ids[: int(0.9 * len(ids))] for ids in encoded]
-    held_out = [ids[int(0.9 * len(ids)) :] for ids in encoded]
-    seq_len, batch_size = sizes["seq_len"], sizes["batch_size"]
-
-    def mlm(windows: torch.Tensor, generator: torch.Generator) -> ObjectiveBatch:
-        return masked_lm_batch(
-            windows,
-            mask_id=mask_id,
-            vocab_size=vocab_size,
-            generator=generator,
-            special_ids=(pad,),
-        )
-
-    cfg = _run_config("bert", sizes, vocab_size)
+    tokenizer = bert_tokenizer(sizes)
+    data = bert_data(tokenizer, sizes, seed)
+    names, labelled, test_set = data["names"], data["labelled"], data["test"]
+    cfg = _run_config("bert", sizes, tokenizer.vocab_size)
     bert = BERT(cfg).to(device)
     optimizer = make_optimizer(bert, sizes["lr"], betas=(0.9, 0.98), eps=1e-9)
     pre_history = train(
         bert,
-        lm_batches(torch.cat(seen), batch_size, seq_len - 1, seed=seed, objective=mlm),
+        data["train_windows"],
         optimizer=optimizer,
         scheduler=make_scheduler(
             optimizer, WarmupCosineSchedule(sizes["warmup"], sizes["n_steps"])
         ),
         n_steps=sizes["n_steps"],
-        eval_batches=lm_batches(
-            torch.cat(held_out), batch_size, seq_len - 1, seed=seed + 1, objective=mlm
-        ),
+        eval_batches=data["eval_windows"],
         eval_every=sizes["eval_every"],
         eval_iters=sizes["eval_iters"],
+        keep_best=True,
         compile=compile,
         progress=progress,
         **_saving(checkpoint_dir, resume, sizes["eval_every"], "pretraining"),
     )
-    test_set = book_test_set(held_out, sizes["test_per_book"], seq_len, 4 * batch_size)
-    finetuned, curves = {}, _curves(pre_history, "pretraining_")
+    mlm_scores = masked_lm_scores(bert, data["mlm_test"], data["unigram"])
+    mlm_model = copy.deepcopy(bert)  # fine-tuning changes the encoder
+    n_test = sum(len(b["targets"]) for b in test_set)
+    accuracy = {
+        "bag_of_words": naive_bayes_accuracy(
+            labelled, test_set, len(names), tokenizer.vocab_size
+        )
+    }
+    batch_size = sizes["batch_size"]
+    classifiers, curves = {}, _curves(pre_history, "pretraining_")
+    train_seconds = pre_history.train_seconds
     scratch = BERT(cfg).to(device)
     steps = sizes["finetune_steps"]
     for name, encoder in (("pretrained", bert), ("from_scratch", scratch)):
         # the same head and dropout masks for both
         torch.manual_seed(seed + 1)
-        classifier = SequenceClassifier(encoder, len(books), sizes["dropout"])
+        classifier = SequenceClassifier(encoder, len(names), sizes["dropout"])
         classifier = classifier.to(device)
         optimizer = make_optimizer(
             classifier, sizes["finetune_lr"], betas=(0.9, 0.98), eps=1e-9
@@ -568,7 +775,7 @@ def bert_run(
         every = max(1, steps // 4)
         history = train(
             classifier,
-            book_batches(seen, batch_size, seq_len, seed + 2),
+            labelled_batches(labelled, batch_size, seed + 2),
             optimizer=optimizer,
             scheduler=make_scheduler(optimizer, schedule),
             n_steps=steps,
@@ -578,22 +785,36 @@ def bert_run(
             progress=progress,
             **_saving(checkpoint_dir, resume, every, name),
         )
-        finetuned[name] = classifier_accuracy(classifier, test_set)
+        accuracy[name] = classifier_accuracy(classifier, test_set)
+        classifiers[name] = classifier
+        train_seconds += history.train_seconds
         curves.update(_curves(history, f"{name}_"))
+    metrics: dict[str, Any] = {
+        "mlm_val_loss": pre_history.best_eval_loss,
+        "mlm_best_step": pre_history.best_step,
+        **mlm_scores,
+    }
+    for name, value in accuracy.items():
+        low, high = wilson_interval(round(value * n_test), n_test)
+        metrics[f"accuracy_{name}"] = value
+        metrics[f"accuracy_{name}_low"] = low
+        metrics[f"accuracy_{name}_high"] = high
+    metrics |= {
+        "chance": 1 / len(names),
+        "labelled_passages": len(labelled["targets"]),
+        "test_passages": n_test,
+        "parameters": count_parameters(bert),
+        "train_seconds": train_seconds,
+        **_speed(bert, pre_history, sizes["seq_len"]),
+    }
     return {
         "run": "bert",
         "config": {"sizes": sizes, "model": asdict(cfg)},
-        "metrics": {
-            "mlm_val_loss": pre_history.eval_losses[-1],
-            "accuracy_pretrained": finetuned["pretrained"],
-            "accuracy_from_scratch": finetuned["from_scratch"],
-            "chance": 1 / len(books),
-            "test_passages": sum(len(b["targets"]) for b in test_set),
-            "parameters": count_parameters(bert),
-            **_speed(bert, pre_history, seq_len),
-        },
+        "metrics": metrics,
         "curves": curves,
-        "samples": {"books": list(books)},
+        "samples": {"books": names},
+        "models": {"mlm": mlm_model, "classifier": classifiers["pretrained"]},
+        "tokenizer": tokenizer,
     }
 
 
@@ -776,21 +997,24 @@ def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
         gpt = _on_meta(lambda: GPT(cfg))
         parts.append((gpt, seq_len, n_steps * tokens, forward, n_steps))
     elif run == "bert":
-        books = load_gutenberg()
-        n_chars = CharTokenizer("".join(books.values())).vocab_size
+        n_books = len(load_gutenberg())
         seq_len, steps = sizes["seq_len"], sizes["finetune_steps"]
-        cfg = _run_config(run, sizes, n_chars + 2)  # and <pad>, <mask>
+        cfg = _run_config(run, sizes, sizes["vocab_size"])
         bert = _on_meta(lambda: BERT(cfg))
         tokens = batch_size * seq_len
-        forward = n_evals * sizes["eval_iters"] * tokens
-        parts.append((bert, seq_len, n_steps * tokens, forward, n_steps))
-        test_tokens = len(books) * sizes["test_per_book"] * seq_len
+        # the evaluations, then the final test of the masked LM
+        n_forward = n_evals * sizes["eval_iters"] + sizes["mlm_test_batches"]
+        parts.append((bert, seq_len, n_steps * tokens, n_forward * tokens, n_steps))
+        passage = sizes["passage_len"]
+        test_tokens = n_books * sizes["test_per_book"] * passage
         # the evaluations, and the accuracy at the end
         ft_evals = _n_evaluations(steps, max(1, steps // 4)) + 1
-        classifier = _on_meta(lambda: SequenceClassifier(bert, len(books)))
+        classifier = _on_meta(lambda: SequenceClassifier(bert, n_books))
         for _ in ("pretrained", "from_scratch"):
             ft_tokens = ft_evals * test_tokens
-            parts.append((classifier, seq_len, steps * tokens, ft_tokens, steps))
+            parts.append(
+                (classifier, passage, steps * batch_size * passage, ft_tokens, steps)
+            )
     else:
         tokenizer, _, _, batch_at, test_batches = _t5_data(sizes, 0)
         sample = range(0, n_steps, max(1, n_steps // 64))

@@ -28,6 +28,7 @@ BERT, a T5): :mod:`lib.runs`.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import numbers
 import os
@@ -779,6 +780,10 @@ class TrainHistory:
     eval_seconds: list[float] = field(default_factory=list)
     tokens: int = 0
     train_seconds: float = 0.0
+    # with keep_best: the evaluation with the lowest held-out loss so far
+    # (0 and None before the first), the weights train hands back
+    best_step: int = 0
+    best_eval_loss: float | None = None
 
     @property
     def tokens_per_second(self) -> float:
@@ -838,8 +843,11 @@ def _check_train(model, batches, optimizer, loss_fn, o: dict[str, Any]) -> None:
         resume=o["resume"],
         compile=o["compile"],
         strict_config=o["strict_config"],
+        keep_best=o["keep_best"],
         owner="train",
     )
+    if o["keep_best"] and not o["eval_every"]:
+        raise ValueError("keep_best needs eval_every: the best of what?")
     _check_scheduler(o["scheduler"], optimizer, saving=o["checkpoint_dir"])
     _check_max_norm(math.inf if o["max_grad_norm"] is None else o["max_grad_norm"])
     saving = o["checkpoint_every"] or o["resume"]
@@ -915,6 +923,7 @@ def train(
     compile: bool = False,
     log_every: int = 1,
     progress: bool | None = None,
+    keep_best: bool = False,
 ) -> TrainHistory:
     """Train ``model`` (already on its device) for steps ``0 .. n_steps-1``.
 
@@ -935,8 +944,13 @@ def train(
     The loss is read every
     ``log_every`` steps, and before an evaluation or a checkpoint.
     ``progress``: a tqdm bar (default: in the colab and full profiles).
-    Raises :class:`NonFiniteLossError` on a NaN or infinite loss or gradient
-    norm.
+    ``keep_best=True`` (with ``eval_every``) hands back the weights of the
+    evaluation with the lowest held-out loss, not the last step's; the
+    history says which (``best_step``, ``best_eval_loss``), and with a
+    ``checkpoint_dir`` they are saved there as ``best.pt`` too (a model file
+    that :func:`lib.pretrained.load_model` reads), which a resumed run
+    reloads. Raises :class:`NonFiniteLossError` on a NaN or infinite loss or
+    gradient norm.
     """
     _check_train(model, batches, optimizer, loss_fn, dict(locals()))
     device = next(model.parameters()).device
@@ -958,6 +972,9 @@ def train(
         if state is not None:
             start = state["step"]
             history = TrainHistory(**state["extra"].get("history", {}))
+    best_weights = None  # a CPU copy: the GPU keeps room for training
+    if keep_best and history.best_step:
+        best_weights = _saved_best(checkpoint_dir, model, history.best_step)
     device_ids = [device.index] if device.type == "cuda" else None
     ddp = DistributedDataParallel(model, device_ids) if world > 1 else None
     net = ddp if ddp is not None else model
@@ -1049,10 +1066,20 @@ def train(
         history.train_seconds += time.perf_counter() - began
         if due_eval:
             kw = dict(n_batches=eval_iters, loss_fn=loss_fn, precision=precision)
-            history.eval_losses.append(evaluate(model, eval_batches, **kw))
+            eval_loss = evaluate(model, eval_batches, **kw)
+            history.eval_losses.append(eval_loss)
             history.eval_steps.append(done)
             history.eval_seconds.append(time.perf_counter() - loop_began)
             model.train()
+            best = history.best_eval_loss
+            if keep_best and (best is None or eval_loss < best):
+                history.best_step, history.best_eval_loss = done, eval_loss
+                best_weights = {
+                    k: v.detach().to("cpu", copy=True)
+                    for k, v in model.state_dict().items()
+                }
+                if checkpoint_dir is not None and rank == 0:
+                    save_checkpoint(checkpoint_dir / "best.pt", model=model, step=done)
         if due_save:
             # the model's configuration is in its model file
             extra = dict(history=asdict(history), data_position=done)
@@ -1063,7 +1090,27 @@ def train(
             if world > 1:
                 dist.barrier()
     bar.close()
+    if best_weights is not None:
+        model.load_state_dict(best_weights)
     return history
+
+
+def _saved_best(
+    checkpoint_dir: Path | None, model: nn.Module, step: int
+) -> dict[str, torch.Tensor]:
+    """The weights of ``checkpoint_dir/best.pt`` (step ``step``), for a
+    resumed ``keep_best`` run, as a CPU copy; ``model`` is not changed."""
+    path = None if checkpoint_dir is None else checkpoint_dir / "best.pt"
+    if path is None or not path.is_file():
+        raise CheckpointError(
+            f"the resumed history's best weights (step {step}) are not in "
+            f"{path}: resume with keep_best=False, or restore the file"
+        )
+    holder = copy.deepcopy(unwrap_model(model)).cpu()
+    found = load_checkpoint(path, model=holder, restore_rng=False)["step"]
+    if found != step:
+        raise CheckpointError(f"{path} is step {found}, the history's {step}")
+    return holder.state_dict()
 
 
 def _prune(directory: Path, keep: int, upto: int) -> None:

@@ -80,12 +80,16 @@ from lib.pretrained import (  # noqa: E402
     shipped_names,
 )
 from lib.runs import (  # noqa: E402
-    book_batches,
-    book_test_set,
+    BERT_SPECIALS,
+    SHIPPED_SIZES,
+    bert_data,
+    bert_run,
     char_gpt_val_loss,
     classifier_accuracy,
+    masked_lm_scores,
     pair_batch,
     split_pairs_by_source,
+    wilson_interval,
 )
 from lib.tokenizer import BPETokenizer, CharTokenizer  # noqa: E402
 from lib.training import (  # noqa: E402
@@ -478,229 +482,72 @@ def train_t5(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> d
     return metrics
 
 
-# --- the BERT: masked-LM pre-training on six books, then naming their author ----------
+# --- the BERTs: lib.runs.bert_run at its CPU size (SHIPPED_SIZES["bert"]) -------------
 
 BERT_MLM_NAME = "bert-gutenberg-mlm"
-BERT_AUTHORS_NAME = "bert-gutenberg-authors"
-BERT_SPECIALS = ("<pad>", "<mask>")  # ids 256 and 257 of the BPE vocabulary
-# a chapter's first line: "CHAPTER I", "Chapter 1", "CHAPTER 1. Loomings.", or, in
-# The Wisdom of Father Brown, a story's "I. The Absence of Mr Glass"
-CHAPTER_HEADING = re.compile(
-    r"^(?:(?i:chapter) [0-9IVXLCivxlc]+\b|[IVXLC]+\. [A-Z])", re.M
-)
-
-
-def book_chapters(text: str) -> list[str]:
-    """The chapters of a book, each from its heading to the next (the title and any
-    preface before the first heading left out)."""
-    starts = [m.start() for m in CHAPTER_HEADING.finditer(text)]
-    return [text[a:b] for a, b in zip(starts, [*starts[1:], len(text)])]
-
-
-def author_split(held_out_every: int = 5) -> tuple[dict, dict]:
-    """``(train, held_out)``: ``{author: text}`` from the six shipped books, the
-    author's books' chapters in order; every ``held_out_every``-th chapter of each book
-    (the 5th, 10th, ...) is held out, the rest is for training."""
-    train_text: dict[str, list[str]] = {}
-    held_text: dict[str, list[str]] = {}
-    for name, text in load_gutenberg().items():
-        author = name.split("-")[0]
-        for i, chapter in enumerate(book_chapters(text), start=1):
-            side = held_text if i % held_out_every == 0 else train_text
-            side.setdefault(author, []).append(chapter)
-    return (
-        {a: "\n\n".join(c) for a, c in train_text.items()},
-        {a: "\n\n".join(c) for a, c in held_text.items()},
-    )
-
-
-def bag_of_words_accuracy(
-    train_ids: list[torch.Tensor], test_set: list[dict], vocab_size: int
-) -> float:
-    """A multinomial naive Bayes over token counts (add-one smoothing), trained on the
-    same training text: the honest baseline of a classifier of passages."""
-    log_p = torch.stack(
-        [(torch.bincount(ids, minlength=vocab_size) + 1.0) for ids in train_ids]
-    )
-    log_p = (log_p / log_p.sum(-1, keepdim=True)).log()  # (authors vocab)
-    right = total = 0
-    for batch in test_set:
-        counts = torch.stack(
-            [
-                torch.bincount(row, minlength=vocab_size).float()
-                for row in batch["inputs"]
-            ]
-        )
-        predicted = (counts @ log_p.T).argmax(-1)
-        right += int((predicted == batch["targets"]).sum())
-        total += len(batch["targets"])
-    return right / total
-
-
-def bert_mlm_objective(tokenizer: BPETokenizer):
-    """The masked-LM objective of the shipped BERT, for :func:`lm_batches`: BERT's
-    80/10/10 corruption of 15 % of the tokens, the pad id never chosen."""
-    pad, mask_id = (tokenizer.special_tokens[t] for t in BERT_SPECIALS)
-
-    def mlm(windows: torch.Tensor, generator: torch.Generator):
-        return masked_lm_batch(
-            windows, mask_id=mask_id, vocab_size=tokenizer.vocab_size,
-            generator=generator, special_ids=(pad,),
-        )  # fmt: skip
-
-    return mlm
+BERT_BOOKS_NAME = "bert-gutenberg-books"
 
 
 def bert_held_out(shipped, record: dict) -> dict:
-    """A shipped BERT's held-out numbers, re-measured from the file as it is: the
-    author classifier's accuracy on the held-out passages (with its Wilson interval), or
-    the masked LM's loss on the held-out chapters (the training's evaluation batches)."""
-    extra = record["extra"]
-    _, held_text = author_split()
-    authors = sorted(held_text)
-    tokenizer, seq_len = shipped.tokenizer, extra["seq_len"]
-    held_ids = [torch.tensor(tokenizer.encode(held_text[a])) for a in authors]
-    if shipped.entry["kind"] == "classifier":
-        test_set = book_test_set(held_ids, extra["test_per_author"], seq_len, 256)
-        value = classifier_accuracy(shipped.model, test_set)
-        n = sum(len(b["targets"]) for b in test_set)
-        low, high = wilson_interval(round(value * n), n)
-        return dict(
-            accuracy_pretrained=value, accuracy_pretrained_low=low,
-            accuracy_pretrained_high=high, test_passages=n,
-        )  # fmt: skip
-    batches = lm_batches(
-        torch.cat(held_ids), extra["batch_size"], seq_len - 1, seed=extra["seed"] + 1,
-        objective=bert_mlm_objective(tokenizer),
+    """A shipped BERT's held-out numbers, re-measured from the file as it is, on the
+    recipe's own test data (:func:`lib.runs.bert_data` with the file's tokenizer): the
+    masked LM's loss and top-1 against the unigram's, or the book classifier's accuracy
+    with its Wilson interval."""
+    sizes = record["config"]["sizes"]
+    data = bert_data(shipped.tokenizer, sizes, record["extra"]["seed"])
+    if shipped.entry["kind"] == "bert":
+        return masked_lm_scores(shipped.model, data["mlm_test"], data["unigram"])
+    value = classifier_accuracy(shipped.model, data["test"])
+    n = sum(len(b["targets"]) for b in data["test"])
+    low, high = wilson_interval(round(value * n), n)
+    return dict(
+        accuracy_pretrained=value, accuracy_pretrained_low=low,
+        accuracy_pretrained_high=high, test_passages=n,
     )  # fmt: skip
-    loss = evaluate(shipped.model, [batches(i) for i in range(extra["eval_iters"])])
-    return dict(mlm_val_loss=loss)
 
 
 def train_bert(args: argparse.Namespace, out: Path, shipped_dir: Path | None) -> dict:
+    """Train both BERTs with lib.runs.bert_run at the shipped sizes, record the run and
+    save the masked LM and the pre-trained book classifier."""
     began = time.time()
-    train_text, held_text = author_split()
-    authors = sorted(train_text)
-    tokenizer = BPETokenizer().train(
-        "\n".join(train_text.values()), args.vocab_size, special_tokens=BERT_SPECIALS
-    )
-    pad, mask_id = (tokenizer.special_tokens[t] for t in BERT_SPECIALS)
-    vocab = tokenizer.vocab_size
-    train_ids = [torch.tensor(tokenizer.encode(train_text[a])) for a in authors]
-    held_ids = [torch.tensor(tokenizer.encode(held_text[a])) for a in authors]
-    prepared = time.time() - began
-    seq_len, batch_size = args.seq_len, args.batch_size
-    mlm = bert_mlm_objective(tokenizer)
-
-    cfg = TransformerConfig(
-        vocab_size=vocab, d_model=args.d_model, n_heads=args.n_heads,
-        n_layers=args.n_layers, d_ff=args.d_ff, dropout=args.dropout,
-        max_len=seq_len, embedding_norm=True,
-    )  # fmt: skip
-    torch.manual_seed(args.seed)
-    bert = BERT(cfg)
-    optimizer = make_optimizer(bert, args.lr, betas=(0.9, 0.98), eps=1e-9)
-    pre = train(
-        bert,
-        lm_batches(torch.cat(train_ids), batch_size, seq_len - 1, seed=args.seed,
-                   objective=mlm),
-        optimizer=optimizer,
-        scheduler=make_scheduler(
-            optimizer, WarmupCosineSchedule(args.warmup, args.steps, min_ratio=0.05)
-        ),
-        n_steps=args.steps,
-        eval_batches=lm_batches(torch.cat(held_ids), batch_size, seq_len - 1,
-                                seed=args.seed + 1, objective=mlm),
-        eval_every=max(1, args.steps // 10),
-        eval_iters=args.eval_iters,
-        progress=not args.quiet,
-    )  # fmt: skip
-    mlm_model = copy.deepcopy(bert)  # fine-tuning changes the encoder it shares
-    test_set = book_test_set(held_ids, args.test_per_author, seq_len, 256)
-    accuracies, curves = (
-        {},
-        {"pretraining": dict(step=pre.eval_steps, loss=pre.eval_losses)},
-    )
-    classifiers, seconds = {}, {"pretraining": pre.train_seconds}
-    for name, encoder in (("pretrained", bert), ("from_scratch", BERT(cfg))):
-        torch.manual_seed(args.seed + 1)  # the same head and dropout for both
-        classifier = SequenceClassifier(encoder, len(authors), args.dropout)
-        optimizer = make_optimizer(
-            classifier, args.finetune_lr, betas=(0.9, 0.98), eps=1e-9
-        )
-        steps = args.finetune_steps
-        history = train(
-            classifier,
-            book_batches(train_ids, batch_size, seq_len, args.seed + 2),
-            optimizer=optimizer,
-            scheduler=make_scheduler(optimizer, WarmupCosineSchedule(steps // 10, steps)),
-            n_steps=steps,
-            eval_batches=test_set,
-            eval_every=max(1, steps // 5),
-            progress=not args.quiet,
+    sizes = dict(SHIPPED_SIZES["bert"])
+    if args.dry_run:
+        sizes |= dict(
+            n_steps=4, warmup=2, finetune_steps=3, vocab_size=300, eval_every=2,
+            eval_iters=1, mlm_test_batches=1, test_per_book=4, labelled_per_book=4,
         )  # fmt: skip
-        accuracies[name] = classifier_accuracy(classifier, test_set)
-        curves[f"{name}_held_out"] = dict(
-            step=history.eval_steps, loss=history.eval_losses
-        )
-        classifiers[name], seconds[name] = classifier, history.train_seconds
-    n_test = sum(len(b["targets"]) for b in test_set)
-    correct = round(accuracies["pretrained"] * n_test)
-    low, high = wilson_interval(correct, n_test)
-    metrics = dict(
-        accuracy_pretrained=accuracies["pretrained"],
-        accuracy_pretrained_low=low,
-        accuracy_pretrained_high=high,
-        accuracy_from_scratch=accuracies["from_scratch"],
-        accuracy_bag_of_words=bag_of_words_accuracy(train_ids, test_set, vocab),
-        chance=1 / len(authors),
-        test_passages=n_test,
-        mlm_val_loss=pre.eval_losses[-1],
-        parameters=sum(p.numel() for p in bert.parameters()),
-        vocab_size=vocab,
-        train_seconds=sum(seconds.values()),
-        prepare_seconds=prepared,
-        steps=args.steps,
-        finetune_steps=args.finetune_steps,
-        threads=torch.get_num_threads(),
-    )
+    result = bert_run(
+        "smoke", sizes=sizes, seed=args.seed, progress=not args.quiet,
+        checkpoint_dir=args.checkpoint_dir, resume=args.resume,
+    )  # fmt: skip
+    metrics = result["metrics"] | dict(threads=torch.get_num_threads())
     command = this_command()
     write_record(
-        out,
-        name=out.name,
-        command=command,
-        wall_seconds=time.time() - began,
-        metrics=metrics,
-        curves=curves,
-        config=cfg,
-        samples=dict(authors=authors),
+        out, name=out.name, command=command, wall_seconds=time.time() - began,
+        metrics=metrics, curves=result["curves"], config=result["config"],
+        samples=result["samples"],
         extra=dict(
-            seconds=seconds,
-            held_out="every 5th chapter of each book (scripts/train_shipped.py "
-            "author_split)",
-            passages=f"{args.test_per_author} evenly spaced windows of {seq_len} "
-            "tokens of each author's held-out chapters",
-            batch_size=batch_size,
-            seq_len=seq_len,
-            test_per_author=args.test_per_author,
-            eval_iters=args.eval_iters,
-            seed=args.seed,
-            lr=args.lr,
-            finetune_lr=args.finetune_lr,
+            seed=args.seed, recipe="lib.runs.bert_run, sizes lib.runs.SHIPPED_SIZES",
+            held_out="every 5th chapter of each book (lib.runs.gutenberg_split)",
         ),
         device="cpu",
-    )
+    )  # fmt: skip
+    tokenizer, models = result["tokenizer"], result["models"]
+    sizes = result["config"]["sizes"]
+    pad, mask_id = (tokenizer.special_tokens[t] for t in BERT_SPECIALS)
     record = _relative(out / "metrics.json")
+    mlm_keys = ("mlm_test_loss", "mlm_test_top1", "unigram_test_loss", "unigram_test_top1")
     save_shipped(
-        mlm_model, BERT_MLM_NAME, tokenizer=tokenizer,
-        metrics=dict(mlm_val_loss=metrics["mlm_val_loss"]),
-        inputs=dict(pad_id=pad, mask_id=mask_id, max_len=seq_len),
+        models["mlm"], BERT_MLM_NAME, tokenizer=tokenizer,
+        metrics={k: metrics[k] for k in mlm_keys},
+        inputs=dict(pad_id=pad, mask_id=mask_id, max_len=sizes["seq_len"]),
         record=record, command=command, directory=shipped_dir or CHECKPOINTS,
     )  # fmt: skip
     save_shipped(
-        classifiers["pretrained"], BERT_AUTHORS_NAME, tokenizer=tokenizer,
+        models["classifier"], BERT_BOOKS_NAME, tokenizer=tokenizer,
         metrics={k: v for k, v in metrics.items() if k.startswith(("accuracy", "test"))},
-        inputs=dict(labels=authors, pad_id=pad, passage=f"{seq_len} tokens"),
+        inputs=dict(labels=result["samples"]["books"], pad_id=pad,
+                    passage=f"{sizes['passage_len']} tokens"),
         record=record, command=command, directory=shipped_dir or CHECKPOINTS,
     )  # fmt: skip
     print(f"bert: {metrics} -> {out}")
@@ -817,15 +664,6 @@ def evaluate_shipped(args: argparse.Namespace, argv: list[str]) -> dict:
     return results
 
 
-def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95 % Wilson score interval of an accuracy of ``correct`` out of ``n`` (better
-    than the normal approximation near 100 %)."""
-    p, z2 = correct / n, z * z
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return centre - half, centre + half
-
-
 def window_losses(model: torch.nn.Module, windows: list) -> torch.Tensor:
     """The mean loss of each held-out window ``(n_windows,)``, float64."""
     losses = []
@@ -937,23 +775,10 @@ def main(argv: list[str] | None = None) -> dict:
     t5.add_argument(
         "--threads", type=int, default=0, help="CPU threads (default: all cores)"
     )
-    bert = sub.add_parser("bert-authors", help="train and package the BERTs")
-    bert.add_argument("--steps", type=int, default=2000)
-    bert.add_argument("--batch-size", type=int, default=32)
-    bert.add_argument("--seq-len", type=int, default=128)
-    bert.add_argument("--lr", type=float, default=1e-3)
-    bert.add_argument("--warmup", type=int, default=200)
-    bert.add_argument("--finetune-steps", type=int, default=300)
-    bert.add_argument("--finetune-lr", type=float, default=3e-4)
-    bert.add_argument("--vocab-size", type=int, default=4000)
-    bert.add_argument("--d-model", type=int, default=192)
-    bert.add_argument("--d-ff", type=int, default=768)
-    bert.add_argument("--n-heads", type=int, default=4)
-    bert.add_argument("--n-layers", type=int, default=4)
-    bert.add_argument("--dropout", type=float, default=0.1)
-    bert.add_argument("--eval-iters", type=int, default=5)
-    bert.add_argument("--test-per-author", type=int, default=200)
+    bert = sub.add_parser("bert", help="train and package the BERTs (lib.runs.bert_run)")
     bert.add_argument("--seed", type=int, default=0)
+    bert.add_argument("--checkpoint-dir", type=Path, help="checkpoints of each stage")
+    bert.add_argument("--resume", action="store_true", help="from --checkpoint-dir")
     bert.add_argument(
         "--threads", type=int, default=0, help="CPU threads (default: all)"
     )
@@ -993,7 +818,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
     args = parser.parse_args(argv)
     threads = getattr(args, "threads", 0) or None
-    if threads is None and args.model in ("t5-tatoeba", "bert-authors"):
+    if threads is None and args.model in ("t5-tatoeba", "bert"):
         threads = (
             os.cpu_count() or 1
         )  # sized for every core, not the smoke profile's one
@@ -1010,16 +835,14 @@ def main(argv: list[str] | None = None) -> dict:
         if args.model == "t5-tatoeba":
             args.steps, args.warmup, args.vocab_size = 4, 2, 300
             return train_t5(args, scratch / T5_RECORD.name, scratch / "checkpoints")
-        if args.model == "bert-authors":
-            args.steps, args.warmup, args.finetune_steps = 4, 2, 3
-            args.vocab_size, args.test_per_author = 300, 8
+        if args.model == "bert":
             return train_bert(args, scratch / BERT_RECORD.name, scratch / "checkpoints")
         return package_char_gpt(args, scratch / "checkpoints")
     if args.model == "vit-mnist":
         return train_vit(args, VIT_RECORD, None)
     if args.model == "t5-tatoeba":
         return train_t5(args, T5_RECORD, None)
-    if args.model == "bert-authors":
+    if args.model == "bert":
         return train_bert(args, BERT_RECORD, None)
     return package_char_gpt(args, None)
 

@@ -1321,3 +1321,86 @@ def test_train_names_a_batch_that_is_not_a_dict():
         TypeError, match=r"batches\(0\) returned tuple: a batch is a dict"
     ):
         train(model, tuples, optimizer=optimizer, n_steps=2)
+
+
+# --- keeping the best weights ----------------------------------------------------------
+
+
+def _scripted_evaluations(monkeypatch, losses: list[float]) -> None:
+    """Make train's evaluations return ``losses`` in turn (what held-out data would
+    say), so that the best step is known in advance."""
+    import lib.training
+
+    queue = list(losses)
+    monkeypatch.setattr(lib.training, "evaluate", lambda *a, **k: queue.pop(0))
+
+
+def test_keep_best_hands_back_the_best_evaluations_weights(monkeypatch, tmp_path):
+    # the weights after 4 steps, trained on their own
+    reference, optimizer, scheduler = fresh(dropout=0.0)
+    train(reference, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=4)
+    _scripted_evaluations(monkeypatch, [3.0, 1.0, 2.0])
+    model, optimizer, scheduler = fresh(dropout=0.0)
+    history = train(
+        model, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=6,
+        eval_batches=BATCHES, eval_every=2, eval_iters=1, keep_best=True,
+        checkpoint_dir=tmp_path,
+    )  # fmt: skip
+    assert (history.best_step, history.best_eval_loss) == (4, 1.0)
+    assert history.eval_losses == [3.0, 1.0, 2.0]  # every evaluation kept
+    for ours, theirs in zip(model.state_dict().values(), reference.state_dict().values()):
+        torch.testing.assert_close(ours, theirs)
+    # the saved best.pt holds the same weights
+    saved = tiny_gpt(5, dropout=0.0)
+    assert load_checkpoint(tmp_path / "best.pt", model=saved, restore_rng=False)["step"] == 4
+    for ours, theirs in zip(saved.state_dict().values(), reference.state_dict().values()):
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_keep_best_without_it_keeps_the_last_weights(monkeypatch):
+    last, optimizer, scheduler = fresh(dropout=0.0)
+    train(last, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=6)
+    _scripted_evaluations(monkeypatch, [3.0, 1.0, 2.0])
+    model, optimizer, scheduler = fresh(dropout=0.0)
+    history = train(
+        model, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=6,
+        eval_batches=BATCHES, eval_every=2, eval_iters=1,
+    )  # fmt: skip
+    assert history.best_step == 0 and history.best_eval_loss is None
+    for ours, theirs in zip(model.state_dict().values(), last.state_dict().values()):
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_keep_best_survives_a_resume(monkeypatch, tmp_path):
+    reference, optimizer, scheduler = fresh(dropout=0.0)
+    train(reference, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=2)
+    # the first process: its best is step 2; it stops after step 4
+    _scripted_evaluations(monkeypatch, [1.0, 2.0])
+    common = dict(
+        eval_batches=BATCHES, eval_every=2, eval_iters=1, keep_best=True,
+        checkpoint_dir=tmp_path, checkpoint_every=2,
+    )  # fmt: skip
+    model, optimizer, scheduler = fresh(dropout=0.0)
+    train(model, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=4, **common)
+    # a new process resumes at step 4; its later evaluations are worse
+    _scripted_evaluations(monkeypatch, [5.0])
+    model, optimizer, scheduler = fresh(seed=3, dropout=0.0)
+    history = train(
+        model, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=6,
+        resume=True, **common,
+    )  # fmt: skip
+    assert (history.best_step, history.best_eval_loss) == (2, 1.0)
+    for ours, theirs in zip(model.state_dict().values(), reference.state_dict().values()):
+        torch.testing.assert_close(ours, theirs)
+    # without the file, the resumed run cannot hand back its best: it says so
+    (tmp_path / "best.pt").unlink()
+    model, optimizer, scheduler = fresh(dropout=0.0)
+    with pytest.raises(CheckpointError, match="best weights .step 2. are not in"):
+        train(model, BATCHES, optimizer=optimizer, scheduler=scheduler, n_steps=6,
+              resume=True, **common)  # fmt: skip
+
+
+def test_keep_best_needs_evaluations():
+    model, optimizer, _ = fresh()
+    with pytest.raises(ValueError, match="keep_best needs eval_every"):
+        train(model, BATCHES, optimizer=optimizer, n_steps=1, keep_best=True)
