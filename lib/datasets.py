@@ -314,6 +314,7 @@ __all__ += [
     "CIFAR10",
     "CIFAR10_CLASSES",
     "load_mnist",
+    "mnist_split",
     "download_cifar10",
     "load_cifar10",
 ]
@@ -395,6 +396,22 @@ def load_mnist():
             f"MNIST: {images.shape[0]} images but {labels.shape[0]} labels"
         )
     return images, labels
+
+
+def mnist_split(n_val: int = 1_000):
+    """The course's split of the shipped MNIST images (chapter 10, the shipped ViT and
+    chapter 8's linear baseline): ``(train_x, train_y, val_x, val_y)``, the images
+    ``(n 1 28 28)`` float32 in [0, 1]. ``n_val`` images drawn at random (seed 0) are held
+    out; the other ``10000 - n_val`` are for training."""
+    if not isinstance(n_val, int) or isinstance(n_val, bool) or not 0 < n_val < 10_000:
+        raise ValueError(f"mnist_split: n_val must be an int in 1..9999, got {n_val!r}")
+    import torch
+
+    images_u8, labels = load_mnist()
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
+    train_idx, val_idx = order[n_val:], order[:n_val]
+    images = images_u8.float().div(255).unsqueeze(1)
+    return images[train_idx], labels[train_idx], images[val_idx], labels[val_idx]
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from einops import rearrange
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 
@@ -87,7 +88,9 @@ __all__ = [
     "seconds_to_loss",
     "split_pairs_by_source",
     "char_gpt_val_loss",
+    "char_gpt_held_out",
     "char_gpt_run",
+    "char_ngram_losses",
     "CHAPTER_HEADING",
     "BERT_SPECIALS",
     "book_chapters",
@@ -103,12 +106,24 @@ __all__ = [
     "bert_mlm_objective",
     "bert_tokenizer",
     "bert_data",
+    "bert_held_out",
     "bert_run",
+    "T5_SPECIALS",
     "pair_batch",
+    "tatoeba_split",
+    "t5_tokenizer",
+    "t5_encode",
+    "length_batches",
+    "t5_data",
+    "bleu_references",
+    "corpus_bleu",
+    "bleu_interval",
+    "t5_bleu",
     "t5_run",
     "run_flops",
     "estimate_run_seconds",
     "main",
+    "linear_pixels_accuracy",
 ]
 
 
@@ -170,16 +185,24 @@ def run_sizes(run: str, profile: str | None = None, **overrides: Any) -> dict[st
         )
     else:
         sizes = dict(
+            vocab_size=p(smoke=500, full=4000),
             d_model=p(smoke=64, full=256),
+            d_ff=p(smoke=256, full=1024),
             n_heads=4,
             n_layers=p(smoke=2, full=3),
-            batch_size=p(smoke=32, full=128),
+            max_len=64,
+            # batches of pairs of similar length, this many padded tokens
+            max_tokens=p(smoke=1024, full=16384),
             dropout=p(smoke=0.0, full=0.1),
             n_steps=p(smoke=250, colab=1500, full=3000),
             lr=p(smoke=3e-3, full=1e-3),
-            warmup=p(smoke=25, full=200),
-            eval_every=p(smoke=125, full=500),
-            test_fraction=0.1,
+            warmup=p(smoke=25, full=300),
+            eval_every=p(smoke=125, full=300),
+            eval_pairs=p(smoke=256, full=512),
+            test_fraction=0.015,
+            # 0: all of them
+            max_train_pairs=p(smoke=20_000, full=0),
+            bleu_sentences=p(smoke=100, full=0),
             beam_size=4,
             label_smoothing=0.1,
         )
@@ -197,7 +220,13 @@ def run_sizes(run: str, profile: str | None = None, **overrides: Any) -> dict[st
         sizes["warmup"] = min(sizes["warmup"], overrides["n_steps"])
         if run == "bert":
             sizes["finetune_steps"] = overrides["n_steps"]
-    return {**sizes, **overrides, "profile": profile}
+    sizes = {**sizes, **overrides, "profile": profile}
+    if run == "bert" and sizes["passage_len"] > sizes["seq_len"]:
+        raise ValueError(
+            f"run_sizes: passage_len={sizes['passage_len']} is longer than "
+            f"the model's seq_len={sizes['seq_len']}"
+        )
+    return sizes
 
 
 # the CPU recipes of the models lib ships (lib/data/checkpoints/): sizes
@@ -219,7 +248,22 @@ SHIPPED_SIZES = {
         finetune_steps=300,
         finetune_lr=3e-4,
         test_per_book=200,
-    )
+    ),
+    "t5": dict(
+        vocab_size=4000,
+        d_model=192,
+        d_ff=768,
+        n_layers=3,
+        max_tokens=4096,
+        dropout=0.1,
+        n_steps=3400,
+        lr=1e-3,
+        warmup=300,
+        eval_every=340,
+        eval_pairs=512,
+        max_train_pairs=0,
+        bleu_sentences=0,
+    ),
 }
 
 
@@ -271,12 +315,13 @@ def _run_config(
     return TransformerConfig(  # T5
         **common,
         n_decoder_layers=sizes["n_layers"],
+        d_ff=sizes["d_ff"],
         positions="t5",
         norm="rmsnorm",
         activation="relu",
         bias=False,
         attn_scale=1.0,
-        max_len=128,
+        max_len=sizes["max_len"],
     )
 
 
@@ -418,6 +463,34 @@ def char_gpt_val_loss(
     return evaluate(model, windows)
 
 
+@torch.no_grad()
+def char_gpt_held_out(model: GPT, sizes: Mapping[str, Any]) -> dict:
+    """:func:`char_gpt_val_loss` with a 95 % interval: ``val_loss`` ±
+    1.96 standard errors of the held-out windows' losses (the windows, all
+    of ``seq_len`` characters, taken as independent), and their number."""
+    val_ids = _shakespeare_ids()[2]
+    windows = lm_eval_batches(val_ids, 4 * sizes["batch_size"], sizes["seq_len"])
+    was_training = model.training
+    model.eval()
+    losses = []  # one per window
+    for window in windows:
+        log_p = model(window["inputs"]).double().log_softmax(-1)
+        targets = window["targets"][..., None]  # (batch seq 1)
+        losses.append(-log_p.gather(-1, targets)[..., 0].mean(-1))
+    losses = torch.cat(losses)
+    model.train(was_training)
+    mean, half = (
+        float(losses.mean()),
+        1.96 * float(losses.std()) / math.sqrt(len(losses)),
+    )
+    return {
+        "val_loss": mean,
+        "val_loss_low": mean - half,
+        "val_loss_high": mean + half,
+        "windows": len(losses),
+    }
+
+
 def char_gpt_run(
     profile: str | None = None,
     *,
@@ -456,10 +529,12 @@ def char_gpt_run(
         eval_batches=lm_batches(val_ids, batch_size, seq_len, seed=seed + 1),
         eval_every=sizes["eval_every"],
         eval_iters=sizes["eval_iters"],
+        keep_best=True,
         compile=compile,
         progress=progress,
         **_saving(checkpoint_dir, resume, sizes["eval_every"]),
     )
+    # the best evaluation's weights, measured on the whole held-out tenth;
     # a dry run (lib.utils.is_dry) checks this on the first 8 windows
     final_ids = val_ids[: 8 * seq_len + 1] if is_dry() else val_ids
     val_loss = char_gpt_val_loss(model, sizes, final_ids)
@@ -468,6 +543,10 @@ def char_gpt_run(
         "config": {"sizes": sizes, "model": asdict(cfg)},
         "metrics": {
             "val_loss": val_loss,
+            # the evaluation whose weights the run keeps, and the last one
+            "best_step": history.best_step,
+            "best_eval_loss": history.best_eval_loss,
+            "last_eval_loss": history.eval_losses[-1],
             "parameters": count_parameters(model),
             "train_seconds": history.train_seconds,
             # nanoGPT's shakespeare_char reaches this held-out loss
@@ -485,6 +564,65 @@ def char_gpt_run(
             "after": _sample(model, tokenizer, prompt, n_new, seed),
         },
     }
+
+
+# From chapters/08-3-runs.md, section "A character-level GPT on Tiny Shakespeare".
+def char_ngram_losses(
+    train_ids: torch.Tensor,
+    val_ids: torch.Tensor,
+    vocab_size: int,
+    max_order: int = 5,
+    prior: float = 1.0,
+) -> dict[int, float]:
+    """``{n: loss}``: the held-out loss per character (nats) of n-gram
+    models of ``train_ids``, ``n = 1 .. max_order``. Each order's
+    probability is its counts smoothed towards the order below, ``(N(h c) +
+    prior * P_{n-1}(c | h')) / (N(h) + prior)``; the unigram's towards
+    uniform. Every order predicts the same characters of ``val_ids`` (from
+    the ``max_order``-th on)."""
+    check.int_at_least("max_order", max_order, 1)
+    if vocab_size**max_order >= 2**62:
+        raise ValueError(f"{max_order}-grams of {vocab_size} ids overflow")
+    train_ids, val_ids = train_ids.long(), val_ids.long()
+
+    def keys(ids: torch.Tensor, length: int, end: int) -> torch.Tensor:
+        """A number for each window of ``length`` ids ending at positions
+        ``length - 1 .. end - 1`` (a window is its ids in base
+        ``vocab_size``)."""
+        key = torch.zeros(end - length + 1, dtype=torch.long)
+        for i in range(length):
+            key = key * vocab_size + ids[i : end - length + 1 + i]
+        return key
+
+    def counts(train_keys: torch.Tensor, wanted: torch.Tensor):
+        """How often each of ``wanted`` occurs among ``train_keys``."""
+        found, number = torch.unique(train_keys, return_counts=True)
+        at = torch.searchsorted(found, wanted).clamp(max=len(found) - 1)
+        hit = found[at] == wanted
+        return torch.where(hit, number[at], 0).double()
+
+    n_train, n_val = len(train_ids), len(val_ids)
+    probability = torch.full(
+        (n_val - max_order + 1,), 1.0 / vocab_size, dtype=torch.float64
+    )
+    losses = {}
+    for order in range(1, max_order + 1):
+        # windows of the held-out text that end at the predicted characters
+        skip = max_order - order
+        pairs = counts(
+            keys(train_ids, order, n_train), keys(val_ids, order, n_val)[skip:]
+        )
+        if order == 1:
+            contexts = torch.full_like(pairs, float(n_train))
+        else:
+            # a context counts as often as a character follows it
+            contexts = counts(
+                keys(train_ids[:-1], order - 1, n_train - 1),
+                keys(val_ids[:-1], order - 1, n_val - 1)[skip:],
+            )
+        probability = (pairs + prior * probability) / (contexts + prior)
+        losses[order] = float(-probability.log().mean())
+    return losses
 
 
 # From chapters/08-3-runs.md, section "BERT: pre-training on six books, then naming the book of a passage".
@@ -616,29 +754,36 @@ def masked_lm_scores(
 ) -> dict[str, float]:
     """At the chosen positions of masked-LM ``batches`` (``targets`` not
     ``IGNORE_INDEX``): the mean loss in nats and the top-1 accuracy of
-    ``model`` and of the ``unigram`` log-probabilities, and their number."""
+    ``model`` and of the ``unigram`` log-probabilities, their number, and
+    how far the model's loss lies below the unigram's (``mlm_gain``) with a
+    95 % interval (± 1.96 standard errors, the positions taken as
+    independent)."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    loss = top1 = unigram_loss = unigram_top1 = 0.0
-    n = 0
+    losses, unigram_losses, right, unigram_right = [], [], [], []
     for batch in batches:
         logits = model(batch["inputs"].to(device)).float().cpu()
         chosen = batch["targets"] != IGNORE_INDEX
         targets = batch["targets"][chosen]
         log_p = logits[chosen].log_softmax(-1)
-        loss -= float(log_p.gather(-1, targets[:, None]).sum())
-        top1 += float((log_p.argmax(-1) == targets).sum())
-        unigram_loss -= float(unigram[targets].sum())
-        unigram_top1 += float((targets == unigram.argmax()).sum())
-        n += len(targets)
+        losses.append(-log_p.gather(-1, targets[:, None])[:, 0].double())
+        right.append(log_p.argmax(-1) == targets)
+        unigram_losses.append(-unigram[targets].double())
+        unigram_right.append(targets == unigram.argmax())
     model.train(was_training)
+    loss, unigram_loss = torch.cat(losses), torch.cat(unigram_losses)
+    gain = unigram_loss - loss  # per position
+    half = 1.96 * float(gain.std()) / math.sqrt(len(gain))
     return {
-        "mlm_test_loss": loss / n,
-        "mlm_test_top1": top1 / n,
-        "unigram_test_loss": unigram_loss / n,
-        "unigram_test_top1": unigram_top1 / n,
-        "masked_tokens": n,
+        "mlm_test_loss": float(loss.mean()),
+        "mlm_test_top1": float(torch.cat(right).double().mean()),
+        "unigram_test_loss": float(unigram_loss.mean()),
+        "unigram_test_top1": float(torch.cat(unigram_right).double().mean()),
+        "masked_tokens": len(gain),
+        "mlm_gain": float(gain.mean()),
+        "mlm_gain_low": float(gain.mean()) - half,
+        "mlm_gain_high": float(gain.mean()) + half,
     }
 
 
@@ -704,6 +849,27 @@ def bert_data(
         "test": book_passages(
             held_out, sizes["test_per_book"], passage, 4 * batch_size
         ),
+    }
+
+
+def bert_held_out(
+    model: nn.Module, tokenizer: BPETokenizer, sizes: Mapping[str, Any], seed: int = 0
+) -> dict[str, Any]:
+    """A trained BERT's held-out measures on the recipe's test data
+    (:func:`bert_data` with its ``tokenizer``): a book classifier's
+    accuracy with its Wilson interval, or a masked LM's
+    :func:`masked_lm_scores`."""
+    data = bert_data(tokenizer, sizes, seed)
+    if not isinstance(model, SequenceClassifier):
+        return masked_lm_scores(model, data["mlm_test"], data["unigram"])
+    value = classifier_accuracy(model, data["test"])
+    n = sum(len(b["targets"]) for b in data["test"])
+    low, high = wilson_interval(round(value * n), n)
+    return {
+        "accuracy_pretrained": value,
+        "accuracy_pretrained_low": low,
+        "accuracy_pretrained_high": high,
+        "test_passages": n,
     }
 
 
@@ -819,6 +985,9 @@ def bert_run(
 
 
 # From chapters/08-3-runs.md, section "T5: English to French".
+T5_SPECIALS = ("<pad>", "</s>")
+
+
 def pair_batch(sources: list[torch.Tensor], targets: list[torch.Tensor], pad: int):
     """Right-padded source and target rows; the decoder reads ``pad``, then
     the target shifted right."""
@@ -834,50 +1003,183 @@ def pair_batch(sources: list[torch.Tensor], targets: list[torch.Tensor], pad: in
     }
 
 
-@torch.no_grad()
-def _translate(model: T5, sources: list[str], tokenizer: CharTokenizer, beam_size: int):
-    """Greedy (``beam_size=1``) or beam translations of ``sources``
-    (:func:`lib.generation.translate`, with this run's special ids)."""
-    pad, eos = _specials(tokenizer, "<pad>", "</s>").values()
-    return translate(
-        model,
-        tokenizer,
-        sources,
-        pad_id=pad,
-        eos_id=eos,
-        beam_size=beam_size,
-        chunk=256,
-    )
+def tatoeba_split(
+    test_fraction: float, seed: int = 0
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``(train, test)`` of all 142,787 Tatoeba pairs, no English sentence
+    on both sides (:func:`split_pairs_by_source`); the test side holds every
+    French translation of its English sentences, its references."""
+    pairs = load_tatoeba_pairs(all_pairs=True)
+    return split_pairs_by_source(pairs, test_fraction, seed)
 
 
-def _t5_data(sizes: Mapping[str, Any], seed: int):
-    """``(tokenizer, train_pairs, test_pairs, batch_at, test_batches)`` of
-    the T5 run: ``batch_at(step)`` draws training pairs, ``test_batches``
-    holds all test pairs."""
-    pairs = load_tatoeba_pairs()
-    train_pairs, test_pairs = split_pairs_by_source(pairs, sizes["test_fraction"], seed)
-    tokenizer = CharTokenizer("".join(e + f for e, f in pairs))
-    pad, eos = _specials(tokenizer, "<pad>", "</s>").values()
+def t5_tokenizer(train_pairs: list[tuple[str, str]], vocab_size: int) -> BPETokenizer:
+    """Chapter 1's byte-level BPE, one vocabulary for both languages,
+    learned from the training pairs only (``<pad>`` and ``</s>`` among its
+    ``vocab_size`` tokens)."""
+    text = "\n".join(f"{english}\n{french}" for english, french in train_pairs)
+    return BPETokenizer().train(text, vocab_size, special_tokens=T5_SPECIALS)
+
+
+def t5_encode(tokenizer: BPETokenizer, text: str, max_len: int):
+    """The ids of ``text`` and ``</s>``, cut to ``max_len`` ids."""
+    eos = tokenizer.special_tokens["</s>"]
+    return torch.tensor([*tokenizer.encode(text)[: max_len - 1], eos])
+
+
+def length_batches(lengths: list[int], max_tokens: int, seed: int):
+    """``batch_rows(step)``: the rows of the batch of ``step``. Each epoch
+    sorts the rows by length (ties in a random order), cuts them into
+    batches of at most ``max_tokens`` padded tokens (rows times the longest
+    row) and shuffles the batches; each epoch is drawn from ``(seed,
+    epoch)``."""
+    epochs: list[list[list[int]]] = []
+    starts = [0]  # the first step of each epoch
+
+    def make_epoch(epoch: int) -> list[list[int]]:
+        generator = step_generator(seed, epoch)
+        ties = torch.rand(len(lengths), generator=generator).tolist()
+        order = sorted(range(len(lengths)), key=lambda i: (lengths[i], ties[i]))
+        batches, rows, longest = [], [], 0
+        for i in order:
+            wider = max(longest, lengths[i])
+            if rows and wider * (len(rows) + 1) > max_tokens:
+                batches.append(rows)
+                rows, longest = [], 0
+            rows.append(i)
+            longest = max(longest, lengths[i])
+        batches.append(rows)
+        shuffled = torch.randperm(len(batches), generator=generator)
+        return [batches[j] for j in shuffled.tolist()]
+
+    def batch_rows(step: int) -> list[int]:
+        while not epochs or step >= starts[-1] + len(epochs[-1]):
+            if epochs:
+                starts.append(starts[-1] + len(epochs[-1]))
+            epochs.append(make_epoch(len(epochs)))
+        epoch = max(e for e, first in enumerate(starts) if first <= step)
+        return epochs[epoch][step - starts[epoch]]
+
+    return batch_rows
+
+
+def t5_data(sizes: Mapping[str, Any], seed: int) -> dict[str, Any]:
+    """What the T5 recipe trains and measures on: the ``tokenizer``, the
+    ``train_pairs`` (``max_train_pairs`` evenly spaced ones of the split's,
+    0: all) and ``test_pairs``, ``batch_at(step)`` (pairs of similar length,
+    at most ``max_tokens`` padded tokens a batch) and ``eval_batches`` (the
+    first ``eval_pairs`` test pairs)."""
+    train_pairs, test_pairs = tatoeba_split(sizes["test_fraction"], seed)
+    if sizes["max_train_pairs"]:
+        every = max(1, len(train_pairs) // sizes["max_train_pairs"])
+        train_pairs = train_pairs[::every][: sizes["max_train_pairs"]]
+    tokenizer = t5_tokenizer(train_pairs, sizes["vocab_size"])
+    pad, max_len = tokenizer.special_tokens["<pad>"], sizes["max_len"]
 
     def encoded(pairs: list[tuple[str, str]]) -> tuple[list, list]:
         return (
-            [torch.tensor([*tokenizer.encode(e), eos]) for e, _ in pairs],
-            [torch.tensor([*tokenizer.encode(f), eos]) for _, f in pairs],
+            [t5_encode(tokenizer, e, max_len) for e, _ in pairs],
+            [t5_encode(tokenizer, f, max_len) for _, f in pairs],
         )
 
     sources, targets = encoded(train_pairs)
+    lengths = [max(len(s), len(t)) for s, t in zip(sources, targets)]
+    batch_rows = length_batches(lengths, sizes["max_tokens"], seed)
 
     def batch_at(step: int) -> Batch:
-        generator = step_generator(seed, step)
-        rows = torch.randint(len(sources), (sizes["batch_size"],), generator=generator)
+        rows = batch_rows(step)
         return pair_batch([sources[i] for i in rows], [targets[i] for i in rows], pad)
 
-    test_sources, test_targets = encoded(test_pairs)
-    test_batches = [
-        pair_batch(test_sources[i : i + 256], test_targets[i : i + 256], pad)
-        for i in range(0, len(test_pairs), 256)
+    held_sources, held_targets = encoded(test_pairs[: sizes["eval_pairs"]])
+    eval_batches = [
+        pair_batch(held_sources[i : i + 128], held_targets[i : i + 128], pad)
+        for i in range(0, len(held_sources), 128)
     ]
-    return tokenizer, train_pairs, test_pairs, batch_at, test_batches
+    return {
+        "tokenizer": tokenizer,
+        "train_pairs": train_pairs,
+        "test_pairs": test_pairs,
+        "batch_at": batch_at,
+        "eval_batches": eval_batches,
+    }
+
+
+def bleu_references(
+    test_pairs: list[tuple[str, str]], n_sentences: int = 0
+) -> tuple[list[str], list[list[str | None]]]:
+    """``(english, streams)``: the held-out English sentences (the first
+    ``n_sentences``; 0: all) and their French references as sacrebleu
+    takes them, one stream per reference, None where a sentence has
+    fewer."""
+    references: dict[str, list[str]] = {}
+    for english, french in test_pairs:
+        references.setdefault(english, []).append(french)
+    english = list(references)[: n_sentences or None]
+    width = max(len(references[e]) for e in english)
+    streams = [
+        [references[e][k] if k < len(references[e]) else None for e in english]
+        for k in range(width)
+    ]
+    return english, streams
+
+
+def corpus_bleu(hypotheses: list[str], streams: list[list]) -> float:
+    """sacrebleu's corpus BLEU (0 to 100) of ``hypotheses``."""
+    import sacrebleu  # the chapters' extra; the standard BLEU
+
+    return sacrebleu.BLEU().corpus_score(hypotheses, streams).score
+
+
+def bleu_interval(
+    hypotheses: list[str], streams: list[list], n_resamples: int = 300, seed: int = 0
+) -> tuple[float, float]:
+    """A 95 % bootstrap interval of corpus BLEU: the 2.5th and 97.5th
+    percentiles of the BLEU of ``n_resamples`` resamples of the sentences,
+    drawn with replacement."""
+    generator = torch.Generator().manual_seed(seed)
+    n, scores = len(hypotheses), []
+    for _ in range(n_resamples):
+        rows = torch.randint(n, (n,), generator=generator).tolist()
+        resampled = [[stream[i] for i in rows] for stream in streams]
+        picked = [hypotheses[i] for i in rows]
+        scores.append(corpus_bleu(picked, resampled))
+    quantiles = torch.tensor([0.025, 0.975], dtype=torch.float64)
+    low, high = torch.tensor(scores, dtype=torch.float64).quantile(quantiles).tolist()
+    return low, high
+
+
+def t5_bleu(
+    model: T5,
+    tokenizer: BPETokenizer,
+    test_pairs: list[tuple[str, str]],
+    sizes: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The T5 recipe's held-out measures, from the model as it is: the BLEU
+    of greedy and beam-search translations of the held-out English
+    sentences (the first ``bleu_sentences``; 0: all), a bootstrap interval
+    of the beam's, and the baseline that copies the English sentence
+    unchanged; ``translations`` holds what was scored."""
+    english, streams = bleu_references(test_pairs, sizes["bleu_sentences"])
+    specials = dict(
+        pad_id=tokenizer.special_tokens["<pad>"],
+        eos_id=tokenizer.special_tokens["</s>"],
+    )
+    translations = {
+        name: translate(
+            model, tokenizer, english, beam_size=beam, chunk=256, **specials
+        )
+        for name, beam in (("greedy", 1), ("beam", sizes["beam_size"]))
+    }
+    low, high = bleu_interval(translations["beam"], streams)
+    return {
+        "bleu_greedy": corpus_bleu(translations["greedy"], streams),
+        "bleu_beam": corpus_bleu(translations["beam"], streams),
+        "bleu_beam_low": low,
+        "bleu_beam_high": high,
+        "bleu_copy_source": corpus_bleu(english, streams),
+        "test_sentences": len(english),
+        "translations": {"english": english, **translations},
+    }
 
 
 def t5_run(
@@ -893,58 +1195,53 @@ def t5_run(
 ) -> dict[str, Any]:
     """T5 on Tatoeba English -> French, split by English sentence; BLEU
     (sacrebleu) of greedy and beam-search translations of the held-out
-    sentences. Arguments as :func:`char_gpt_run`."""
-    import sacrebleu  # the chapters' extra; the standard BLEU
-
+    sentences, against copying the source. Arguments as
+    :func:`char_gpt_run`. Besides plain data the result holds ``models``
+    (the T5) and its ``tokenizer``."""
     sizes, device = _start(
         "t5", profile, sizes, device, compile, progress, seed, checkpoint_dir, resume
     )
-    tokenizer, train_pairs, test_pairs, batch_at, test_batches = _t5_data(sizes, seed)
-    pad = _specials(tokenizer, "<pad>")["<pad>"]
-    cfg = _run_config("t5", sizes, tokenizer.vocab_size + 2)
-    model = T5(cfg, start_id=pad).to(device)
+    data = t5_data(sizes, seed)
+    tokenizer = data["tokenizer"]
+    cfg = _run_config("t5", sizes, tokenizer.vocab_size)
+    model = T5(cfg, start_id=tokenizer.special_tokens["<pad>"]).to(device)
     optimizer = make_optimizer(model, sizes["lr"], betas=(0.9, 0.98), eps=1e-9)
     smoothing = sizes["label_smoothing"]
+    schedule = WarmupCosineSchedule(sizes["warmup"], sizes["n_steps"], min_ratio=0.05)
     history = train(
         model,
-        batch_at,
+        data["batch_at"],
         optimizer=optimizer,
-        scheduler=make_scheduler(
-            optimizer, WarmupCosineSchedule(sizes["warmup"], sizes["n_steps"])
-        ),
+        scheduler=make_scheduler(optimizer, schedule),
         n_steps=sizes["n_steps"],
         loss_fn=lambda net, batch: model_loss(net, batch, label_smoothing=smoothing),
-        eval_batches=test_batches,
+        eval_batches=data["eval_batches"],
         eval_every=sizes["eval_every"],
+        keep_best=True,
         compile=compile,
         progress=progress,
         **_saving(checkpoint_dir, resume, sizes["eval_every"]),
     )
-    references: dict[str, list[str]] = {}
-    for english, french in test_pairs:
+    scores = t5_bleu(model, tokenizer, data["test_pairs"], sizes)
+    shown = scores.pop("translations")
+    metrics: dict[str, Any] = {
+        "test_loss": history.best_eval_loss,
+        "best_step": history.best_step,
+        "last_eval_loss": history.eval_losses[-1],
+        **scores,
+        "train_pairs": len(data["train_pairs"]),
+        "test_pairs": len(data["test_pairs"]),
+        "parameters": count_parameters(model),
+        "train_seconds": history.train_seconds,
+        # about the padded length of a sentence in BPE tokens
+        **_speed(model, history, 16),
+    }
+    references = {}
+    for english, french in data["test_pairs"]:
         references.setdefault(english, []).append(french)
-    english = list(references)
-    n_refs = max(len(r) for r in references.values())
-    # sacrebleu takes one stream per reference; None where a sentence has
-    # fewer
-    ref_streams = []
-    for k in range(n_refs):
-        ref_streams.append([r[k] if k < len(r) else None for r in references.values()])
-    metrics: dict[str, Any] = {"test_loss": history.eval_losses[-1]}
-    translations = {}
-    for name, beam in (("greedy", 1), ("beam", sizes["beam_size"])):
-        translations[name] = _translate(model, english, tokenizer, beam)
-        bleu = sacrebleu.corpus_bleu(translations[name], ref_streams)
-        metrics[f"bleu_{name}"] = bleu.score
-    metrics.update(
-        train_pairs=len(train_pairs),
-        test_sentences=len(english),
-        parameters=count_parameters(model),
-        **_speed(model, history, 32),
-    )
     samples = [
-        {"english": s, "greedy": g, "beam": b, "references": references[s]}
-        for s, g, b in zip(english[:8], translations["greedy"], translations["beam"])
+        {"english": e, "greedy": g, "beam": b, "references": references[e]}
+        for e, g, b in zip(*(shown[k][:12] for k in ("english", "greedy", "beam")))
     ]
     return {
         "run": "t5",
@@ -952,6 +1249,8 @@ def t5_run(
         "metrics": metrics,
         "curves": _curves(history),
         "samples": samples,
+        "models": {"t5": model},
+        "tokenizer": tokenizer,
     }
 
 
@@ -981,7 +1280,7 @@ def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
     preparation are not counted.
     """
     sizes = run_sizes(run, profile)
-    batch_size, n_steps = sizes["batch_size"], sizes["n_steps"]
+    batch_size, n_steps = sizes.get("batch_size"), sizes["n_steps"]
     n_evals = _n_evaluations(n_steps, sizes["eval_every"])
     # (model, seq_len, train_tokens, forward_tokens, optimiser steps)
     parts = []
@@ -1016,16 +1315,13 @@ def run_flops(run: str, profile: str | None = None) -> dict[str, float]:
                 (classifier, passage, steps * batch_size * passage, ft_tokens, steps)
             )
     else:
-        tokenizer, _, _, batch_at, test_batches = _t5_data(sizes, 0)
-        sample = range(0, n_steps, max(1, n_steps // 64))
-        sampled_tokens = sum(tokens_in(batch_at(s)) for s in sample)
-        per_batch = sampled_tokens / len(sample)
-        seq_len = max(1, round(per_batch / (2 * batch_size)))  # per stack
-        test_tokens = sum(tokens_in(b) for b in test_batches)
-        # the characters, <pad> and </s>
-        cfg = _run_config(run, sizes, tokenizer.vocab_size + 2)
+        # batches by length hold about max_tokens padded tokens a stack,
+        # sentences of about 16 BPE tokens once padded
+        seq_len = 16
+        cfg = _run_config(run, sizes, sizes["vocab_size"])
         model = _on_meta(lambda: T5(cfg, start_id=0))
-        forward = n_evals * test_tokens
+        per_batch = 2 * sizes["max_tokens"]
+        forward = n_evals * sizes["eval_pairs"] * 2 * seq_len
         parts.append((model, seq_len, n_steps * per_batch, forward, n_steps))
     flops = sum(
         training_flops_per_token(model, seq_len) * (train + forward / 3)
@@ -1199,3 +1495,41 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 # (in a notebook, __name__ is "__main__" too: do not start a run there)
 if __name__ == "__main__" and "ipykernel" not in sys.modules:
     main()
+
+
+# From chapters/08-3-runs.md, section "Every run against a baseline".
+def linear_pixels_accuracy(
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    val_x: torch.Tensor,
+    val_y: torch.Tensor,
+    iterations: int = 100,
+) -> float:
+    """The baseline of an image classifier: multinomial logistic regression
+    on the raw pixels (standardised with the training images' mean and
+    std), fitted by full-batch L-BFGS; its accuracy on ``val_x``."""
+    mean, std = train_x.mean(), train_x.std()
+    flat = rearrange((train_x - mean) / std, "n ... -> n (...)")
+    held = rearrange((val_x - mean) / std, "n ... -> n (...)")
+    n_classes = int(train_y.max()) + 1
+    generator = torch.Generator().manual_seed(0)
+    linear = nn.Linear(flat.shape[1], n_classes)
+    with torch.no_grad():
+        weight = torch.randn(linear.weight.shape, generator=generator)
+        linear.weight.copy_(weight * 0.01)
+        linear.bias.zero_()
+    optimizer = torch.optim.LBFGS(
+        linear.parameters(), max_iter=iterations, line_search_fn="strong_wolfe"
+    )
+
+    def loss() -> torch.Tensor:
+        optimizer.zero_grad()
+        value = nn.functional.cross_entropy(linear(flat), train_y)
+        # a little L2, so that separable classes keep finite weights
+        value = value + 1e-4 * linear.weight.pow(2).sum()
+        value.backward()
+        return value
+
+    optimizer.step(loss)
+    with torch.no_grad():
+        return float((linear(held).argmax(-1) == val_y).float().mean())

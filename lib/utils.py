@@ -20,6 +20,14 @@ defaults to the ``full`` value where the full size already fits a T4::
 
     n_steps = pick(smoke=50, full=5_000, colab=1_500)
 
+The precision
+-------------
+:func:`get_precision` picks the autocast dtype from the hardware: bf16 on an Ampere or
+newer GPU, fp16 with gradient scaling on an older one (the T4), fp32 on a CPU. The
+environment variable ``TFS_PRECISION`` (``auto``, the default, ``bf16``, ``fp16`` or
+``fp32``) forces a GPU's choice: ``TFS_PRECISION=fp16 TFS_PROFILE=colab`` on an H100 runs
+what a Colab reader's T4 runs. A CPU keeps fp32 whatever it says, as it does on Colab.
+
 Recorded results
 ----------------
 Every recorded run (``book/results/<name>/``) is written by :func:`write_record` and read
@@ -63,6 +71,9 @@ __all__ = [
     "pick",
     "assert_trained",
     "get_device",
+    "PRECISION_ENV",
+    "PRECISION_SETTINGS",
+    "precision_setting",
     "get_precision",
     "autocast",
     "seed_everything",
@@ -82,6 +93,7 @@ __all__ = [
 ]
 
 PROFILE_ENV = "TFS_PROFILE"
+PRECISION_ENV = "TFS_PRECISION"
 DRY_ENV = "TFS_DRY"
 DEVICE_ENV = "TFS_DEVICE"
 RESULTS_ENV = "TFS_RESULTS"
@@ -253,6 +265,33 @@ class Precision:
         ]
 
 
+# "auto" follows the hardware (get_precision); the others force a GPU's precision
+PRECISION_SETTINGS = ("auto", "bf16", "fp16", "fp32")
+
+
+def precision_setting() -> str:
+    """The precision that ``TFS_PRECISION`` asks for: ``"auto"`` (the default, when it is
+    unset or empty), ``"bf16"``, ``"fp16"`` or ``"fp32"``; anything else is an error."""
+    forced = os.environ.get(PRECISION_ENV, "").strip().lower()
+    if not forced:
+        return "auto"
+    if forced not in PRECISION_SETTINGS:
+        raise ValueError(
+            f"{PRECISION_ENV}={os.environ[PRECISION_ENV]!r} is not a precision; use "
+            "'auto' (the hardware's choice), 'bf16', 'fp16' (with gradient scaling) or "
+            "'fp32'."
+        )
+    return forced
+
+
+def _gpu_name(device: torch.device) -> str:
+    """The GPU's name for an error message, without failing where it cannot be read."""
+    try:
+        return torch.cuda.get_device_name(device)
+    except (AssertionError, RuntimeError):  # no CUDA build, no driver
+        return f"this GPU ({device})"
+
+
 def get_precision(device: torch.device | str | None = None) -> Precision:
     """The fastest safe precision on ``device``.
 
@@ -261,15 +300,45 @@ def get_precision(device: torch.device | str | None = None) -> Precision:
       bf16 "works" through slow emulation or fails, a frequent complaint about courses
       that hard-code it.
     * CPU and MPS: fp32, the accurate and predictable choice for small runs.
+
+    ``TFS_PRECISION`` (:func:`precision_setting`) forces a CUDA GPU's choice:
+
+    * ``fp16``: fp16 with a gradient scaler even where bf16 exists, so that a reader on
+      an H100 runs what a T4 must run (``TFS_PROFILE=colab TFS_PRECISION=fp16``);
+    * ``bf16``: bf16, and a ``RuntimeError`` naming the GPU where it has no bf16;
+    * ``fp32``: no autocast;
+    * ``auto`` (the default): the hardware's choice above.
+
+    On a CPU or MPS it changes nothing: fp32, with a warning when it asks for fp16 or
+    bf16. A Colab reader's CPU work runs in fp32 too, and fp16 autocast on a CPU is
+    slow and not what the chapters run there; falling back (rather than failing) lets a
+    page that forces fp16 for its GPU also run its CPU parts. An unknown value is a
+    ``ValueError`` on any device.
     """
+    forced = precision_setting()  # checked first, so a bad value fails on a CPU too
     if device is None:
         device = get_device()
     device = torch.device(_device_name("device", device, "get_precision"))
-    if device.type == "cuda":
-        if torch.cuda.is_bf16_supported(including_emulation=False):
-            return Precision(torch.bfloat16, use_grad_scaler=False)
-        return Precision(torch.float16, use_grad_scaler=True)
-    return Precision(torch.float32, use_grad_scaler=False)
+    if device.type != "cuda":
+        if forced in ("bf16", "fp16"):
+            warnings.warn(
+                f"{PRECISION_ENV}={forced} applies to CUDA GPUs only: on {device.type} "
+                "get_precision keeps fp32 (as a Colab reader's CPU does)",
+                stacklevel=2,
+            )
+        return PRECISIONS["fp32"]
+    has_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+    if forced == "bf16" and not has_bf16:
+        raise RuntimeError(
+            f"{PRECISION_ENV}=bf16, but {_gpu_name(device)} has no bfloat16 support "
+            "(it needs compute capability 8.0, Ampere, or newer); use "
+            f"{PRECISION_ENV}=fp16 (float16 with gradient scaling) or auto"
+        )
+    if forced == "fp32":
+        return PRECISIONS["fp32"]
+    if forced == "fp16" or not has_bf16:
+        return PRECISIONS["fp16"]
+    return PRECISIONS["bf16"]
 
 
 PRECISIONS = {

@@ -48,7 +48,17 @@ from lib.pretrained import (
     register_hub_loader,
     register_model_kind,
 )
-from lib.training import cross_entropy
+from lib.datasets import mnist_split
+from lib.runs import wilson_interval
+from lib.training import (
+    WarmupCosineSchedule,
+    cross_entropy,
+    evaluate,
+    make_optimizer,
+    make_scheduler,
+    train,
+)
+from lib.utils import autocast, get_precision, pick
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
@@ -65,6 +75,11 @@ __all__ = [
     "random_translate",
     "image_batches",
     "classification_loss",
+    "predict_images",
+    "train_image_classifier",
+    "mnist_vit_held_out",
+    "SHIPPED_VIT_SIZES",
+    "mnist_vit_sizes",
     "confusion_matrix",
     "mean_attention_distance",
 ]
@@ -556,6 +571,163 @@ def classification_loss(
     ``batch["labels"]``: the ``loss_fn`` of :func:`lib.training.train` for
     image classifiers."""
     return cross_entropy(model(batch["images"]), batch["labels"])
+
+
+# From chapters/10-vit.md, section "Training on MNIST".
+@torch.no_grad()
+def predict_images(
+    model: nn.Module, x: torch.Tensor, mean: float, std: float, batch_size: int = 1000
+) -> torch.Tensor:
+    """Predicted classes of the images ``x`` (batch channels height width)
+    in [0, 1], normalised with ``mean`` and ``std``, on the model's device
+    in its precision (:func:`lib.utils.get_precision`)."""
+    device = next(model.parameters()).device
+    precision = get_precision(device)
+    was_training = model.training
+    model.eval()
+    out = []
+    for start in range(0, len(x), batch_size):
+        chunk = (x[start : start + batch_size].to(device) - mean) / std
+        with autocast(device, precision):
+            out.append(model(chunk).argmax(-1).cpu())
+    model.train(was_training)
+    return torch.cat(out)
+
+
+def train_image_classifier(
+    model: nn.Module,
+    train_x: torch.Tensor,
+    train_y: torch.Tensor,
+    val_x: torch.Tensor,
+    val_y: torch.Tensor,
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    max_shift: int,
+    n_evals: int = 5,
+    eval_iters: int | None = None,
+    progress: bool | None = None,
+) -> dict:
+    """Train ``model`` (already on its device) on the images ``train_x`` in
+    [0, 1] and their labels, normalised with the training images' mean and
+    std: AdamW (weight decay 0.05 on the linear layers' matrices), a linear
+    warm-up over the first tenth of the steps, a cosine decay to zero,
+    gradients clipped to norm 1, random shifts of up to ``max_shift``
+    pixels. ``n_evals`` evaluations of the validation loss (``eval_iters``
+    of its batches of 500; None: all). Returns the ``losses``, the
+    evaluations ``evals`` (step, loss), the training ``seconds``, the
+    validation ``accuracy`` and ``predictions``, and the ``mean`` and
+    ``std``."""
+    device = next(model.parameters()).device
+    mean, std = train_x.mean().item(), train_x.std().item()
+    val_batches = [
+        {"images": (x - mean) / std, "labels": y}
+        for x, y in zip(val_x.to(device).split(500), val_y.to(device).split(500))
+    ]
+    optimizer = make_optimizer(
+        model, lr, weight_decay=0.05, betas=(0.9, 0.999), eps=1e-8
+    )
+    schedule = WarmupCosineSchedule(max(1, steps // 10), steps, min_ratio=0.0)
+    batches = image_batches(
+        train_x.to(device),
+        train_y.to(device),
+        batch_size,
+        max_shift=max_shift,
+        mean=mean,
+        std=std,
+    )
+    history = train(
+        model,
+        batches,
+        optimizer=optimizer,
+        scheduler=make_scheduler(optimizer, schedule),
+        n_steps=steps,
+        loss_fn=classification_loss,
+        eval_batches=val_batches,
+        eval_every=max(1, steps // n_evals),
+        eval_iters=eval_iters,
+        progress=progress,
+    )
+    predictions = predict_images(model, val_x, mean, std)
+    return dict(
+        losses=history.losses,
+        evals=list(zip(history.eval_steps, history.eval_losses)),
+        seconds=history.train_seconds,
+        accuracy=(predictions == val_y).float().mean().item(),
+        predictions=predictions,
+        mean=mean,
+        std=std,
+    )
+
+
+def mnist_vit_held_out(model: nn.Module, mean: float, std: float) -> dict:
+    """A trained MNIST classifier's held-out measures on the 1,000 images of
+    :func:`lib.datasets.mnist_split`, normalised with ``mean`` and ``std``:
+    ``val_accuracy`` with its Wilson interval and ``val_loss`` (mean
+    cross-entropy per image)."""
+    _, _, val_x, val_y = mnist_split()
+    predictions = predict_images(model, val_x, mean, std)
+    correct = int((predictions == val_y).sum())
+    low, high = wilson_interval(correct, len(val_y))
+    device = next(model.parameters()).device
+    val = [{"images": ((val_x - mean) / std).to(device), "labels": val_y.to(device)}]
+    return dict(
+        val_accuracy=correct / len(val_y),
+        val_accuracy_low=low,
+        val_accuracy_high=high,
+        val_loss=evaluate(model, val, loss_fn=classification_loss),
+        val_images=len(val_y),
+    )
+
+
+# the CPU size of the shipped vit-mnist (lib/data/checkpoints/): sizes over
+# the smoke profile's
+SHIPPED_VIT_SIZES = dict(
+    patch_size=7,
+    d_model=96,
+    n_layers=4,
+    d_ff=None,
+    steps=2500,
+    batch_size=128,
+    lr=2e-3,
+    max_shift=2,
+)
+
+
+def mnist_vit_sizes(
+    profile: str | None = None, **overrides: object
+) -> tuple[ViTConfig, dict]:
+    """The MNIST ViT's configuration and training budget in ``profile``
+    (default: the active one), any of them overridden (a
+    :class:`ViTConfig` field or ``steps``, ``batch_size``, ``lr``,
+    ``max_shift``)."""
+
+    def p(**values: object) -> object:
+        return pick(**values, profile=profile)
+
+    model = dict(
+        image_size=28,
+        patch_size=p(smoke=7, full=4),
+        n_classes=10,
+        d_model=p(smoke=64, full=128),
+        n_heads=4,
+        n_layers=p(smoke=2, full=6),
+        d_ff=p(smoke=64, full=None),  # None: 4 · d_model
+        dropout=p(smoke=0.0, full=0.1),
+    )
+    budget = dict(
+        steps=p(smoke=500, full=3_000, dry=1),
+        batch_size=p(smoke=64, full=512),
+        lr=p(smoke=3e-3, full=1e-3),
+        max_shift=p(smoke=0, full=2),
+    )
+    unknown = sorted(set(overrides) - set(model) - set(budget))
+    if unknown:
+        raise ValueError(f"mnist_vit_sizes: no size {unknown}")
+    for key, value in overrides.items():
+        (model if key in model else budget)[key] = value
+    return ViTConfig(**model), budget
 
 
 # From chapters/10-vit.md, section "Where it goes wrong: the confusion matrix".

@@ -6,14 +6,17 @@ Run on a machine with an NVIDIA GPU, from the repository root, after `pip instal
 
     python scripts/gpu_records.py all --budget-s 540   # every step below, in this order
     python scripts/gpu_records.py all --budget-s 520 --together bert,t5,notebooks
-                                               # flash, gpt, vit one at a time, then
-                                               #  bert, t5 and the chapters at once
-    python scripts/gpu_records.py flash        # 1. chapter 9's kernel benchmark
-    python scripts/gpu_records.py gpt          # 2. chapter 8's char-GPT (full profile)
-    python scripts/gpu_records.py vit          # 3. chapter 10's ViT (full profile)
-    python scripts/gpu_records.py bert         # 4. chapter 8's BERT (full profile)
-    python scripts/gpu_records.py t5           # 5. chapter 8's T5 (full profile)
-    python scripts/gpu_records.py notebooks    # 6. every chapter, full profile, timed
+                                               # colab, flash, gpt, vit one at a time,
+                                               #  then bert, t5 and the chapters at once
+    python scripts/gpu_records.py colab        # 1. the Colab reader's path: every page
+                                               #  dry, then the pages that train timed,
+                                               #  colab profile in fp16 (as on a T4)
+    python scripts/gpu_records.py flash        # 2. chapter 9's kernel benchmark
+    python scripts/gpu_records.py gpt          # 3. chapter 8's char-GPT (full profile)
+    python scripts/gpu_records.py vit          # 4. chapter 10's ViT (full profile)
+    python scripts/gpu_records.py bert         # 5. chapter 8's BERT (full profile)
+    python scripts/gpu_records.py t5           # 6. chapter 8's T5 (full profile)
+    python scripts/gpu_records.py notebooks    # 7. every chapter, full profile, timed
     python scripts/gpu_records.py throughput   # (not in `all`) our GPT against
                                                #  GPT2LMHeadModel, eager and compiled
     python scripts/gpu_records.py training     # gpt, bert and t5
@@ -22,13 +25,25 @@ Run on a machine with an NVIDIA GPU, from the repository root, after `pip instal
 
 `all` runs the steps in order of value, so that a short GPU window spends itself on the
 most wanted records first. Each step writes its record as soon as it completes (the
-notebooks step after each chapter, with `complete: false` until the last one), so a run
-cut short keeps what it finished. Records go under `--out` (default book/results/) as
-<name>/metrics.json in the one schema of lib.utils.write_record (the metrics, the wall
-time, the GPU, the torch and Triton versions, the commit and the exact command), so that
-`python scripts/rerun_record.py book/results/<name>/metrics.json` repeats it. The ViT
-step runs chapter 10, which writes its record itself into the folder that `TFS_RESULTS`
-names (`lib.utils.results_dir`): the script sets it to `--out`.
+colab and notebooks steps after each page, with `complete: false` until the last one),
+so a run cut short keeps what it finished. Records go under `--out` (default
+book/results/) as <name>/metrics.json in the one schema of lib.utils.write_record (the
+metrics, the wall time, the GPU, the torch and Triton versions, the commit and the exact
+command), so that `python scripts/rerun_record.py book/results/<name>/metrics.json`
+repeats it. The ViT step runs chapter 10, which writes its record itself into the folder
+that `TFS_RESULTS` names (`lib.utils.results_dir`): the script sets it to `--out`.
+
+The colab step runs what a reader on Colab's free T4 runs, on whatever GPU this is:
+`TFS_PROFILE=colab` and `TFS_PRECISION=fp16` (float16 autocast with gradient scaling
+even where the GPU has bfloat16; lib.utils.get_precision). First every page in the dry
+mode (`TFS_DRY=1`, as `python tasks.py dry --profile colab`: the colab shapes, loops
+cut), all of which must pass; then the pages that train (8.3, 9 and 10) for real, one at
+a time, each timed. The book gives a chapter about ten minutes on a T4; each page's time
+is compared with that budget scaled by this GPU's dense 16-bit peak against the T4's
+(lib.efficiency's table: 600 s × 65 / 989 TFLOP/s, 39 s, on an H100 SXM). Its record,
+`colab-profile-fp16-<gpu>`, holds each page's outcome and seconds, both budgets and
+whether the page kept within the scaled one; a page over it is named in the summary
+line.
 
 The char-GPT step evaluates every 100 steps, so that its record says when (seconds from
 the launch of its process, compilation included) the held-out loss first reached
@@ -37,8 +52,9 @@ nanoGPT's 1.47.
 `--together STEPS` runs those steps at the same time, after the others, to fit a short
 GPU window: their records say so (`extra.shared_gpu_with`), since their times were
 measured on a shared GPU. `--notebook-jobs N` runs N chapters at a time in the notebooks
-step (each chapter's own time is still recorded), and that step reuses chapter 10's run
-from the vit step of the same session instead of running it twice.
+step and in the colab step's dry pages (each chapter's own time is still recorded; the
+colab step's timed pages always run alone), and the notebooks step reuses chapter 10's
+run from the vit step of the same session instead of running it twice.
 
 `--budget-s S` is a deadline for the whole script, counted from its start: each step's
 subprocess gets the time that is left and its process group is terminated (then killed)
@@ -50,10 +66,13 @@ ok in 84.2 s -> <record>` (or `timed out after ...`, `failed (...) after ...`,
 `--dry-run` runs the same steps on the CPU (CUDA hidden) at smoke sizes, with
 TFS_PROFILE=smoke: lib.runs with two steps, the benchmark's CPU path at tiny sizes under
 TRITON_INTERPRET=1 (its correctness checks and its record, no speed worth reading), one
-small chapter for the notebooks step, throughput eager only and tiny. Its records go to
-a new temporary folder unless `--out` is given, never into book/results/ by default.
-One step leaves no record there, and says so: chapter 10 records only its full profile.
-Without `--dry-run`, the script refuses to run on a machine without CUDA.
+small chapter for the notebooks step, throughput eager only and tiny; the colab step
+runs that chapter dry in the colab profile's shapes and then chapter 9, the quickest
+page that trains, for real at smoke sizes, in fp32 (a CPU keeps fp32 whatever
+TFS_PRECISION says). Its records go to a new temporary folder unless `--out` is given,
+never into book/results/ by default. One step leaves no record there, and says so:
+chapter 10 records only its full profile. Without `--dry-run`, the script refuses to run
+on a machine without CUDA.
 """
 
 from __future__ import annotations
@@ -79,13 +98,25 @@ STARTED = time.monotonic()  # the budget counts from here, imports included
 if str(ROOT) not in sys.path:  # run as a script: lib and tools come from this checkout
     sys.path.insert(0, str(ROOT))
 
-ALL = ("flash", "gpt", "vit", "bert", "t5", "notebooks")  # in order of value
+# in order of value
+ALL = ("colab", "flash", "gpt", "vit", "bert", "t5", "notebooks")
 OPTIONAL = ("throughput",)  # runs only when named
 ALIASES = {"training": ("gpt", "bert", "t5")}
 MIN_START_S = 2.0  # a step that would get less than this is skipped, not started
 KILL_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL
 # the notebooks step's one chapter in a dry run: the quickest in the smoke profile
 DRY_CHAPTER = "03-positions.md"
+# The colab step: the pages whose runs the colab profile sizes for a T4 (the book: "each
+# chapter in about ten minutes" there; the other pages run the same small sizes in every
+# profile, in seconds), each timed alone after every page ran dry.
+COLAB_TIMED_PAGES = ("08-3-runs.md", "09-flash-attention.md", "10-vit.md")
+COLAB_PRECISION = "fp16"  # TFS_PRECISION: what a T4 runs, on any GPU
+T4_BUDGET_S = 600.0  # a page's budget on a T4
+# In a dry run (a CPU): one page dry (DRY_CHAPTER, the colab profile's shapes), and the
+# quickest of the pages that train, for real at smoke sizes (about 6 and 11 s on 2
+# cores); fp32, as a CPU runs fp32 whatever TFS_PRECISION asks (get_precision).
+COLAB_DRY_RUN_TIMED_PAGES = ("09-flash-attention.md",)
+COLAB_DRY_RUN_PRECISION = "fp32"
 # Two training steps, one evaluation: the smallest run that still writes every part of
 # a record (curves, samples). T5 decodes its test sentences greedily, and fewer of them.
 DRY_RUN_SIZES = {
@@ -110,20 +141,41 @@ def shown(path: Path) -> str:
         return str(path)
 
 
+# write_record reads the profile from the environment: records are written one at a time
+# (steps may run at once), so that one record's profile is never another's
+RECORD_LOCK = threading.Lock()
+
+
 def record(
-    name: str, metrics: dict, command: list[str], wall_s: float, out: Path | None = None
+    name: str,
+    metrics: dict,
+    command: list[str],
+    wall_s: float,
+    out: Path | None = None,
+    profile: str | None = None,
 ) -> Path:
     """Write ``out/<name>/`` (default book/results/) with lib.utils.write_record, the
-    course's one schema."""
-    from lib.utils import write_record
+    course's one schema. ``profile``: the profile its runs used, when it is not this
+    process's own (the colab step's pages run in the colab profile on any GPU)."""
+    from lib.utils import PROFILE_ENV, write_record
 
-    path = write_record(
-        (RESULTS if out is None else out) / name,
-        name=name,
-        command=shlex.join(command),
-        wall_seconds=round(wall_s, 1),
-        metrics=metrics,
-    )
+    with RECORD_LOCK:
+        before = os.environ.get(PROFILE_ENV)
+        if profile is not None:
+            os.environ[PROFILE_ENV] = profile
+        try:
+            path = write_record(
+                (RESULTS if out is None else out) / name,
+                name=name,
+                command=shlex.join(command),
+                wall_seconds=round(wall_s, 1),
+                metrics=metrics,
+            )
+        finally:
+            if before is None:
+                os.environ.pop(PROFILE_ENV, None)
+            else:
+                os.environ[PROFILE_ENV] = before
     print(f"wrote {shown(path)}")
     return path
 
@@ -353,6 +405,44 @@ def step_vit(session: Session) -> tuple[Path | None, str]:
 SLOW_CHAPTERS_FIRST = ("08-3-runs", "07-5-pretrained", "10-vit", "09-flash-attention")
 
 
+def slow_pages_first(pages: list[str]) -> list[str]:
+    """``pages`` (file names in chapters/) with :data:`SLOW_CHAPTERS_FIRST` first."""
+    rank = {name: i for i, name in enumerate(SLOW_CHAPTERS_FIRST)}
+    return sorted(pages, key=lambda page: rank.get(Path(page).stem, len(rank)))
+
+
+def run_page(
+    session: Session, page: str, jobs: int = 1, **env: str
+) -> tuple[bool, float]:
+    """Execute ``chapters/<page>`` by nbmake (pytest) in a subprocess, with ``env`` over
+    the session's environment; ``jobs`` pages run at once and share the machine's cores.
+    Returns whether it passed and its seconds; raises :class:`StepTimeout` when the
+    budget is spent before it starts or while it runs."""
+    remaining = session.remaining()
+    if remaining is not None and remaining < MIN_START_S:
+        raise StepTimeout()
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    prefix = f"[{Path(page).stem[:2]}] " if jobs > 1 else ""
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    code, seconds, _ = session.run(
+        [*command, f"chapters/{page}"], prefix, TFS_THREADS=str(threads), **env
+    )
+    return code == 0, seconds
+
+
+def run_pages(session: Session, pages: list[str], work: Callable[[str], None]) -> bool:
+    """``work(page)`` for each of ``pages``, ``session.notebook_jobs`` at a time; True
+    when the deadline cut the pages short (the others still finished)."""
+    cut = False
+    with ThreadPoolExecutor(max_workers=session.notebook_jobs) as pool:
+        for future in [pool.submit(work, page) for page in pages]:
+            try:
+                future.result()
+            except StepTimeout:
+                cut = True
+    return cut
+
+
 def step_notebooks(session: Session) -> tuple[Path | None, str]:
     """Every chapter executed by nbmake (full profile), each timed on its own,
     ``session.notebook_jobs`` at a time; a chapter an earlier step executed (chapter 10,
@@ -401,45 +491,29 @@ def step_notebooks(session: Session) -> tuple[Path | None, str]:
             per_chapter[Path(chapter).stem] = dict(earlier)
     if per_chapter:
         save()
-    waiting = [
-        c
-        for c in chapters
-        if Path(c).stem not in per_chapter and Path(c).stem not in elsewhere
-    ]
-    rank = {name: i for i, name in enumerate(SLOW_CHAPTERS_FIRST)}
-    waiting.sort(key=lambda c: rank.get(Path(c).stem, len(rank)))
+    waiting = slow_pages_first(
+        [
+            c
+            for c in chapters
+            if Path(c).stem not in per_chapter and Path(c).stem not in elsewhere
+        ]
+    )
+    # a chapter that records itself (10) writes here, not over a step's record
+    scratch = session.out / "full-profile-notebooks" / "chapter-records"
+    scratch.mkdir(parents=True, exist_ok=True)
 
     def run_chapter(chapter: str) -> None:
-        remaining = session.remaining()
-        if remaining is not None and remaining < MIN_START_S:
-            raise StepTimeout()
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-        prefix = f"[{Path(chapter).stem[:2]}] " if session.notebook_jobs > 1 else ""
-        # the machine's cores shared between the chapters that run at once
-        threads = max(1, (os.cpu_count() or 1) // session.notebook_jobs)
-        # a chapter that records itself (10) writes here, not over a step's record
-        scratch = session.out / "full-profile-notebooks" / "chapter-records"
-        scratch.mkdir(parents=True, exist_ok=True)
-        code, seconds, _ = session.run(
-            [*command, f"chapters/{chapter}"],
-            prefix,
-            TFS_THREADS=str(threads),
-            TFS_RESULTS=str(scratch),
+        passed, seconds = run_page(
+            session, chapter, session.notebook_jobs, TFS_RESULTS=str(scratch)
         )
         with lock:
             per_chapter[Path(chapter).stem] = {
-                "passed": code == 0,
+                "passed": passed,
                 "wall_time_s": round(seconds, 1),
             }
         save()
 
-    cut = False
-    with ThreadPoolExecutor(max_workers=session.notebook_jobs) as pool:
-        for future in [pool.submit(run_chapter, c) for c in waiting]:
-            try:
-                future.result()
-            except StepTimeout:
-                cut = True
+    cut = run_pages(session, waiting, run_chapter)
     path = saved[-1] if saved else None
     if cut:
         raise StepTimeout(path)
@@ -447,6 +521,136 @@ def step_notebooks(session: Session) -> tuple[Path | None, str]:
     if failed:
         raise StepFailed(f"{len(failed)} of {len(chapters)} chapters failed", path)
     return path, ""
+
+
+def t4_peak_flops() -> float:
+    """The T4's dense fp16 peak in FLOP/s (65e12), from lib.efficiency's table of peaks,
+    which ``peak_flops`` reads for this GPU: the FLOPs ``gpu_seconds`` says a T4 does in
+    one second at its whole peak."""
+    from lib.efficiency import gpu_seconds
+
+    return 1.0 / gpu_seconds(1.0, peak="T4", mfu=1.0)
+
+
+def scaled_budget_s(peak: float | None) -> float | None:
+    """The T4's page budget (:data:`T4_BUDGET_S`) on a GPU of dense 16-bit ``peak``
+    FLOP/s: the seconds the same work takes there at the same MFU, ``600 s × T4 peak /
+    peak`` (39 s on an H100 SXM); None without a peak (a CPU, a GPU the table lacks)."""
+    if peak is None:
+        return None
+    return T4_BUDGET_S * t4_peak_flops() / peak
+
+
+def step_colab(session: Session) -> tuple[Path | None, str]:
+    """The Colab reader's path on this GPU, under ``TFS_PROFILE=colab`` and
+    ``TFS_PRECISION=fp16`` (a T4's precision, with gradient scaling, even where bf16
+    exists): every page dry (``TFS_DRY=1``: the colab shapes, loops cut),
+    ``session.notebook_jobs`` at a time; then the pages that train
+    (:data:`COLAB_TIMED_PAGES`) for real, one at a time, each timed against the T4's
+    ten minutes scaled by this GPU's peak (:func:`scaled_budget_s`). One record,
+    rewritten after each page (``complete: false`` until the last). A failed page fails
+    the step; a page over its scaled budget is said in the record and the summary line.
+    A dry run: one page dry, then chapter 9 for real at smoke sizes, fp32 on the CPU."""
+    from lib.efficiency import peak_flops
+    from tools.tangle import chapter_files
+
+    if session.dry_run:
+        dry_pages, timed_pages = [DRY_CHAPTER], list(COLAB_DRY_RUN_TIMED_PAGES)
+        precision, timed_profile, peak = COLAB_DRY_RUN_PRECISION, "smoke", None
+        label = "cpu"
+    else:
+        dry_pages = [c.name for c in chapter_files()]
+        timed_pages = list(COLAB_TIMED_PAGES)
+        precision, timed_profile = COLAB_PRECISION, "colab"
+        peak, label = peak_flops("cuda"), gpu_label()
+    name = f"colab-profile-{precision}-{label}"
+    budget = scaled_budget_s(peak)
+    own_command = [sys.executable, "scripts/gpu_records.py", "colab"]
+    own_command += ["--dry-run"] if session.dry_run else []
+    if session.notebook_jobs > 1:
+        own_command += ["--notebook-jobs", str(session.notebook_jobs)]
+    # pages that record themselves write here, never over book/results
+    scratch = session.out / name / "chapter-records"
+    scratch.mkdir(parents=True, exist_ok=True)
+    common = dict(TFS_PRECISION=precision, TFS_RESULTS=str(scratch))
+    ran_dry: dict[str, dict] = {}
+    timed: dict[str, dict] = {}
+    lock = threading.Lock()
+    saved: list[Path] = []
+
+    def save() -> None:
+        with lock:
+            done = [*ran_dry.values(), *timed.values()]
+            within = [page["within_budget"] for page in timed.values()]
+            metrics = {
+                "precision": precision,
+                "timed_profile": timed_profile,
+                "gpu_peak_flops": peak,
+                "t4_peak_flops": t4_peak_flops(),
+                "t4_budget_s": T4_BUDGET_S,
+                "scaled_budget_s": None if budget is None else round(budget, 1),
+                # every page in the colab profile's shapes, loops cut
+                "dry_pages": {p: ran_dry[p] for p in sorted(ran_dry)},
+                # the pages that train, in the timed profile, each alone
+                "timed_pages": {p: timed[p] for p in sorted(timed)},
+                "all_passed": all(page["passed"] for page in done),
+                "all_within_budget": None if None in within else all(within),
+                "complete": len(ran_dry) == len(dry_pages)
+                and len(timed) == len(timed_pages),
+                "not_run": [
+                    Path(p).stem for p in dry_pages if Path(p).stem not in ran_dry
+                ]
+                + [Path(p).stem for p in timed_pages if Path(p).stem not in timed],
+                "jobs": session.notebook_jobs,
+            }
+            total = sum(page["wall_time_s"] for page in done)
+            saved.append(
+                record(name, metrics, own_command, total, session.out, timed_profile)
+            )
+
+    def run_dry(page: str) -> None:
+        passed, seconds = run_page(
+            session, page, session.notebook_jobs, TFS_PROFILE="colab", TFS_DRY="1",
+            HF_HUB_OFFLINE="1", **common,
+        )  # fmt: skip
+        with lock:
+            ran_dry[Path(page).stem] = {
+                "passed": passed,
+                "wall_time_s": round(seconds, 1),
+            }
+        save()
+
+    cut = run_pages(session, slow_pages_first(dry_pages), run_dry)
+    # then each page that trains alone: its time is the GPU's, not shared
+    for page in timed_pages if not cut else ():
+        try:
+            passed, seconds = run_page(
+                session, page, TFS_PROFILE=timed_profile, **common
+            )
+        except StepTimeout:
+            cut = True
+            break
+        timed[Path(page).stem] = {
+            "passed": passed,
+            "wall_time_s": round(seconds, 1),
+            "t4_budget_s": T4_BUDGET_S,
+            "scaled_budget_s": None if budget is None else round(budget, 1),
+            "within_budget": None if budget is None else seconds <= budget,
+        }
+        save()
+    path = saved[-1] if saved else None
+    if cut:
+        raise StepTimeout(path)
+    failed = [f"{p} (dry)" for p, page in ran_dry.items() if not page["passed"]]
+    failed += [p for p, page in timed.items() if not page["passed"]]
+    if failed:
+        raise StepFailed(f"failed: {', '.join(failed)}", path)
+    over = [
+        f"{p} {page['wall_time_s']:.0f} s > {page['scaled_budget_s']:.0f} s"
+        for p, page in timed.items()
+        if page["within_budget"] is False
+    ]
+    return path, f"over the scaled budget: {'; '.join(over)}" if over else ""
 
 
 def step_throughput(session: Session) -> tuple[Path | None, str]:
@@ -475,6 +679,7 @@ def step_throughput(session: Session) -> tuple[Path | None, str]:
 
 
 STEPS: dict[str, Callable[[Session], tuple[Path | None, str]]] = {
+    "colab": step_colab,
     "flash": step_flash,
     "gpt": training_step("gpt"),
     "vit": step_vit,

@@ -175,10 +175,12 @@ def test_main_writes_the_record(tmp_path, monkeypatch):
 TINY = {  # sizes whose evaluation sets do not divide by 2 or 3 processes
     "gpt": "d_model=16 n_heads=2 n_layers=1 seq_len=32 batch_size=6 n_steps=3 "
     "eval_every=2 eval_iters=2",  # final evaluation: 3485 windows, the last batch 5
-    "bert": "d_model=16 n_heads=2 n_layers=1 seq_len=16 batch_size=5 n_steps=2 "
-    "eval_every=1 eval_iters=1 test_per_book=7",  # 5-row batches, a last one of 2
-    "t5": "d_model=16 n_heads=2 n_layers=1 batch_size=6 n_steps=2 eval_every=1 "
-    "test_fraction=0.008 beam_size=2",  # 53 test pairs
+    "bert": "vocab_size=300 d_model=16 n_heads=2 n_layers=1 seq_len=16 batch_size=5 "
+    "n_steps=2 eval_every=1 eval_iters=1 mlm_test_batches=1 passage_len=16 "
+    "labelled_per_book=3 test_per_book=7",  # 5-row batches, a last one of 2
+    "t5": "vocab_size=300 d_model=16 d_ff=32 n_heads=2 n_layers=1 max_tokens=200 "
+    "n_steps=2 eval_every=1 max_train_pairs=3000 eval_pairs=53 bleu_sentences=30 "
+    "beam_size=2",  # 53 held-out pairs: a last batch of 3 or 4 rows under DDP
 }
 
 
@@ -343,3 +345,164 @@ def test_seconds_to_loss_reads_the_first_evaluation_at_or_below_the_target():
     assert seconds_to_loss(history, 1.0) is None
     history.eval_seconds = [5.0]  # an older checkpoint's history, resumed
     assert seconds_to_loss(history, 1.47) is None
+
+
+# --- the BERT recipe's pieces ------------------------------------------------------------
+
+
+def test_unwrap_paragraphs_joins_each_paragraphs_lines():
+    from lib.runs import unwrap_paragraphs
+
+    text = 'It was a\ndark night.\n\n  "Who\n  is there?"\n\n\n\nCHAPTER II\n'
+    assert (
+        unwrap_paragraphs(text) == 'It was a dark night.\n"Who is there?"\nCHAPTER II'
+    )
+
+
+def test_gutenberg_split_holds_out_every_fifth_chapter_of_each_book():
+    from lib.datasets import load_gutenberg
+    from lib.runs import book_chapters, gutenberg_split, unwrap_paragraphs
+
+    names, seen, held = gutenberg_split()
+    books = load_gutenberg()
+    assert names == list(books) and len(names) == 6
+    for name, train_text, held_text in zip(names, seen, held):
+        chapters = book_chapters(books[name])
+        assert len(chapters) >= 10, name
+        fifth, sixth = (unwrap_paragraphs(chapters[i]) for i in (4, 5))
+        assert fifth in held_text and fifth not in train_text
+        assert sixth in train_text and sixth not in held_text
+        # no line of the text is wrapped any more: paragraphs run long
+        assert max(len(line) for line in train_text.splitlines()) > 500
+    with pytest.raises(ValueError, match="held_out_every"):
+        gutenberg_split(1)
+
+
+def test_wilson_interval_matches_its_formula_and_stays_in_range():
+    from lib.runs import wilson_interval
+
+    # 80 right of 100: centre (0.8 + 1.96^2/200) / (1 + 1.96^2/100)
+    low, high = wilson_interval(80, 100)
+    assert (round(low, 4), round(high, 4)) == (0.7112, 0.8666)
+    assert wilson_interval(0, 10)[0] == pytest.approx(0.0, abs=1e-12)
+    assert wilson_interval(10, 10)[1] == pytest.approx(1.0, abs=1e-12)
+    with pytest.raises(ValueError, match="n must be"):
+        wilson_interval(0, 0)
+
+
+def test_naive_bayes_names_the_class_whose_words_a_passage_uses():
+    from lib.runs import naive_bayes_accuracy
+
+    labelled = {
+        "inputs": torch.tensor([[0, 0, 1], [2, 3, 3]]),
+        "targets": torch.tensor([0, 1]),
+    }
+    test = [{"inputs": torch.tensor([[1, 0, 0], [3, 2, 2], [0, 3, 3]]),
+             "targets": torch.tensor([0, 1, 0])}]  # fmt: skip
+    # the third passage is mostly class 1's words: one of three wrong
+    assert naive_bayes_accuracy(labelled, test, 2, 4) == pytest.approx(2 / 3)
+
+
+def test_masked_lm_scores_against_a_model_that_knows_the_answer():
+    from lib.objectives import IGNORE_INDEX
+    from lib.runs import masked_lm_scores, unigram_log_probs
+
+    unigram = unigram_log_probs(torch.tensor([0, 0, 0, 1, 2]), 4)
+    # add-one counts 4, 2, 2, 1 of 9
+    assert torch.allclose(unigram.exp(), torch.tensor([4, 2, 2, 1]) / 9.0)
+
+    class Oracle(torch.nn.Module):
+        """Puts probability 1/2 on the right id of every position (its input + 1)."""
+
+        def __init__(self):
+            super().__init__()
+            self.anchor = torch.nn.Parameter(torch.zeros(()))
+
+        def forward(self, ids):
+            logits = torch.zeros(*ids.shape, 4)
+            right = (ids + 1) % 4
+            logits.scatter_(-1, right[..., None], math.log(3.0))  # 3 / (3 + 3) = 1/2
+            return logits
+
+    inputs = torch.tensor([[0, 1, 2, 3]])
+    targets = torch.tensor([[1, IGNORE_INDEX, 3, 0]])
+    scores = masked_lm_scores(
+        Oracle(), [{"inputs": inputs, "targets": targets}], unigram
+    )
+    assert scores["masked_tokens"] == 3
+    assert scores["mlm_test_loss"] == pytest.approx(math.log(2.0))
+    assert scores["mlm_test_top1"] == 1.0
+    expected = -(unigram[1] + unigram[3] + unigram[0]).item() / 3
+    assert scores["unigram_test_loss"] == pytest.approx(expected)
+    assert scores["unigram_test_top1"] == pytest.approx(1 / 3)  # id 0, the commonest
+    gains = torch.tensor([-unigram[t].item() - math.log(2.0) for t in (1, 3, 0)])
+    assert scores["mlm_gain"] == pytest.approx(gains.mean().item(), abs=1e-5)
+    half = 1.96 * gains.std().item() / math.sqrt(3)
+    assert scores["mlm_gain_low"] == pytest.approx(gains.mean().item() - half, abs=1e-5)
+
+
+def test_labelled_batches_draw_only_the_labelled_passages():
+    from lib.runs import book_passages, labelled_batches
+
+    books = [torch.arange(100), torch.arange(1000, 1100)]
+    (labelled,) = book_passages(books, 3, 10, 100)
+    assert labelled["inputs"].shape == (6, 10)
+    assert labelled["targets"].tolist() == [0, 0, 0, 1, 1, 1]
+    assert labelled["inputs"][:, 0].tolist() == [0, 45, 90, 1000, 1045, 1090]
+    batch_at = labelled_batches(labelled, 8, seed=0)
+    rows = {tuple(r) for r in labelled["inputs"].tolist()}
+    for step in range(3):
+        batch = batch_at(step)
+        assert {tuple(r) for r in batch["inputs"].tolist()} <= rows
+        assert (batch["targets"] == (batch["inputs"][:, 0] >= 1000).long()).all()
+    assert torch.equal(
+        batch_at(2)["inputs"], labelled_batches(labelled, 8, 0)(2)["inputs"]
+    )
+
+
+def test_bert_sizes_refuse_a_passage_longer_than_the_model_reads():
+    with pytest.raises(
+        ValueError, match="passage_len=65 is longer than the model's seq_len=64"
+    ):
+        run_sizes("bert", "smoke", passage_len=65)
+
+
+# --- the T5 recipe's pieces ------------------------------------------------------------
+
+
+def test_length_batches_cover_each_epoch_once_within_the_token_budget():
+    from lib.runs import length_batches
+
+    lengths = [3, 9, 4, 4, 12, 7, 2, 9, 5, 6, 11, 3]
+    batch_rows = length_batches(lengths, max_tokens=20, seed=1)
+    seen, step = [], 0
+    while len(seen) < len(lengths):  # the first epoch
+        rows = batch_rows(step)
+        assert len(rows) * max(lengths[i] for i in rows) <= 20 or len(rows) == 1
+        seen += rows
+        step += 1
+    assert sorted(seen) == list(range(len(lengths)))  # each row once
+    # similar lengths together: a batch spans less than the whole range
+    assert all(
+        max(lengths[i] for i in batch_rows(s)) - min(lengths[i] for i in batch_rows(s))
+        < 10
+        for s in range(step)
+    )
+    # the next epoch is drawn anew, and the same seed draws the same batches
+    again = length_batches(lengths, max_tokens=20, seed=1)
+    assert [again(s) for s in range(2 * step)] == [
+        batch_rows(s) for s in range(2 * step)
+    ]
+
+
+def test_bleu_references_keep_every_translation_and_copying_scores_low():
+    from lib.runs import bleu_references, corpus_bleu
+
+    pairs = [("Go.", "Va !"), ("Hi.", "Salut !"), ("Go.", "Bouge !"), ("Hi.", "Salut.")]
+    english, streams = bleu_references(pairs)
+    assert english == ["Go.", "Hi."]
+    assert streams == [["Va !", "Salut !"], ["Bouge !", "Salut."]]
+    assert bleu_references(pairs, 1) == (["Go."], [["Va !"], ["Bouge !"]])
+    sentence = "Je suis très content de te voir ici ce soir."
+    assert corpus_bleu([sentence], [[sentence]]) == pytest.approx(100.0)
+    assert corpus_bleu(english, streams) < 1.0

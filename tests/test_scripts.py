@@ -68,6 +68,11 @@ def test_gpu_records_write_the_one_schema(tmp_path: Path, monkeypatch):
     assert saved["name"] == "throughput" and saved["wall_seconds"] == 3.1
     assert saved["metrics"] == {"eager": {"exit_code": 0}}
     assert saved["command"].endswith("scripts/gpu_records.py throughput")
+    # the colab step's record names the profile its pages ran in, not this process's
+    before = os.environ.get("TFS_PROFILE")
+    path = gpu_records.record("colab", {}, command, 1.0, tmp_path, profile="colab")
+    assert read_record(path)["profile"] == "colab"
+    assert os.environ.get("TFS_PROFILE") == before  # and leaves the environment be
 
 
 def _train_shipped_module():
@@ -170,7 +175,7 @@ def test_gpu_records_stop_a_step_at_the_deadline(tmp_path: Path, capsys):
 def test_gpu_records_choose_steps_in_order_of_value():
     gpu_records = _gpu_records_module()
     assert gpu_records.selected("all", None) == [
-        "flash", "gpt", "vit", "bert", "t5", "notebooks"
+        "colab", "flash", "gpt", "vit", "bert", "t5", "notebooks"
     ]  # fmt: skip
     assert gpu_records.selected("all", "notebooks,t5,flash") == [
         "flash",
@@ -179,6 +184,7 @@ def test_gpu_records_choose_steps_in_order_of_value():
     ]
     assert gpu_records.selected("training", None) == ["gpt", "bert", "t5"]
     assert gpu_records.selected("throughput", None) == ["throughput"]
+    assert gpu_records.selected("all", "notebooks,colab") == ["colab", "notebooks"]
     with pytest.raises(ValueError, match="no step 'nope'"):
         gpu_records.selected("all", "gpt,nope")
     bad = _script("gpu_records.py", "all", "--dry-run", "--steps", "gpt,nope")
@@ -186,14 +192,15 @@ def test_gpu_records_choose_steps_in_order_of_value():
 
 
 # The dry run of every step of `all` but vit, in groups: each step costs a process start
-# or more (about 5 s), so one run of all five took 20 s or more; three test cases share
-# it between the test workers. vit is left out: its dry run is chapter 10 in the smoke
+# or more (about 5 s), so one run of all six takes 40 s or more; four test cases share
+# it between the test workers (colab's two pages, about 20 s, on their own). vit is left out: its dry run is chapter 10 in the smoke
 # profile (about a minute on its own, and already a test of its own: chapters/10-vit.md)
 # and it records only its full profile, so it would add time and check no record here.
-DRY_RUN_GROUPS = ("flash,gpt", "bert,t5", "notebooks")
+DRY_RUN_GROUPS = ("colab", "flash,gpt", "bert,t5", "notebooks")
 # bert and t5 run at the same time (--together), as on the GPU
 DRY_RUN_TOGETHER = {"bert,t5": "bert,t5"}
 DRY_RUN_RECORDS = {
+    "colab": "colab-profile-fp32-cpu",
     "flash": "09-flash-attention-cpu",
     "gpt": "08-training-gpt",
     "bert": "08-training-bert",
@@ -211,6 +218,7 @@ def test_gpu_records_dry_run_writes_readable_records(steps: str, tmp_path: Path)
     every = [step for group in DRY_RUN_GROUPS for step in group.split(",")]
     assert sorted(every) == sorted(set(_gpu_records_module().ALL) - {"vit"})
     together = DRY_RUN_TOGETHER.get(steps)
+    began = time.time() - 1  # file times can be coarse
     done = _script(
         "gpu_records.py", "all", "--dry-run", "--out", str(tmp_path),
         "--budget-s", "600", "--steps", steps,
@@ -246,6 +254,106 @@ def test_gpu_records_dry_run_writes_readable_records(steps: str, tmp_path: Path)
         notebooks = read_record(tmp_path / DRY_RUN_RECORDS["notebooks"])["metrics"]
         assert notebooks["complete"] and notebooks["all_passed"]
         assert list(notebooks["chapters"]) == ["03-positions"]
+    if "colab" in names:
+        # one page dry in the colab shapes, one page that trains at smoke sizes, timed;
+        # fp32 on the CPU, and no GPU peak to scale the T4's budget by
+        colab = read_record(tmp_path / DRY_RUN_RECORDS["colab"])["metrics"]
+        assert colab["complete"] and colab["all_passed"] and colab["not_run"] == []
+        assert colab["precision"] == "fp32" and colab["timed_profile"] == "smoke"
+        assert list(colab["dry_pages"]) == ["03-positions"]
+        (timed,) = colab["timed_pages"].values()
+        assert list(colab["timed_pages"]) == ["09-flash-attention"]
+        assert timed["passed"] and 0 < timed["wall_time_s"] < 600
+        assert timed["t4_budget_s"] == colab["t4_budget_s"] == 600
+        assert timed["scaled_budget_s"] is None and timed["within_budget"] is None
+        assert colab["gpu_peak_flops"] is None and colab["t4_peak_flops"] == 65e12
+        # a dry page runs in its own folder of executed notebooks: the colab profile's
+        dry_copy = ROOT / "_build" / "notebooks-colab-dry" / "03-positions.ipynb"
+        assert dry_copy.is_file() and dry_copy.stat().st_mtime > began
+
+
+def test_gpu_records_colab_step_on_a_gpu(tmp_path: Path, monkeypatch, capsys):
+    """The colab step as on an H100, its pages' runs simulated (in-process, about 2 s):
+    every page dry in the colab profile under TFS_PRECISION=fp16, then the three pages
+    that train for real, one at a time, each against 600 s × 65 / 989 = 39.4 s."""
+    import lib.efficiency
+    from lib.utils import read_record
+    from tools.tangle import chapter_files
+
+    gpu_records = _gpu_records_module()
+    monkeypatch.setenv("TFS_COMMIT", "0" * 40)  # no git call for each record
+    monkeypatch.setattr(lib.efficiency, "peak_flops", lambda device=None: 989e12)
+    monkeypatch.setattr(gpu_records, "gpu_label", lambda: "h100")
+    folder = tmp_path / "colab-profile-fp16-h100"
+    timed_seconds = {"08-3-runs": 30.0, "09-flash-attention": 45.0, "10-vit": 12.0}
+    ran: list[tuple[str, dict]] = []
+    seen_before_timing: list[dict] = []
+    failing: set[str] = set()
+
+    class SimulatedSession(gpu_records.Session):
+        def run(self, command, prefix="", **env):
+            page = Path(command[-1]).stem
+            assert command[-1] == f"chapters/{page}.md" and "pytest" in command
+            ran.append((page, env))
+            if env.get("TFS_DRY") == "1":
+                return int(page in failing), 1.0, ""
+            seen_before_timing.append(read_record(folder)["metrics"])
+            return 0, timed_seconds[page], ""
+
+    session = SimulatedSession(tmp_path, notebook_jobs=2)
+    (outcome,) = gpu_records.run_steps(["colab"], session)
+    pages = sorted(c.stem for c in chapter_files())
+    dry = [(page, env) for page, env in ran if env.get("TFS_DRY") == "1"]
+    timed = [(page, env) for page, env in ran if "TFS_DRY" not in env]
+    assert sorted(page for page, _ in dry) == pages and len(pages) >= 16
+    assert ran[len(dry) :] == timed  # the timed pages after every dry one
+    assert [page for page, _ in timed] == list(timed_seconds)  # one at a time
+    for page, env in ran:
+        assert env["TFS_PROFILE"] == "colab" and env["TFS_PRECISION"] == "fp16", page
+        assert env["TFS_RESULTS"] == str(folder / "chapter-records")
+    assert {env["TFS_THREADS"] for _, env in dry} == {str(max(1, os.cpu_count() // 2))}
+    assert all(env["HF_HUB_OFFLINE"] == "1" for _, env in dry)
+    # the record before each timed page: not complete, naming what is left
+    first = seen_before_timing[0]
+    assert not first["complete"] and first["timed_pages"] == {}
+    assert first["not_run"] == list(timed_seconds)
+    assert list(first["dry_pages"]) == pages
+    assert [m["complete"] for m in seen_before_timing] == [False] * 3
+    saved = read_record(folder)
+    metrics = saved["metrics"]
+    assert saved["profile"] == "colab" and saved["name"] == folder.name
+    assert metrics["complete"] and metrics["all_passed"] and metrics["not_run"] == []
+    assert metrics["precision"] == "fp16" and metrics["scaled_budget_s"] == 39.4
+    assert metrics["gpu_peak_flops"] == 989e12 and metrics["jobs"] == 2
+    within = {p: page["within_budget"] for p, page in metrics["timed_pages"].items()}
+    assert within == {"08-3-runs": True, "09-flash-attention": False, "10-vit": True}
+    assert metrics["timed_pages"]["09-flash-attention"]["wall_time_s"] == 45.0
+    assert metrics["all_within_budget"] is False
+    assert saved["wall_seconds"] == len(pages) * 1.0 + sum(timed_seconds.values())
+    # over its budget: said, not a failure; a failed page fails the step
+    assert outcome.status == "ok"
+    assert outcome.note == "over the scaled budget: 09-flash-attention 45 s > 39 s"
+    failing.add("05-ffn")
+    ran.clear()
+    (outcome,) = gpu_records.run_steps(["colab"], session)
+    assert outcome.status == "failed (failed: 05-ffn (dry))"
+    assert not read_record(folder)["metrics"]["all_passed"]
+    capsys.readouterr()
+
+
+def test_gpu_records_scale_the_t4_budget_by_the_gpus_peak():
+    """600 s on a T4 (65 TFLOP/s dense fp16) is the same work in 600 × 65 / peak s."""
+    from lib.efficiency import gpu_seconds
+
+    gpu_records = _gpu_records_module()
+    assert gpu_records.t4_peak_flops() == pytest.approx(65e12)
+    assert gpu_records.scaled_budget_s(65e12) == pytest.approx(600.0)  # a T4
+    assert gpu_records.scaled_budget_s(989e12) == pytest.approx(39.43, abs=0.01)  # H100
+    assert gpu_records.scaled_budget_s(312e12) == pytest.approx(125.0)  # an A100
+    assert gpu_records.scaled_budget_s(None) is None  # a CPU, a GPU of no known peak
+    # the same work at any MFU: the budget's T4 FLOPs take that long on the A100 too
+    t4_flops = 600.0 * 65e12 * 0.3
+    assert gpu_seconds(t4_flops, peak="A100", mfu=0.3) == pytest.approx(125.0)
 
 
 def test_gpu_records_dry_run_keeps_out_of_book_results():
@@ -271,20 +379,21 @@ def test_train_shipped_dry_run_trains_records_and_packages(tmp_path: Path):
     from lib.pretrained import load_shipped
     from lib.utils import read_record
 
-    # a small ViT: its 4 steps evaluate on the 1,000 held-out images at each step
-    tiny = ["--patch-size", "7", "--d-model", "16", "--n-layers", "1"]
+    # a small ViT (the dry run's sizes): 4 steps of chapter 10's recipe
     done = _script(
-        "train_shipped.py",
-        "vit-mnist",
-        "--dry-run",
-        "--quiet",
-        "--scratch",
-        str(tmp_path),
-        *tiny,
-    )
+        "train_shipped.py", "vit-mnist", "--dry-run", "--quiet", "--scratch",
+        str(tmp_path), "--threads", "1",
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     record = read_record(tmp_path / "10-vit-mnist-cpu")
     assert record["metrics"]["steps"] == 4 and record["device"] == "cpu"
+    metrics = record["metrics"]
+    assert (
+        metrics["val_accuracy_low"]
+        <= metrics["val_accuracy"]
+        <= metrics["val_accuracy_high"]
+    )
+    assert record["config"]["d_model"] == 32 and record["config"]["patch_size"] == 7
     shipped = load_shipped("vit-mnist", directory=tmp_path / "checkpoints")
     assert shipped.entry["record"].endswith("10-vit-mnist-cpu/metrics.json")
     # the pixel statistics it was trained with, for whoever loads it
@@ -298,24 +407,26 @@ def test_train_shipped_dry_run_trains_records_and_packages(tmp_path: Path):
 
 
 def test_train_shipped_dry_run_trains_and_packages_the_translator(tmp_path: Path):
-    """t5-tatoeba --dry-run: a few steps on a slice of the pairs, its record, and a model
-    file that load_shipped reads with its BPE tokenizer and special ids, ready for
-    lib.generation.translate; the held-out English sentences are not in training."""
+    """t5 --dry-run: lib.runs.t5_run at tiny sizes on a slice of the pairs, its record,
+    and a model file that load_shipped reads with its BPE tokenizer and special ids,
+    ready for lib.generation.translate; `evaluate`'s measure of the file equals the
+    training's."""
     from lib.generation import translate
     from lib.pretrained import load_shipped
+    from lib.runs import tatoeba_split
     from lib.utils import read_record
 
-    tiny = ["--d-model", "32", "--d-ff", "64", "--n-layers", "1", "--threads", "1"]
     done = _script(
-        "train_shipped.py", "t5-tatoeba", "--dry-run", "--quiet", "--scratch",
-        str(tmp_path), *tiny,
+        "train_shipped.py", "t5", "--dry-run", "--quiet", "--scratch", str(tmp_path),
+        "--threads", "1",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     record = read_record(tmp_path / "08-training-t5-cpu")
     metrics = record["metrics"]
     assert metrics["steps"] == 4 and metrics["threads"] == 1
-    assert 0.0 <= metrics["bleu_beam"] <= 100.0
-    assert record["extra"]["bleu_signature"].startswith("nrefs:")
+    assert metrics["test_sentences"] == 20 and metrics["train_pairs"] == 2000
+    assert 0.0 <= metrics["bleu_beam_low"] <= metrics["bleu_beam"] <= 100.0
+    assert 0.0 <= metrics["bleu_copy_source"] <= 100.0
     shipped = load_shipped("t5-tatoeba-en-fr", directory=tmp_path / "checkpoints")
     inputs = shipped.entry["inputs"]
     specials = shipped.tokenizer.special_tokens
@@ -325,51 +436,50 @@ def test_train_shipped_dry_run_trains_and_packages_the_translator(tmp_path: Path
         pad_id=inputs["pad_id"], eos_id=inputs["eos_id"],
     )  # fmt: skip
     assert len(french) == 2 and all(isinstance(text, str) for text in french)
-    train_shipped = _train_shipped_module()
-    train_pairs, test_pairs = train_shipped.tatoeba_split()
+    train_pairs, test_pairs = tatoeba_split(0.015)
     assert len({e for e, _ in test_pairs}) >= 1_000
     assert not {e for e, _ in test_pairs} & {e for e, _ in train_pairs}
+    again = _train_shipped_module().held_out(shipped, record)
+    assert again["bleu_beam"] == pytest.approx(metrics["bleu_beam"])
+    assert again["bleu_copy_source"] == metrics["bleu_copy_source"]
 
 
 def test_train_shipped_dry_run_trains_and_packages_the_two_berts(tmp_path: Path):
-    """bert-authors --dry-run: the masked LM and the author classifier, each a model
-    file with its BPE tokenizer; held-out chapters never trained on; the numbers that
-    `evaluate` re-measures from the files equal the training's."""
+    """bert --dry-run: lib.runs.bert_run at tiny sizes; the masked LM and the book
+    classifier, each a model file with its BPE tokenizer; the numbers that `evaluate`
+    re-measures from the files equal the training's."""
     from lib.pretrained import load_shipped
     from lib.utils import read_record
 
-    tiny = ["--d-model", "32", "--d-ff", "64", "--n-layers", "1", "--threads", "1"]
     done = _script(
-        "train_shipped.py", "bert-authors", "--dry-run", "--quiet", "--scratch",
-        str(tmp_path), *tiny,
+        "train_shipped.py", "bert", "--dry-run", "--quiet", "--scratch", str(tmp_path),
+        "--threads", "1",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     record = read_record(tmp_path / "08-training-bert-cpu")
     metrics = record["metrics"]
-    assert metrics["test_passages"] == 3 * 8 and metrics["chance"] == 1 / 3
-    for key in (
-        "accuracy_pretrained",
-        "accuracy_from_scratch",
-        "accuracy_bag_of_words",
-    ):
-        assert 0.0 <= metrics[key] <= 1.0
+    assert metrics["test_passages"] == 6 * 4 and metrics["chance"] == 1 / 6
+    assert metrics["labelled_passages"] == 6 * 4 and metrics["threads"] == 1
+    for key in ("pretrained", "from_scratch", "bag_of_words"):
+        low, value, high = (
+            metrics[f"accuracy_{key}{e}"] for e in ("_low", "", "_high")
+        )
+        assert 0.0 <= low <= value <= high <= 1.0
+    assert record["config"]["sizes"]["n_steps"] == 4
     directory = tmp_path / "checkpoints"
     mlm = load_shipped("bert-gutenberg-mlm", directory=directory)
-    authors = load_shipped("bert-gutenberg-authors", directory=directory)
-    assert authors.entry["inputs"]["labels"] == ["austen", "chesterton", "melville"]
+    books = load_shipped("bert-gutenberg-books", directory=directory)
+    assert books.entry["inputs"]["labels"] == record["samples"]["books"]
+    assert len(books.entry["inputs"]["labels"]) == 6
     mask_id = mlm.entry["inputs"]["mask_id"]
     ids = torch.tensor([[*mlm.tokenizer.encode("It is a truth universally "), mask_id]])
     assert mlm.model(ids).shape == (1, ids.shape[1], mlm.model.cfg.vocab_size)
     train_shipped = _train_shipped_module()
-    train_text, held_text = train_shipped.author_split()
-    assert (
-        sorted(train_text) == sorted(held_text) == ["austen", "chesterton", "melville"]
-    )
-    # a held-out chapter's opening is nowhere in the training text
-    first_held = train_shipped.book_chapters(held_text["melville"])[0][:300]
-    assert first_held not in train_text["melville"]
-    again = train_shipped.bert_held_out(authors, record)
+    again = train_shipped.held_out(books, record)
     assert again["accuracy_pretrained"] == metrics["accuracy_pretrained"]
+    again = train_shipped.held_out(mlm, record)
+    assert again["mlm_test_loss"] == pytest.approx(metrics["mlm_test_loss"], abs=1e-6)
+    assert again["unigram_test_loss"] == metrics["unigram_test_loss"]
 
 
 def test_train_shipped_packages_the_last_checkpoint_of_a_gpt_run(
@@ -492,7 +602,9 @@ def test_shipped_checkpoints_readme_states_the_intervals_the_files_give():
     """lib/data/checkpoints/README.md's held-out numbers and 95 % intervals are those
     `train_shipped.py intervals` computes from the shipped files (about 6 s)."""
     module = _train_shipped_module()
-    low, high = module.wilson_interval(976, 1000)
+    from lib.runs import wilson_interval
+
+    low, high = wilson_interval(976, 1000)
     assert (round(low, 3), round(high, 3)) == (0.965, 0.984)
     found = module.intervals()
     readme = (ROOT / "lib" / "data" / "checkpoints" / "README.md").read_text()
@@ -502,10 +614,13 @@ def test_shipped_checkpoints_readme_states_the_intervals_the_files_give():
     assert f"{gpt['low']:.3f}–{gpt['high']:.3f}" in readme
     assert f"**{100 * vit['value']:.1f} %**" in readme
     assert f"{100 * vit['low']:.1f}–{100 * vit['high']:.1f} %" in readme
-    authors = found["bert-gutenberg-authors"]
-    assert authors["n"] == 600 and "bert-gutenberg-mlm" not in found
-    assert f"accuracy **{100 * authors['value']:.1f} %**" in readme
-    assert f"{100 * authors['low']:.1f}–{100 * authors['high']:.1f} %" in readme
+    books, mlm = found["bert-gutenberg-books"], found["bert-gutenberg-mlm"]
+    assert books["n"] == 1200 and books["low"] < books["value"] < books["high"]
+    assert f"accuracy **{100 * books['value']:.1f} %**" in readme
+    assert f"{100 * books['low']:.1f}–{100 * books['high']:.1f} %" in readme
+    assert mlm["low"] < mlm["value"] < mlm["high"]
+    assert f"**{mlm['value']:.2f} nats** below" in readme
+    assert f"{mlm['low']:.2f}–{mlm['high']:.2f}" in readme
     t5 = found["t5-tatoeba-en-fr"]  # from the manifest, as `evaluate` measured it
     assert t5["n"] == 1480 and t5["low"] < t5["value"] < t5["high"]
     assert f"sacreBLEU **{t5['value']:.1f}**" in readme

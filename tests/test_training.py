@@ -1348,12 +1348,19 @@ def test_keep_best_hands_back_the_best_evaluations_weights(monkeypatch, tmp_path
     )  # fmt: skip
     assert (history.best_step, history.best_eval_loss) == (4, 1.0)
     assert history.eval_losses == [3.0, 1.0, 2.0]  # every evaluation kept
-    for ours, theirs in zip(model.state_dict().values(), reference.state_dict().values()):
+    for ours, theirs in zip(
+        model.state_dict().values(), reference.state_dict().values()
+    ):
         torch.testing.assert_close(ours, theirs)
     # the saved best.pt holds the same weights
     saved = tiny_gpt(5, dropout=0.0)
-    assert load_checkpoint(tmp_path / "best.pt", model=saved, restore_rng=False)["step"] == 4
-    for ours, theirs in zip(saved.state_dict().values(), reference.state_dict().values()):
+    assert (
+        load_checkpoint(tmp_path / "best.pt", model=saved, restore_rng=False)["step"]
+        == 4
+    )
+    for ours, theirs in zip(
+        saved.state_dict().values(), reference.state_dict().values()
+    ):
         torch.testing.assert_close(ours, theirs)
 
 
@@ -1390,7 +1397,9 @@ def test_keep_best_survives_a_resume(monkeypatch, tmp_path):
         resume=True, **common,
     )  # fmt: skip
     assert (history.best_step, history.best_eval_loss) == (2, 1.0)
-    for ours, theirs in zip(model.state_dict().values(), reference.state_dict().values()):
+    for ours, theirs in zip(
+        model.state_dict().values(), reference.state_dict().values()
+    ):
         torch.testing.assert_close(ours, theirs)
     # without the file, the resumed run cannot hand back its best: it says so
     (tmp_path / "best.pt").unlink()
