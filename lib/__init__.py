@@ -16,7 +16,8 @@ Each module is generated from the chapter that explains it (``tools/tangle.py``)
 * :mod:`lib.training` (chapter 8): loss, optimiser, schedules, checkpoints, the training
   loop, data parallelism; :mod:`lib.batches` (chapter 8): batches of token windows;
   :mod:`lib.efficiency` (chapter 8): activation checkpointing, FLOPs, GPU time;
-  :mod:`lib.runs` (chapter 8): the chapter's GPT, BERT and T5 runs (``python -m lib.runs``).
+  :mod:`lib.runs` (chapter 8): the chapter's GPT, BERT and T5 runs (``python -m lib.runs``);
+  :mod:`lib.shipped` (chapter 8): their CPU sizes for the models the course ships.
 * :mod:`lib.flash` (chapter 9): FlashAttention in PyTorch and Triton.
 * :mod:`lib.vit` (chapter 10): the Vision Transformer.
 
@@ -53,6 +54,7 @@ _SUBMODULES = (
     "batches",
     "efficiency",
     "runs",
+    "shipped",
     "flash",
     "vit",
     "utils",

@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from einops import rearrange
 from torch import nn
 from torch.nn.utils.rnn import pad_sequence
 
@@ -55,7 +54,7 @@ from lib.models import (
     TransformerConfig,
     count_parameters,
 )
-from lib.objectives import IGNORE_INDEX, ObjectiveBatch, masked_lm_batch
+from lib.objectives import IGNORE_INDEX, masked_lm_batch
 from lib.tokenizer import BPETokenizer, CharTokenizer
 from lib.training import (
     TrainHistory,
@@ -65,7 +64,6 @@ from lib.training import (
     make_optimizer,
     make_scheduler,
     model_loss,
-    tokens_in,
     train,
 )
 from lib.utils import (
@@ -84,11 +82,10 @@ __all__ = [
     "RUNS",
     "NANOGPT_VAL_LOSS",
     "run_sizes",
-    "SHIPPED_SIZES",
     "seconds_to_loss",
     "split_pairs_by_source",
+    "shakespeare_ids",
     "char_gpt_val_loss",
-    "char_gpt_held_out",
     "char_gpt_run",
     "char_ngram_losses",
     "CHAPTER_HEADING",
@@ -106,7 +103,6 @@ __all__ = [
     "bert_mlm_objective",
     "bert_tokenizer",
     "bert_data",
-    "bert_held_out",
     "bert_run",
     "T5_SPECIALS",
     "pair_batch",
@@ -123,7 +119,6 @@ __all__ = [
     "run_flops",
     "estimate_run_seconds",
     "main",
-    "linear_pixels_accuracy",
 ]
 
 
@@ -227,44 +222,6 @@ def run_sizes(run: str, profile: str | None = None, **overrides: Any) -> dict[st
             f"the model's seq_len={sizes['seq_len']}"
         )
     return sizes
-
-
-# the CPU recipes of the models lib ships (lib/data/checkpoints/): sizes
-# over the smoke profile's, with which scripts/train_shipped.py trains them
-SHIPPED_SIZES = {
-    "bert": dict(
-        vocab_size=4000,
-        d_model=192,
-        n_layers=4,
-        seq_len=128,
-        batch_size=32,
-        dropout=0.1,
-        n_steps=4000,
-        lr=2e-3,
-        warmup=100,
-        eval_every=250,
-        eval_iters=10,
-        mlm_test_batches=20,
-        finetune_steps=300,
-        finetune_lr=3e-4,
-        test_per_book=200,
-    ),
-    "t5": dict(
-        vocab_size=4000,
-        d_model=192,
-        d_ff=768,
-        n_layers=3,
-        max_tokens=4096,
-        dropout=0.1,
-        n_steps=3400,
-        lr=1e-3,
-        warmup=300,
-        eval_every=340,
-        eval_pairs=512,
-        max_train_pairs=0,
-        bleu_sentences=0,
-    ),
-}
 
 
 def _start(
@@ -439,7 +396,7 @@ def _sample(model: GPT, tokenizer: CharTokenizer, prompt, n_new: int, seed: int)
     return tokenizer.decode(ids[0].tolist())
 
 
-def _shakespeare_ids() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
+def shakespeare_ids() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
     """Tiny Shakespeare as ids: its tokenizer, the first 90 % (to train on)
     and the last 10 % (held out)."""
     text = load_tiny_shakespeare()
@@ -457,38 +414,10 @@ def char_gpt_val_loss(
     read here by default), each predicted once, in windows of ``seq_len``
     (a shipped checkpoint is re-evaluated with it)."""
     check.instance("model", model, GPT, what="a lib.models.GPT")
-    val_ids = _shakespeare_ids()[2] if val_ids is None else val_ids
+    val_ids = shakespeare_ids()[2] if val_ids is None else val_ids
     seq_len, batch_size = sizes["seq_len"], sizes["batch_size"]
     windows = lm_eval_batches(val_ids, 4 * batch_size, seq_len)
     return evaluate(model, windows)
-
-
-@torch.no_grad()
-def char_gpt_held_out(model: GPT, sizes: Mapping[str, Any]) -> dict:
-    """:func:`char_gpt_val_loss` with a 95 % interval: ``val_loss`` ±
-    1.96 standard errors of the held-out windows' losses (the windows, all
-    of ``seq_len`` characters, taken as independent), and their number."""
-    val_ids = _shakespeare_ids()[2]
-    windows = lm_eval_batches(val_ids, 4 * sizes["batch_size"], sizes["seq_len"])
-    was_training = model.training
-    model.eval()
-    losses = []  # one per window
-    for window in windows:
-        log_p = model(window["inputs"]).double().log_softmax(-1)
-        targets = window["targets"][..., None]  # (batch seq 1)
-        losses.append(-log_p.gather(-1, targets)[..., 0].mean(-1))
-    losses = torch.cat(losses)
-    model.train(was_training)
-    mean, half = (
-        float(losses.mean()),
-        1.96 * float(losses.std()) / math.sqrt(len(losses)),
-    )
-    return {
-        "val_loss": mean,
-        "val_loss_low": mean - half,
-        "val_loss_high": mean + half,
-        "windows": len(losses),
-    }
 
 
 def char_gpt_run(
@@ -511,7 +440,7 @@ def char_gpt_run(
         "gpt", profile, sizes, device, compile, progress, seed, checkpoint_dir, resume
     )
     seq_len, batch_size = sizes["seq_len"], sizes["batch_size"]
-    tokenizer, train_ids, val_ids = _shakespeare_ids()
+    tokenizer, train_ids, val_ids = shakespeare_ids()
     cfg = _run_config("gpt", sizes, tokenizer.vocab_size)
     model = GPT(cfg).to(device)
     prompt = torch.tensor([tokenizer.encode("\n")], device=device)
@@ -852,27 +781,6 @@ def bert_data(
     }
 
 
-def bert_held_out(
-    model: nn.Module, tokenizer: BPETokenizer, sizes: Mapping[str, Any], seed: int = 0
-) -> dict[str, Any]:
-    """A trained BERT's held-out measures on the recipe's test data
-    (:func:`bert_data` with its ``tokenizer``): a book classifier's
-    accuracy with its Wilson interval, or a masked LM's
-    :func:`masked_lm_scores`."""
-    data = bert_data(tokenizer, sizes, seed)
-    if not isinstance(model, SequenceClassifier):
-        return masked_lm_scores(model, data["mlm_test"], data["unigram"])
-    value = classifier_accuracy(model, data["test"])
-    n = sum(len(b["targets"]) for b in data["test"])
-    low, high = wilson_interval(round(value * n), n)
-    return {
-        "accuracy_pretrained": value,
-        "accuracy_pretrained_low": low,
-        "accuracy_pretrained_high": high,
-        "test_passages": n,
-    }
-
-
 def bert_run(
     profile: str | None = None,
     *,
@@ -896,7 +804,7 @@ def bert_run(
     )
     tokenizer = bert_tokenizer(sizes)
     data = bert_data(tokenizer, sizes, seed)
-    names, labelled, test_set = data["names"], data["labelled"], data["test"]
+    names, labelled, test_set = (data["names"], data["labelled"], data["test"])
     cfg = _run_config("bert", sizes, tokenizer.vocab_size)
     bert = BERT(cfg).to(device)
     optimizer = make_optimizer(bert, sizes["lr"], betas=(0.9, 0.98), eps=1e-9)
@@ -1495,41 +1403,3 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 # (in a notebook, __name__ is "__main__" too: do not start a run there)
 if __name__ == "__main__" and "ipykernel" not in sys.modules:
     main()
-
-
-# From chapters/08-3-runs.md, section "Every run against a baseline".
-def linear_pixels_accuracy(
-    train_x: torch.Tensor,
-    train_y: torch.Tensor,
-    val_x: torch.Tensor,
-    val_y: torch.Tensor,
-    iterations: int = 100,
-) -> float:
-    """The baseline of an image classifier: multinomial logistic regression
-    on the raw pixels (standardised with the training images' mean and
-    std), fitted by full-batch L-BFGS; its accuracy on ``val_x``."""
-    mean, std = train_x.mean(), train_x.std()
-    flat = rearrange((train_x - mean) / std, "n ... -> n (...)")
-    held = rearrange((val_x - mean) / std, "n ... -> n (...)")
-    n_classes = int(train_y.max()) + 1
-    generator = torch.Generator().manual_seed(0)
-    linear = nn.Linear(flat.shape[1], n_classes)
-    with torch.no_grad():
-        weight = torch.randn(linear.weight.shape, generator=generator)
-        linear.weight.copy_(weight * 0.01)
-        linear.bias.zero_()
-    optimizer = torch.optim.LBFGS(
-        linear.parameters(), max_iter=iterations, line_search_fn="strong_wolfe"
-    )
-
-    def loss() -> torch.Tensor:
-        optimizer.zero_grad()
-        value = nn.functional.cross_entropy(linear(flat), train_y)
-        # a little L2, so that separable classes keep finite weights
-        value = value + 1e-4 * linear.weight.pow(2).sum()
-        value.backward()
-        return value
-
-    optimizer.step(loss)
-    with torch.no_grad():
-        return float((linear(held).argmax(-1) == val_y).float().mean())

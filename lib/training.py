@@ -1040,8 +1040,9 @@ def train(
             if not healthy.item():
                 raise NonFiniteLossError(first_bad, bad_values, last_checkpoint, done)
             loss_value, norm_value = loss_sum.item(), float(norm)
-        # no read, no sync: a non-finite step (and all after it) updates
-        # nothing
+        # no read, no sync: a non-finite step (and all after it) adds
+        # nothing through its gradients (AdamW's momentum and weight decay
+        # still move the weights until the next read stops the run)
         else:
             for p in model.parameters():
                 if p.grad is not None:

@@ -39,6 +39,7 @@ from einops import einsum, rearrange, reduce, repeat
 from torch import nn
 
 from lib import _checks as check
+from lib.datasets import mnist_split
 from lib.hf_weights import Row, concat, convert_state_dict, load_checked, same
 from lib.models import Encoder, TransformerConfig, init_weights
 from lib.pretrained import (
@@ -48,7 +49,6 @@ from lib.pretrained import (
     register_hub_loader,
     register_model_kind,
 )
-from lib.datasets import mnist_split
 from lib.runs import wilson_interval
 from lib.training import (
     WarmupCosineSchedule,

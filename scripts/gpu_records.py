@@ -122,7 +122,7 @@ COLAB_DRY_RUN_PRECISION = "fp32"
 DRY_RUN_SIZES = {
     "gpt": ("eval_every=2", "eval_iters=1"),
     "bert": ("eval_every=2", "eval_iters=1"),
-    "t5": ("eval_every=2", "test_fraction=0.01", "beam_size=1"),
+    "t5": ("eval_every=2", "max_train_pairs=2000", "bleu_sentences=20", "beam_size=1"),
 }
 # On the GPU: the char-GPT evaluates every 100 steps (not 500), so that its record says
 # when its held-out loss first reached nanoGPT's 1.47 to within 100 steps.

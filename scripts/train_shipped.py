@@ -3,7 +3,7 @@
 The models come with ``lib`` (``lib/data/checkpoints``, loaded by
 :func:`lib.pretrained.load_shipped`), so that every reader, on any machine, can see a
 transformer that works. Each is trained by the recipe its chapter teaches, at the CPU
-size the chapter gives it (``lib.runs.SHIPPED_SIZES``, ``lib.vit.SHIPPED_VIT_SIZES``);
+size the chapter gives it (``lib.shipped.SHIPPED_SIZES``, ``lib.vit.SHIPPED_VIT_SIZES``);
 this script only calls the recipe, writes the record and saves the files:
 
 * ``char-gpt-shakespeare``: chapter 8's character GPT, trained by ``python -m lib.runs``
@@ -60,15 +60,13 @@ from lib.pretrained import (  # noqa: E402
 )
 from lib.runs import (  # noqa: E402
     BERT_SPECIALS,
-    SHIPPED_SIZES,
-    bert_held_out,
     bert_run,
-    char_gpt_held_out,
     run_sizes,
     t5_bleu,
     t5_run,
     tatoeba_split,
 )
+from lib.shipped import SHIPPED_SIZES, bert_held_out, char_gpt_held_out  # noqa: E402
 from lib.tokenizer import CharTokenizer  # noqa: E402
 from lib.training import load_checkpoint  # noqa: E402
 from lib.utils import (  # noqa: E402
