@@ -70,9 +70,40 @@ def _exists(name: str) -> bool:
 
 __all__ = [name for name in _SUBMODULES if _exists(name)]
 
+#: The names a user reaches for, importable from ``lib`` itself (``from lib import GPT,
+#: train``), each from the module that defines it, imported on first use.
+_NAMES = {
+    "CharTokenizer": "tokenizer",
+    "BPETokenizer": "tokenizer",
+    "TransformerConfig": "models",
+    "GPT": "models",
+    "BERT": "models",
+    "T5": "models",
+    "SequenceClassifier": "models",
+    "count_parameters": "models",
+    "generate": "generation",
+    "beam_search": "generation",
+    "translate": "generation",
+    "load_pretrained": "pretrained",
+    "load_model": "pretrained",
+    "save_model": "pretrained",
+    "load_shipped": "pretrained",
+    "train": "training",
+    "evaluate": "training",
+    "make_optimizer": "training",
+    "make_scheduler": "training",
+    "save_checkpoint": "training",
+    "load_checkpoint": "training",
+    "ViT": "vit",
+    "ViTConfig": "vit",
+}
+
 
 def __getattr__(name: str):
-    """Import ``lib.<name>`` on first access (the module is then an ordinary attribute)."""
+    """Import ``lib.<name>`` on first access (the module is then an ordinary attribute),
+    or the object ``name`` of :data:`_NAMES` from its module."""
+    if name in _NAMES:
+        return getattr(_importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
     if name in _SUBMODULES:
         if not _exists(name):
             raise AttributeError(
@@ -86,4 +117,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(__all__) | set(_NAMES))

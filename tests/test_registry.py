@@ -6,6 +6,7 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tools.chapters import CHAPTERS, HAND_WRITTEN, chapter_of_page, modules, pages
@@ -164,3 +165,21 @@ def test_the_slowest_pages_are_pages_and_start_first(pytestconfig):
     order = [Path(item.path).stem for item in items]
     assert order[: len(SLOWEST_PAGES)] == list(SLOWEST_PAGES)
     assert order[-1] == "test_registry"  # the unit tests after every chapter
+
+
+def test_the_names_a_user_reaches_for_import_from_lib_itself():
+    """``from lib import GPT, load_model, generate, train``: each the object its module
+    defines, imported on first use; an unknown name says what lib has."""
+    import importlib
+
+    import lib
+
+    for name, module in lib._NAMES.items():
+        assert getattr(lib, name) is getattr(
+            importlib.import_module(f"lib.{module}"), name
+        )
+    from lib import GPT, generate, load_model, train  # noqa: F401
+
+    assert {"GPT", "train", "tokenizer"} <= set(dir(lib))
+    with pytest.raises(AttributeError, match="its modules are"):
+        lib.no_such_name  # noqa: B018
