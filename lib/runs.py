@@ -672,7 +672,8 @@ def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float
 
 def unigram_log_probs(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """The baseline that knows only how often each token occurs: the log
-    frequency of each id in ``ids`` (add-one smoothing), shape ``(vocab)``."""
+    frequency of each id in ``ids`` (add-one smoothing), shape
+    ``(vocab)``."""
     counts = torch.bincount(ids, minlength=vocab_size).double() + 1.0
     return (counts / counts.sum()).log().float()
 

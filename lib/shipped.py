@@ -83,9 +83,10 @@ SHIPPED_SIZES = {
 
 @torch.no_grad()
 def char_gpt_held_out(model: GPT, sizes: Mapping[str, Any]) -> dict:
-    """:func:`lib.runs.char_gpt_val_loss` with a 95 % interval: ``val_loss`` ±
-    1.96 standard errors of the held-out windows' losses (the windows, all
-    of ``seq_len`` characters, taken as independent), and their number."""
+    """:func:`lib.runs.char_gpt_val_loss` with a 95 % interval:
+    ``val_loss`` ± 1.96 standard errors of the held-out windows' losses (the
+    windows, all of ``seq_len`` characters, taken as independent), and
+    their number."""
     val_ids = shakespeare_ids()[2]
     windows = lm_eval_batches(val_ids, 4 * sizes["batch_size"], sizes["seq_len"])
     was_training = model.training
@@ -115,7 +116,7 @@ def bert_held_out(
     """A trained BERT's held-out measures on the recipe's test data
     (:func:`lib.runs.bert_data` with its ``tokenizer``): a book classifier's
     accuracy with its Wilson interval, or a masked LM's
-    :func:`masked_lm_scores`."""
+    :func:`lib.runs.masked_lm_scores`."""
     data = bert_data(tokenizer, sizes, seed)
     if not isinstance(model, SequenceClassifier):
         return masked_lm_scores(model, data["mlm_test"], data["unigram"])
