@@ -187,9 +187,10 @@ def run_sizes(run: str, profile: str | None = None, **overrides: Any) -> dict[st
             n_layers=p(smoke=2, full=3),
             max_len=64,
             # batches of pairs of similar length, this many padded tokens
-            max_tokens=p(smoke=1024, full=16384),
+            # (colab: a T4's budget, the CPU recipe's batches)
+            max_tokens=p(smoke=1024, colab=4096, full=16384),
             dropout=p(smoke=0.0, full=0.1),
-            n_steps=p(smoke=250, colab=1500, full=3000),
+            n_steps=p(smoke=250, colab=1000, full=3000),
             lr=p(smoke=3e-3, full=1e-3),
             warmup=p(smoke=25, full=300),
             eval_every=p(smoke=125, full=300),
