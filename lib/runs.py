@@ -681,10 +681,13 @@ def unigram_log_probs(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 @torch.no_grad()
 def masked_lm_scores(
-    model: nn.Module, batches: list[Batch], unigram: torch.Tensor
+    model: nn.Module, batches: list[Batch], unigram: torch.Tensor, mask_id: int
 ) -> dict[str, float]:
-    """At the chosen positions of masked-LM ``batches`` (``targets`` not
-    ``IGNORE_INDEX``): the mean loss in nats and the top-1 accuracy of
+    """At the masked positions of masked-LM ``batches`` (``targets`` not
+    ``IGNORE_INDEX`` and the input ``mask_id``: the 80 % of the chosen
+    tokens that BERT's corruption hides; where it keeps or swaps the token
+    the input gives the answer away, or misleads): the mean loss in nats and
+    the top-1 accuracy of
     ``model`` and of the ``unigram`` log-probabilities, their number, and
     how far the model's loss lies below the unigram's (``mlm_gain``) with a
     95 % interval (± 1.96 standard errors, the positions taken as
@@ -695,7 +698,8 @@ def masked_lm_scores(
     losses, unigram_losses, right, unigram_right = [], [], [], []
     for batch in batches:
         logits = model(batch["inputs"].to(device)).float().cpu()
-        chosen = batch["targets"] != IGNORE_INDEX
+        hidden = batch["targets"] != IGNORE_INDEX
+        chosen = hidden & (batch["inputs"] == mask_id)
         targets = batch["targets"][chosen]
         log_p = logits[chosen].log_softmax(-1)
         losses.append(-log_p.gather(-1, targets[:, None])[:, 0].double())
@@ -772,6 +776,7 @@ def bert_data(
     passage, batch_size = sizes["passage_len"], sizes["batch_size"]
     return {
         "names": names,
+        "mask_id": tokenizer.special_tokens["<mask>"],
         "train_windows": windows(seen, seed),
         "eval_windows": windows(held_out, seed + 1),
         "mlm_test": [test_windows(i) for i in range(sizes["mlm_test_batches"])],
@@ -826,7 +831,9 @@ def bert_run(
         progress=progress,
         **_saving(checkpoint_dir, resume, sizes["eval_every"], "pretraining"),
     )
-    mlm_scores = masked_lm_scores(bert, data["mlm_test"], data["unigram"])
+    mlm_scores = masked_lm_scores(
+        bert, data["mlm_test"], data["unigram"], data["mask_id"]
+    )
     mlm_model = copy.deepcopy(bert)  # fine-tuning changes the encoder
     n_test = sum(len(b["targets"]) for b in test_set)
     accuracy = {

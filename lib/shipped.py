@@ -119,7 +119,9 @@ def bert_held_out(
     :func:`lib.runs.masked_lm_scores`."""
     data = bert_data(tokenizer, sizes, seed)
     if not isinstance(model, SequenceClassifier):
-        return masked_lm_scores(model, data["mlm_test"], data["unigram"])
+        return masked_lm_scores(
+            model, data["mlm_test"], data["unigram"], data["mask_id"]
+        )
     value = classifier_accuracy(model, data["test"])
     n = sum(len(b["targets"]) for b in data["test"])
     low, high = wilson_interval(round(value * n), n)

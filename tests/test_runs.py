@@ -410,37 +410,37 @@ def test_masked_lm_scores_against_a_model_that_knows_the_answer():
     from lib.objectives import IGNORE_INDEX
     from lib.runs import masked_lm_scores, unigram_log_probs
 
-    unigram = unigram_log_probs(torch.tensor([0, 0, 0, 1, 2]), 4)
-    # add-one counts 4, 2, 2, 1 of 9
-    assert torch.allclose(unigram.exp(), torch.tensor([4, 2, 2, 1]) / 9.0)
+    unigram = unigram_log_probs(torch.tensor([0, 0, 0, 1, 2]), 5)
+    # add-one counts 4, 2, 2, 1, 1 of 10
+    assert torch.allclose(unigram.exp(), torch.tensor([4, 2, 2, 1, 1]) / 10.0)
+    mask_id, ignore = 4, IGNORE_INDEX
+    # chosen at positions 0, 2 and 3; masked at 0 and 2, kept (given away) at 3
+    inputs = torch.tensor([[mask_id, 1, mask_id, 0]])
+    targets = torch.tensor([[1, ignore, 3, 0]])
 
     class Oracle(torch.nn.Module):
-        """Puts probability 1/2 on the right id of every position (its input + 1)."""
+        """Puts probability 1/2 on the right id wherever there is one."""
 
         def __init__(self):
             super().__init__()
             self.anchor = torch.nn.Parameter(torch.zeros(()))
 
         def forward(self, ids):
-            logits = torch.zeros(*ids.shape, 4)
-            right = (ids + 1) % 4
-            logits.scatter_(-1, right[..., None], math.log(3.0))  # 3 / (3 + 3) = 1/2
-            return logits
+            logits = torch.zeros(*ids.shape, 5)
+            right = targets.clamp(min=0)[..., None]
+            return logits.scatter(-1, right, math.log(4.0))  # 4 / (4 + 4) = 1/2
 
-    inputs = torch.tensor([[0, 1, 2, 3]])
-    targets = torch.tensor([[1, IGNORE_INDEX, 3, 0]])
-    scores = masked_lm_scores(
-        Oracle(), [{"inputs": inputs, "targets": targets}], unigram
-    )
-    assert scores["masked_tokens"] == 3
+    batch = {"inputs": inputs, "targets": targets}
+    scores = masked_lm_scores(Oracle(), [batch], unigram, mask_id)
+    assert scores["masked_tokens"] == 2  # the kept token is not counted
     assert scores["mlm_test_loss"] == pytest.approx(math.log(2.0))
     assert scores["mlm_test_top1"] == 1.0
-    expected = -(unigram[1] + unigram[3] + unigram[0]).item() / 3
+    expected = -(unigram[1] + unigram[3]).item() / 2
     assert scores["unigram_test_loss"] == pytest.approx(expected)
-    assert scores["unigram_test_top1"] == pytest.approx(1 / 3)  # id 0, the commonest
-    gains = torch.tensor([-unigram[t].item() - math.log(2.0) for t in (1, 3, 0)])
+    assert scores["unigram_test_top1"] == 0.0  # id 0, the commonest, is never masked
+    gains = torch.tensor([-unigram[t].item() - math.log(2.0) for t in (1, 3)])
     assert scores["mlm_gain"] == pytest.approx(gains.mean().item(), abs=1e-5)
-    half = 1.96 * gains.std().item() / math.sqrt(3)
+    half = 1.96 * gains.std().item() / math.sqrt(2)
     assert scores["mlm_gain_low"] == pytest.approx(gains.mean().item() - half, abs=1e-5)
 
 
