@@ -984,9 +984,13 @@ def t5_data(sizes: Mapping[str, Any], seed: int) -> dict[str, Any]:
     """What the T5 recipe trains and measures on: the ``tokenizer``, the
     ``train_pairs`` (``max_train_pairs`` evenly spaced ones of the split's,
     0: all) and ``test_pairs``, ``batch_at(step)`` (pairs of similar length,
-    at most ``max_tokens`` padded tokens a batch) and ``eval_batches`` (the
-    first ``eval_pairs`` test pairs)."""
+    at most ``max_tokens`` padded tokens a batch) and ``eval_batches``:
+    about ``eval_pairs`` validation pairs, split off the training side by
+    English sentence, on which ``keep_best`` chooses (the test pairs choose
+    nothing)."""
     train_pairs, test_pairs = tatoeba_split(sizes["test_fraction"], seed)
+    share = min(0.5, sizes["eval_pairs"] / len(train_pairs))
+    train_pairs, val_pairs = split_pairs_by_source(train_pairs, share, seed)
     if sizes["max_train_pairs"]:
         every = max(1, len(train_pairs) // sizes["max_train_pairs"])
         train_pairs = train_pairs[::every][: sizes["max_train_pairs"]]
@@ -1007,7 +1011,7 @@ def t5_data(sizes: Mapping[str, Any], seed: int) -> dict[str, Any]:
         rows = batch_rows(step)
         return pair_batch([sources[i] for i in rows], [targets[i] for i in rows], pad)
 
-    held_sources, held_targets = encoded(test_pairs[: sizes["eval_pairs"]])
+    held_sources, held_targets = encoded(val_pairs)
     eval_batches = [
         pair_batch(held_sources[i : i + 128], held_targets[i : i + 128], pad)
         for i in range(0, len(held_sources), 128)
@@ -1142,7 +1146,8 @@ def t5_run(
     scores = t5_bleu(model, tokenizer, data["test_pairs"], sizes)
     shown = scores.pop("translations")
     metrics: dict[str, Any] = {
-        "test_loss": history.best_eval_loss,
+        # on the validation pairs, not the test's
+        "best_eval_loss": history.best_eval_loss,
         "best_step": history.best_step,
         "last_eval_loss": history.eval_losses[-1],
         **scores,
