@@ -667,13 +667,16 @@ def write_record(
     extra: Mapping[str, Any] | None = None,
     device: torch.device | str | None = None,
     commit: str | None = None,
+    profile: str | None = None,
 ) -> Path:
     """Write ``out_dir/metrics.json`` (keys :data:`RECORD_KEYS`, ``schema`` 1) and, when
     there are ``curves`` ``{curve: {column: [values]}}``, one ``<curve>.csv`` each and
     ``curves.png``. Returns the path of ``metrics.json``.
 
     The environment (date, commit, device, GPU, torch, Triton, Python, profile) is filled
-    in; ``commit`` defaults to :func:`git_commit` now (a process that writes several
+    in; ``profile`` defaults to this process's (:func:`get_profile`), and a record of runs
+    made in another profile (re-measured, or run by a subprocess) names theirs;
+    ``commit`` defaults to :func:`git_commit` now (a process that writes several
     records reads it once, before it writes the first). ``command`` is written by
     :func:`relative_command`: no path of this machine. Values are made plain JSON (NumPy
     and torch numbers, tensors, tuples, paths); NaN, infinities and other objects are
@@ -687,6 +690,8 @@ def write_record(
         )
     if not isinstance(metrics, Mapping):
         raise RecordError(f"metrics must be a dict, got {type(metrics).__name__}")
+    if profile is not None and profile not in PROFILES:
+        raise RecordError(f"profile must be one of {PROFILES}, got {profile!r}")
     device = torch.device(device) if device is not None else get_device()
     try:
         import triton
@@ -707,7 +712,7 @@ def write_record(
         "torch": torch.__version__,
         "triton": triton_version,
         "python": platform.python_version(),
-        "profile": get_profile(),
+        "profile": get_profile() if profile is None else profile,
         "config": config,
         "metrics": metrics,
         "curves": curves or {},

@@ -141,11 +141,6 @@ def shown(path: Path) -> str:
         return str(path)
 
 
-# write_record reads the profile from the environment: records are written one at a time
-# (steps may run at once), so that one record's profile is never another's
-RECORD_LOCK = threading.Lock()
-
-
 def record(
     name: str,
     metrics: dict,
@@ -157,25 +152,16 @@ def record(
     """Write ``out/<name>/`` (default book/results/) with lib.utils.write_record, the
     course's one schema. ``profile``: the profile its runs used, when it is not this
     process's own (the colab step's pages run in the colab profile on any GPU)."""
-    from lib.utils import PROFILE_ENV, write_record
+    from lib.utils import write_record
 
-    with RECORD_LOCK:
-        before = os.environ.get(PROFILE_ENV)
-        if profile is not None:
-            os.environ[PROFILE_ENV] = profile
-        try:
-            path = write_record(
-                (RESULTS if out is None else out) / name,
-                name=name,
-                command=shlex.join(command),
-                wall_seconds=round(wall_s, 1),
-                metrics=metrics,
-            )
-        finally:
-            if before is None:
-                os.environ.pop(PROFILE_ENV, None)
-            else:
-                os.environ[PROFILE_ENV] = before
+    path = write_record(
+        (RESULTS if out is None else out) / name,
+        name=name,
+        command=shlex.join(command),
+        wall_seconds=round(wall_s, 1),
+        metrics=metrics,
+        profile=profile,
+    )
     print(f"wrote {shown(path)}")
     return path
 

@@ -70,7 +70,6 @@ from lib.shipped import SHIPPED_SIZES, bert_held_out, char_gpt_held_out  # noqa:
 from lib.tokenizer import CharTokenizer  # noqa: E402
 from lib.training import load_checkpoint  # noqa: E402
 from lib.utils import (  # noqa: E402
-    PROFILE_ENV,
     git_commit,
     read_record,
     relative_command,
@@ -319,21 +318,14 @@ def evaluate_shipped(args, argv: list[str]) -> dict:
         new = results[name] = held_out(shipped, record)
         for key, value in new.items():
             print(f"{name}: {key} {record['metrics'].get(key)} -> {value}")
-        profile = os.environ.get(PROFILE_ENV)
-        os.environ[PROFILE_ENV] = record["profile"]  # the training's sizes
-        try:
-            write_record(
-                record_path.parent, name=record["name"], wall_seconds=time.time() - began,
-                command=f"python scripts/train_shipped.py {shlex.join(argv)}",
-                metrics={**record["metrics"], **new}, curves=record["curves"],
-                config=record["config"], samples=record["samples"],
-                extra={**record["extra"], "training": _training(record)},
-                device="cpu", commit=commit,
-            )  # fmt: skip
-        finally:
-            os.environ.pop(PROFILE_ENV)
-            if profile is not None:
-                os.environ[PROFILE_ENV] = profile
+        write_record(
+            record_path.parent, name=record["name"], wall_seconds=time.time() - began,
+            command=f"python scripts/train_shipped.py {shlex.join(argv)}",
+            metrics={**record["metrics"], **new}, curves=record["curves"],
+            config=record["config"], samples=record["samples"],
+            extra={**record["extra"], "training": _training(record)},
+            device="cpu", commit=commit, profile=record["profile"],  # the training's
+        )  # fmt: skip
         # the numbers go into the manifest only: a re-saved float16 file's bytes can differ
         path = directory / MANIFEST
         manifest = json.loads(path.read_text(encoding="utf-8"))

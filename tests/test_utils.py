@@ -241,7 +241,23 @@ def test_write_record_refuses_what_json_cannot_hold(tmp_path):
         utils.write_record(tmp_path, metrics={}, curves=bad, **common)
     with pytest.raises(utils.RecordError, match="plain file name"):
         utils.write_record(tmp_path, metrics={}, curves={"a/b": {"x": [1]}}, **common)
+    with pytest.raises(utils.RecordError, match="profile must be one of"):
+        utils.write_record(tmp_path, metrics={}, profile="tpu", **common)
     assert not list(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_write_record_names_the_profile_of_its_runs(tmp_path, monkeypatch):
+    """A record of runs made in another profile (a subprocess's, or a re-measure of an
+    older training) names theirs; by default, this process's."""
+    monkeypatch.setenv("TFS_PROFILE", "smoke")
+    common = dict(command="python x.py", wall_seconds=1.0, metrics={}, device="cpu")
+    own = utils.write_record(tmp_path / "own", name="own", **common)
+    theirs = utils.write_record(
+        tmp_path / "colab", name="colab", profile="colab", **common
+    )
+    assert utils.read_record(own)["profile"] == "smoke"
+    assert utils.read_record(theirs)["profile"] == "colab"
+    assert utils.get_profile() == "smoke"  # the environment is left alone
 
 
 def test_read_record_names_what_does_not_fit(tmp_path):
