@@ -1099,7 +1099,14 @@ def t5_bleu(
         "bleu_beam_high": high,
         "bleu_copy_source": corpus_bleu(english, streams),
         "test_sentences": len(english),
-        "translations": {"english": english, **translations},
+        "translations": {
+            "english": english,
+            "references": [
+                [stream[i] for stream in streams if stream[i] is not None]
+                for i in range(len(english))
+            ],
+            **translations,
+        },
     }
 
 
@@ -1158,12 +1165,9 @@ def t5_run(
         # about the padded length of a sentence in BPE tokens
         **_speed(model, history, 16),
     }
-    references = {}
-    for english, french in data["test_pairs"]:
-        references.setdefault(english, []).append(french)
+    keys = ("english", "greedy", "beam", "references")
     samples = [
-        {"english": e, "greedy": g, "beam": b, "references": references[e]}
-        for e, g, b in zip(*(shown[k][:12] for k in ("english", "greedy", "beam")))
+        dict(zip(keys, sample)) for sample in zip(*(shown[k][:12] for k in keys))
     ]
     return {
         "run": "t5",
