@@ -509,3 +509,29 @@ def test_bleu_references_keep_every_translation_and_copying_scores_low():
     sentence = "Je suis très content de te voir ici ce soir."
     assert corpus_bleu([sentence], [[sentence]]) == pytest.approx(100.0)
     assert corpus_bleu(english, streams) < 1.0
+
+
+def test_char_ngram_losses_learn_what_counting_can():
+    from lib.runs import char_ngram_losses
+
+    # "abcabc...": a letter says nothing alone, its predecessor says everything
+    train_ids, val_ids = torch.arange(3).repeat(400), torch.arange(3).repeat(50)
+    losses = char_ngram_losses(train_ids, val_ids, 3, max_order=3, prior=0.01)
+    assert losses[1] == pytest.approx(math.log(3), abs=1e-3)
+    assert losses[2] < 1e-4 and losses[3] < 1e-4
+    with pytest.raises(ValueError, match="overflow"):
+        char_ngram_losses(train_ids, val_ids, 10_000, max_order=5)
+    with pytest.raises(ValueError, match="max_order"):
+        char_ngram_losses(train_ids, val_ids, 3, max_order=0)
+
+
+def test_bleu_interval_brackets_the_corpus_bleu():
+    from lib.runs import bleu_interval, corpus_bleu
+
+    refs = [
+        f"le chat noir est assis sur le tapis numéro {i} ce soir" for i in range(30)
+    ]
+    hyps = [r if i % 3 else "un chien blanc dort" for i, r in enumerate(refs)]
+    low, high = bleu_interval(hyps, [refs], n_resamples=100)
+    assert low < corpus_bleu(hyps, [refs]) < high
+    assert bleu_interval(refs, [refs], n_resamples=20) == pytest.approx((100.0, 100.0))

@@ -560,3 +560,28 @@ def test_vit_names_images_of_another_dtype_than_its_weights(dtype):
     ):
         model(images)
     assert model(images.float()).shape == (2, 10)
+
+
+def test_mnist_vit_sizes_take_overrides_and_name_unknown_ones():
+    from lib.vit import SHIPPED_VIT_SIZES, mnist_vit_sizes
+
+    cfg, budget = mnist_vit_sizes("smoke", **SHIPPED_VIT_SIZES)
+    assert (cfg.d_model, cfg.n_layers, cfg.patch_size) == (96, 4, 7)
+    assert budget == {
+        k: SHIPPED_VIT_SIZES[k] for k in ("steps", "batch_size", "lr", "max_shift")
+    }
+    with pytest.raises(ValueError, match=r"no size \['width'\]"):
+        mnist_vit_sizes("smoke", width=3)
+
+
+def test_mnist_split_holds_out_a_thousand_and_refuses_a_bad_size():
+    from lib.datasets import mnist_split
+
+    train_x, train_y, val_x, val_y = mnist_split()
+    assert train_x.shape == (9_000, 1, 28, 28) and val_x.shape == (1_000, 1, 28, 28)
+    assert len(train_y) == 9_000 and set(train_y.tolist()) == set(range(10))
+    assert 0.0 <= float(train_x.min()) and float(train_x.max()) <= 1.0
+    assert torch.equal(mnist_split()[3], val_y)  # the same split every time
+    for bad in (0, 10_000, 2.5, True):
+        with pytest.raises(ValueError, match="n_val must be an int in 1..9999"):
+            mnist_split(bad)
