@@ -884,12 +884,14 @@ def cmd_lint() -> None:
     )
 
 
-def cmd_fmt() -> None:
+def cmd_fmt(only: list[str] | None = None) -> None:
+    """Format lib/, tests/ and the chapters (only those named in ``only``,
+    if given, so that one author's run leaves other open chapters alone)."""
     ensure_installed("test")
     run(sys.executable, "-m", "ruff", "format", *PY_PATHS)
     from tools.tangle import CHAPTER_WIDTH, chapter_files
 
-    chapters = [str(p) for p in chapter_files()]
+    chapters = only or [str(p) for p in chapter_files()]
     run(
         sys.executable,
         "-m",
@@ -952,7 +954,8 @@ def main() -> None:
         "extra", choices=["test", "book", "notebooks", "chapters"], default="test"
     )
     sub.add_parser("lint", help="ruff lint and format check")
-    sub.add_parser("fmt", help="ruff format, chapters included")
+    fmt = sub.add_parser("fmt", help="ruff format, chapters included")
+    fmt.add_argument("chapters", nargs="*", help="only these chapters' cells")
     args, unknown = parser.parse_known_args()
     if unknown and args.command not in ("test", "lab", "compat", "pages", "dry"):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -982,7 +985,7 @@ def main() -> None:
     elif args.command == "lint":
         cmd_lint()
     elif args.command == "fmt":
-        cmd_fmt()
+        cmd_fmt(args.chapters)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ Each module is generated from the chapter that explains it (``tools/tangle.py``)
   :mod:`lib.efficiency` (chapter 8): activation checkpointing, FLOPs, GPU time;
   :mod:`lib.runs` (chapter 8): the chapter's GPT, BERT and T5 runs (``python -m lib.runs``);
   :mod:`lib.shipped` (chapter 8): their CPU sizes for the models the course ships.
+  :mod:`lib.ledger` (chapter 8): Muon, warm-up-stable-decay, z-loss and the ledger of
+  training choices.
 * :mod:`lib.flash` (chapter 9): FlashAttention in PyTorch and Triton.
 * :mod:`lib.vit` (chapter 10): the Vision Transformer.
 
@@ -55,6 +57,7 @@ _SUBMODULES = (
     "efficiency",
     "runs",
     "shipped",
+    "ledger",
     "flash",
     "vit",
     "utils",
