@@ -4,7 +4,7 @@ Prints, for 16-bit inputs (bf16; fp16 on GPUs without bf16, such as Colab's T4, 
 ``lib.utils.get_precision`` picks it) of 4 sequences x 32 heads at 1k-16k tokens, head dims 64 and
 128, causal and not, the TFLOP/s of the forward and of the forward+backward pass of
 
-* ``triton``: our kernels (``lib.flash.flash_attention_triton``, autotuned),
+* ``triton``: our kernels (``lib.flash_triton.flash_attention_triton``, autotuned),
 * ``sdpa_flash``: ``scaled_dot_product_attention`` restricted to FlashAttention-2,
 * ``sdpa_cudnn``: restricted to its cuDNN backend,
 * ``sdpa_math``: restricted to the unfused math path (out of memory when long),
@@ -28,7 +28,7 @@ either it prints that it needs one and exits with status 0. ``--out DIR`` also w
 schema of ``lib.utils.write_record`` (GPU, versions, commit, wall time, command; the
 sizes as ``config``; the ratios of ours to SDPA's flash backend per pass as ``metrics``;
 every measurement under ``extra``: ``speed`` and ``memory``), with ``speed.png`` and
-``memory.png``: the files chapter 9 shows from ``book/results/``.
+``memory.png``: the files chapter 9 (page 9.2) shows from ``book/results/``.
 
     python bench/bench_flash.py [--lengths 1024 2048 4096 8192 16384]
         [--head-dims 64 128] [--batch 4] [--heads 32]
@@ -55,7 +55,7 @@ MEMORY_METHODS = ("sdpa_math", "flash_torch", "triton")
 # ours / sdpa_flash. Our backward does 7 matrix products to FlashAttention-2's 5
 # (its dQ kernel recomputes q kᵀ and dO vᵀ), so a training step does 9/7 the
 # arithmetic: 0.8 asks for about 3 % more products per second than
-# FlashAttention-2 (chapter 9 counts them from the kernels' code).
+# FlashAttention-2 (page 9.2 counts them from the kernels' code).
 TARGETS = {"fwd": 1.0, "fwd+bwd": 0.8}
 
 
@@ -78,7 +78,8 @@ def _sdpa(backend_name: str):
 
 def attention_methods() -> dict:
     """Name -> ``fn(q, k, v, causal)`` for every method timed here."""
-    from lib.flash import FlashAttentionTorch, flash_attention_triton
+    from lib.flash import FlashAttentionTorch
+    from lib.flash_triton import flash_attention_triton
 
     return {
         "triton": lambda q, k, v, causal: flash_attention_triton(
@@ -398,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from lib.flash import TRITON_INTERPRETED
+    from lib.flash_triton import TRITON_INTERPRETED
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and not TRITON_INTERPRETED:

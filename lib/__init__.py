@@ -20,8 +20,10 @@ Each module is generated from the chapter that explains it (``tools/tangle.py``)
   :mod:`lib.shipped` (chapter 8): their CPU sizes for the models the course ships.
   :mod:`lib.ledger` (chapter 8): Muon, warm-up-stable-decay, z-loss and the ledger of
   training choices.
-* :mod:`lib.flash` (chapter 9): FlashAttention in PyTorch and Triton.
-* :mod:`lib.vit` (chapter 10): the Vision Transformer.
+* :mod:`lib.flash` (chapter 9): FlashAttention in PyTorch, tile by tile;
+  :mod:`lib.flash_triton` (chapter 9): the same as Triton kernels.
+* :mod:`lib.vit` (chapter 10): the Vision Transformer; :mod:`lib.vit_training`
+  (chapter 10): its training on MNIST (the recipe ``vit_run``) and what it learned.
 
 Hand-written plumbing: :mod:`lib.utils` (profile, device, precision, seeding, plot style),
 :mod:`lib.datasets` (shipped data, checked downloads), :mod:`lib.exercises` (checkers) and
@@ -59,7 +61,9 @@ _SUBMODULES = (
     "shipped",
     "ledger",
     "flash",
+    "flash_triton",
     "vit",
+    "vit_training",
     "utils",
     "datasets",
     "exercises",

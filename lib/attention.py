@@ -410,7 +410,7 @@ def register_attention_backend(
 
 
 # Backends that a module registers when it is imported: name -> that module.
-_LAZY_BACKENDS = {"flash_torch": "lib.flash", "flash_triton": "lib.flash"}
+_LAZY_BACKENDS = {"flash_torch": "lib.flash", "flash_triton": "lib.flash_triton"}
 
 
 def attention_backend_names() -> list[str]:
@@ -620,6 +620,15 @@ def _check_mha_call(mha, x, context=None, **options) -> None:
 
 
 # From chapters/04-attention.md, section "The module".
+_QK_NORM_EPS = 1e-6  # OLMo 2's and Gemma 3's
+
+
+def _rms_norm_heads(x: torch.Tensor, gain: torch.Tensor) -> torch.Tensor:
+    """QK-norm: each head's vectors ``(batch heads seq d_head)`` divided
+    by their root mean square over ``d_head``, times ``gain``."""
+    return F.rms_norm(x, gain.shape, gain.to(x.dtype), _QK_NORM_EPS)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with grouped key/value heads (MHA, GQA and MQA)
     and a KV cache.
@@ -632,7 +641,9 @@ class MultiHeadAttention(nn.Module):
     fused kernel, or ``"math"``, the einops path), ``scale`` (the score
     scale; default ``1/sqrt(d_head)``; T5 uses 1.0) and ``d_head`` (default
     ``d_model // n_heads``; any value lets ``n_heads · d_head`` differ from
-    ``d_model``, as T5 allows).
+    ``d_model``, as T5 allows). ``qk_norm=True`` RMS-normalises each head's
+    queries and keys over ``d_head`` (a learned gain per entry, initialised
+    to 1) before RoPE and the dot product, which bounds every score.
 
     ``forward(x, context=None, *, mask=None, position_bias=None,
     causal=False, rope=None, past=None, use_cache=False, need_weights=False,
@@ -673,6 +684,7 @@ class MultiHeadAttention(nn.Module):
         backend: str = "sdpa",
         scale: float | None = None,
         d_head: int | None = None,
+        qk_norm: bool = False,
     ) -> None:
         super().__init__()
         owner = "MultiHeadAttention"
@@ -689,7 +701,7 @@ class MultiHeadAttention(nn.Module):
             check.divisible(d_model=d_model, n_heads=n_heads, owner=owner, hint=why)
         why = "each key/value head must serve a whole group of query heads"
         check.divisible(n_heads=n_heads, n_kv_heads=n_kv_heads, owner=owner, hint=why)
-        check.boolean("bias", bias, owner=owner)
+        check.booleans(bias=bias, qk_norm=qk_norm, owner=owner)
         dropout = check.probability("dropout", dropout, owner=owner)
         _load_backend(backend, owner)
         if scale is not None:
@@ -703,12 +715,18 @@ class MultiHeadAttention(nn.Module):
         qkv_dim = self.q_dim + 2 * self.kv_dim
         self.qkv_proj = nn.Linear(d_model, qkv_dim, bias=bias)
         self.out_proj = nn.Linear(self.q_dim, d_model, bias=bias)
+        self.qk_norm = qk_norm
+        self.q_norm_gain = self.k_norm_gain = None
+        if qk_norm:  # a gain per d_head entry, shared by the heads
+            self.q_norm_gain = nn.Parameter(torch.ones(self.d_head))
+            self.k_norm_gain = nn.Parameter(torch.ones(self.d_head))
 
     def extra_repr(self) -> str:
         heads = f"n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}"
         return (
             f"d_model={self.d_model}, {heads}, d_head={self.d_head}, "
             f"scale={self.scale}, backend={self.backend!r}"
+            + (", qk_norm=True" if self.qk_norm else "")
         )
 
     def _project_kv(self, source: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -764,6 +782,10 @@ class MultiHeadAttention(nn.Module):
         if k is not None:
             k = rearrange(k, split, heads=self.n_kv_heads)
             v = rearrange(v, split, heads=self.n_kv_heads)
+        if self.qk_norm:  # before RoPE, which keeps lengths
+            q = _rms_norm_heads(q, self.q_norm_gain)
+            if k is not None:  # not when a cross cache holds them
+                k = _rms_norm_heads(k, self.k_norm_gain)
         offset = past.seq_len if (past is not None and not cross) else 0
         if rope is not None:
             q, k = rope(q, offset=offset), rope(k, offset=offset)

@@ -3,10 +3,11 @@
 # From chapters/05-ffn.md, section "Two linear layers and a nonlinearity".
 """The position-wise feed-forward network (chapter 5 of the course).
 
-Activations (ReLU, GELU in its exact and tanh forms, Swish/SiLU), the
-classic two-layer FFN, its gated variants (GLU, ReGLU, GEGLU, SwiGLU) with
-the 8/3 hidden-size rule, and parameter counts: of one FFN, and of a whole
-transformer by component.
+Activations (ReLU, squared ReLU, GELU in its exact and tanh forms,
+Swish/SiLU), the classic two-layer FFN, its gated variants (GLU, ReGLU,
+GEGLU, SwiGLU) with the 8/3 hidden-size rule, parameter counts (of one FFN,
+and of a whole transformer by component), and a mixture of experts with its
+load-balancing loss.
 """
 
 import math
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
+from einops import rearrange, reduce
 from torch import nn
 
 from lib import _checks as check
@@ -32,6 +33,8 @@ __all__ = [
     "ffn_param_count",
     "TransformerParamConfig",
     "transformer_param_breakdown",
+    "MoEFeedForward",
+    "moe_balance_loss",
 ]
 
 
@@ -60,11 +63,12 @@ def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
 
 # From chapters/05-ffn.md, section "The module".
 #: The activations a plain FFN accepts, by name: PyTorch's fused kernels for
-#: ReLU and for gelu_erf and gelu_tanh.
+#: ReLU and for gelu_erf and gelu_tanh, and Primer's squared ReLU.
 FFN_ACTIVATIONS = {
     "relu": F.relu,
     "gelu": F.gelu,  # the exact erf form
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's form
+    "relu2": lambda x: F.relu(x).square(),  # max(0, x)², below
 }
 
 
@@ -334,3 +338,108 @@ def transformer_param_breakdown(config: TransformerParamConfig) -> dict:
         "norms": n_norms * (2 * d if c.norm_bias else d),
         "head": untied + pooler,
     }
+
+
+# From chapters/05-ffn.md, section "Mixture of experts".
+def _check_moe(d_model, d_ff, n_experts, top_k, activation, bias):
+    """MoEFeedForward's sizes and choices; returns the sizes as ints."""
+    owner = "MoEFeedForward"
+    sizes = dict(d_model=d_model, n_experts=n_experts, top_k=top_k)
+    sizes = check.positive_ints(**sizes, owner=owner)
+    if d_ff is not None:
+        check.positive_int("d_ff", d_ff, owner=owner)
+    names = (*FFN_ACTIVATIONS, *GATED_FFN_ACTIVATIONS)
+    check.one_of("activation", activation, names, owner=owner)
+    check.boolean("bias", bias, owner=owner)
+    if sizes[2] > sizes[1]:
+        why = "a token cannot use more experts than there are"
+        got = f"top_k={sizes[2]} exceeds n_experts={sizes[1]}"
+        raise ValueError(f"{owner}: {got}: {why}")
+    return sizes
+
+
+_check_moe_input = check.layer_forward("... d_model", "router.weight")
+
+
+# From chapters/05-ffn.md, section "Mixture of experts".
+class MoEFeedForward(nn.Module):
+    """A mixture of experts: a router sends each token to ``top_k`` of
+    ``n_experts`` FFNs and mixes their outputs.
+
+    The router (linear, no bias) gives each token a softmax over the
+    experts; the ``top_k`` most probable are kept and their probabilities
+    renormalised to sum to 1. Each expert is a :class:`FeedForward` (a
+    :class:`GatedFeedForward` for a gated ``activation``) of hidden size
+    ``d_ff`` (None: that FFN's default). After each forward,
+    ``balance_loss`` holds the Switch Transformer's load-balancing loss
+    ``n_experts · Σ_i f_i · P_i`` (``f_i``: the share of routed token slots
+    sent to expert ``i``; ``P_i``: its mean router probability), 1 when
+    routing is uniform. With ``top_k=1`` the kept weight is always 1, so
+    the router learns from the balance loss alone.
+
+    Shapes: ``x`` is ``(... d_model)``, the result ``(... d_model)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int | None,
+        n_experts: int,
+        top_k: int,
+        activation: str = "gelu",
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        sizes = _check_moe(d_model, d_ff, n_experts, top_k, activation, bias)
+        self.d_model, self.n_experts, self.top_k = sizes
+        self.activation = activation
+        self.router = nn.Linear(d_model, n_experts, bias=False)
+        gated = activation in GATED_FFN_ACTIVATIONS
+        expert = GatedFeedForward if gated else FeedForward
+        self.experts = nn.ModuleList(
+            expert(d_model, d_ff, activation, bias) for _ in range(n_experts)
+        )
+        self.d_ff = self.experts[0].d_ff
+        self.balance_loss = torch.zeros(())  # until the first forward
+
+    @check.front_door(_check_moe_input)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Route every position of ``x`` to its experts and mix their
+        outputs; store the batch's ``balance_loss``.
+
+        Shapes: ``x`` is ``(... d_model)``, the result ``(... d_model)``.
+        """
+        tokens = rearrange(x, "... d_model -> (...) d_model")
+        probs = self.router(tokens).softmax(dim=-1)  # (tokens experts)
+        top_probs, top_experts = probs.topk(self.top_k, dim=-1)
+        # (tokens top_k): the kept experts' weights, summing to 1
+        top_weights = top_probs / top_probs.sum(dim=-1, keepdim=True)
+        mixed = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):
+            # the tokens routed to expert e, and in which of their slots
+            rows, slots = torch.where(top_experts == e)
+            weights = rearrange(top_weights[rows, slots], "n -> n 1")
+            out = expert(tokens[rows]) * weights  # (n d_model)
+            mixed.index_add_(0, rows, out.to(mixed.dtype))
+        # Switch's loss: n · Σ f_i · P_i; f counts slots (no gradient)
+        counts = torch.bincount(top_experts.flatten(), minlength=self.n_experts)
+        routed_share = counts / top_experts.numel()  # f: (experts)
+        mean_prob = reduce(probs, "tokens experts -> experts", "mean")  # P
+        self.balance_loss = self.n_experts * (routed_share * mean_prob).sum()
+        return mixed.reshape(x.shape)
+
+    def extra_repr(self) -> str:
+        return f"n_experts={self.n_experts}, top_k={self.top_k}"
+
+
+# From chapters/05-ffn.md, section "Mixture of experts".
+def moe_balance_loss(model: nn.Module) -> torch.Tensor:
+    """The sum of ``balance_loss`` over every :class:`MoEFeedForward` in
+    ``model`` (from each one's last forward); a 0-dim zero when there is
+    none. Add it, times a small weight, to the training loss.
+    """
+    check.instance("model", model, nn.Module, owner="moe_balance_loss()")
+    layers = [m for m in model.modules() if isinstance(m, MoEFeedForward)]
+    if not layers:
+        return torch.zeros(())
+    return torch.stack([m.balance_loss for m in layers]).sum()

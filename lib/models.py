@@ -11,7 +11,7 @@ set of parts.
   chapter 10's ViT reuses the encoder.
 * :class:`BERT` (encoder + masked-LM head), :class:`GPT` (decoder + tied
   un-embedding, with a Llama-style option set) and :class:`T5`
-  (encoder-decoder): each returns logits.
+  (encoder-decoder): each returns logits, soft-capped if asked.
 * :class:`ModelCache`: the key/value caches of a whole model, reorderable
   for beam search; ``GPT.step`` and ``T5.bind(...).step`` decode with it
   (see :mod:`lib.generation`).
@@ -47,6 +47,7 @@ from lib.ffn import (
     GATED_FFN_ACTIVATIONS,
     FeedForward,
     GatedFeedForward,
+    MoEFeedForward,
 )
 from lib.norms import (
     NORM_KINDS,
@@ -100,17 +101,24 @@ class TransformerConfig:
     ``n_heads``), ``d_head`` (None: ``d_model // n_heads``), ``d_ff`` (None:
     ``4·d_model``, or the 8/3 rule for a gated activation), ``max_len``.
 
-    Choices: ``activation`` (relu, gelu, gelu_tanh; gated: glu, reglu,
-    geglu, swiglu), ``norm`` (layernorm, rmsnorm) with ``norm_eps`` (None:
-    the norm's default) at ``norm_position`` (pre, post), ``positions``
-    (learned, sinusoidal, rope, alibi, t5, none), ``rope_base``,
-    ``t5_num_buckets``/``t5_max_distance``, ``n_token_types`` (BERT's
-    segment embeddings), ``embedding_norm`` (BERT), ``embedding_scale``
-    (multiply embeddings by √d_model, as the original Transformer), ``bias``
-    (on every linear layer), ``attn_scale`` (None: 1/√d_head; T5: 1.0),
-    ``dropout``, ``tie_embeddings``, ``attn_backend`` (a name in
+    Choices: ``activation`` (relu, gelu, gelu_tanh, relu2; gated: glu,
+    reglu, geglu, swiglu), ``norm`` (layernorm, rmsnorm) with ``norm_eps``
+    (None: the norm's default) at ``norm_position`` (pre, post),
+    ``positions`` (learned, sinusoidal, rope, alibi, t5, none),
+    ``rope_base``, ``t5_num_buckets``/``t5_max_distance``, ``n_token_types``
+    (BERT's segment embeddings), ``embedding_norm`` (BERT),
+    ``embedding_scale`` (multiply embeddings by √d_model, as the original
+    Transformer), ``bias`` (on every linear layer), ``attn_scale`` (None:
+    1/√d_head; T5: 1.0), ``dropout``, ``tie_embeddings`` (False: an output
+    layer of its own), ``attn_backend`` (a name in
     ``lib.attention.attention_backend_names()``, lazily loaded backends
     included).
+
+    Modern switches, all off by default: ``qk_norm`` (RMS-normalise each
+    head's queries and keys, chapter 4), ``n_experts`` (0: a dense FFN;
+    more: a mixture of that many experts of ``d_ff`` each, chapter 5) with
+    ``experts_top_k`` (the experts each token uses), ``logit_softcap``
+    (None, or ``c`` > 0: output logits ``c·tanh(logits/c)``, as Gemma 2).
     """
 
     vocab_size: int
@@ -138,18 +146,36 @@ class TransformerConfig:
     dropout: float = 0.0
     tie_embeddings: bool = True
     attn_backend: str = "sdpa"
+    qk_norm: bool = False
+    n_experts: int = 0
+    experts_top_k: int = 2
+    logit_softcap: float | None = None
 
     def __post_init__(self) -> None:
         owner = "TransformerConfig"
         optional = ("n_kv_heads", "d_head", "d_ff", "t5_num_buckets", "t5_max_distance")
-        sizes = ("vocab_size", "d_model", "n_heads", "n_layers", "max_len", *optional)
+        sizes = (
+            "vocab_size",
+            "d_model",
+            "n_heads",
+            "n_layers",
+            "max_len",
+            "experts_top_k",
+            *optional,
+        )
         for name in sizes:
             # an optional size may be None, which means its default
             if name not in optional or getattr(self, name) is not None:
                 check.positive_int(name, getattr(self, name), owner=owner)
-        for name in ("n_decoder_layers", "n_token_types"):
+        for name in ("n_decoder_layers", "n_token_types", "n_experts"):
             check.int_at_least(name, getattr(self, name), 0, owner=owner)
-        flags = ("embedding_norm", "embedding_scale", "bias", "tie_embeddings")
+        flags = (
+            "embedding_norm",
+            "embedding_scale",
+            "bias",
+            "tie_embeddings",
+            "qk_norm",
+        )
         check.booleans(owner=owner, **{name: getattr(self, name) for name in flags})
         choices = {
             "positions": POSITION_KINDS,
@@ -163,8 +189,8 @@ class TransformerConfig:
             check.one_of(name, getattr(self, name), allowed, owner=owner)
         check.probability("dropout", self.dropout, owner=owner)
         positive = dict(low=0.0, low_open=True, owner=owner)
-        # the last two may be None too
-        for name in ("rope_base", "norm_eps", "attn_scale"):
+        # all but the first may be None too
+        for name in ("rope_base", "norm_eps", "attn_scale", "logit_softcap"):
             if name == "rope_base" or getattr(self, name) is not None:
                 check.finite_float(name, getattr(self, name), **positive)
         problem = None
@@ -177,6 +203,10 @@ class TransformerConfig:
             problem += "each key/value head serves a whole group"
         elif self.positions == "rope" and self.head_size % 2:
             problem = f"RoPE needs an even d_head, got {self.head_size}"
+        elif 0 < self.n_experts < self.experts_top_k:
+            problem = f"experts_top_k={self.experts_top_k} exceeds "
+            problem += f"n_experts={self.n_experts}: a token cannot use "
+            problem += "more experts than there are"
         if problem:
             raise ValueError(f"{owner}: {problem}")
 
@@ -303,10 +333,20 @@ def _attention(cfg: TransformerConfig) -> MultiHeadAttention:
         backend=cfg.attn_backend,
         scale=cfg.attn_scale,
         d_head=cfg.d_head,
+        qk_norm=cfg.qk_norm,
     )
 
 
 def _ffn(cfg: TransformerConfig) -> nn.Module:
+    if cfg.n_experts:
+        return MoEFeedForward(
+            cfg.d_model,
+            cfg.d_ff,
+            cfg.n_experts,
+            cfg.experts_top_k,
+            cfg.activation,
+            bias=cfg.bias,
+        )
     if cfg.gated:
         return GatedFeedForward(cfg.d_model, cfg.d_ff, cfg.activation, bias=cfg.bias)
     return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation, bias=cfg.bias)
@@ -629,7 +669,8 @@ class GPT(nn.Module):
                 _check_mask(mask, *ids.shape)
                 _check_right_padded(mask)
         with check.trusting():
-            return self.head(self.decoder(self.embed(ids), mask=mask))
+            x = self.decoder(self.embed(ids), mask=mask)
+            return _soft_cap(self.head(x), self.cfg.logit_softcap)
 
     def step(
         self, ids: torch.Tensor, cache: ModelCache | None = None
@@ -644,7 +685,14 @@ class GPT(nn.Module):
         with check.trusting():
             x = self.embed(ids, offset=offset)
             x, cache = self.decoder(x, cache=cache, use_cache=True)
-            return self.head(x), cache
+            return _soft_cap(self.head(x), self.cfg.logit_softcap), cache
+
+
+# From chapters/07-1-families.md, section "Three models".
+def _soft_cap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """``cap · tanh(logits / cap)``, Gemma 2's soft cap, bounded by
+    ``±cap``; the logits unchanged when ``cap`` is None."""
+    return logits if cap is None else cap * torch.tanh(logits / cap)
 
 
 # From chapters/07-1-families.md, section "Three models".
@@ -735,7 +783,8 @@ class BERT(nn.Module):
 
     def forward(self, ids, mask=None, token_types=None) -> torch.Tensor:
         h = self.encode(ids, mask, token_types)
-        return self.head(self.mlm_norm(self.mlm_activation(self.mlm_dense(h))))
+        h = self.mlm_norm(self.mlm_activation(self.mlm_dense(h)))
+        return _soft_cap(self.head(h), self.cfg.logit_softcap)
 
 
 # From chapters/07-1-families.md, section "Three models".
@@ -828,7 +877,8 @@ class T5(nn.Module):
                 context=context,
                 context_mask=context_mask,
             )
-            return self.head(x * self.head_scale)
+            logits = self.head(x * self.head_scale)
+            return _soft_cap(logits, self.cfg.logit_softcap)
 
     def forward(
         self, src_ids, tgt_ids=None, src_mask=None, tgt_mask=None
@@ -885,7 +935,8 @@ class _BoundT5:
                 cache=cache,
                 use_cache=True,
             )
-            return model.head(x * model.head_scale), cache
+            logits = model.head(x * model.head_scale)
+            return _soft_cap(logits, self.cfg.logit_softcap), cache
 
 
 # From chapters/07-1-families.md, section "Three models".
@@ -908,11 +959,15 @@ def init_weights(model: nn.Module, std: float = 0.02) -> nn.Module:
         for sublayer in (block.self_attn, block.cross_attn, block.ffn):
             if sublayer is None:
                 continue
-            # MultiHeadAttention or a feed-forward network
-            inner = sublayer.sublayer
-            is_attention = isinstance(inner, MultiHeadAttention)
-            out = inner.out_proj if is_attention else inner.w_out
-            nn.init.normal_(out.weight, std=residual_std)
+            # attention's W_O, the FFN's W_out, or every expert's W_out
+            for inner in sublayer.sublayer.modules():
+                if isinstance(inner, MultiHeadAttention):
+                    out = inner.out_proj
+                elif isinstance(inner, (FeedForward, GatedFeedForward)):
+                    out = inner.w_out
+                else:
+                    continue
+                nn.init.normal_(out.weight, std=residual_std)
     return model
 
 

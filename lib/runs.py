@@ -32,7 +32,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,7 @@ __all__ = [
     "split_pairs_by_source",
     "shakespeare_ids",
     "char_gpt_val_loss",
+    "RecipeChange",
     "char_gpt_run",
     "char_ngram_losses",
     "CHAPTER_HEADING",
@@ -407,6 +408,11 @@ def shakespeare_ids() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
     return tokenizer, ids[:split], ids[split:]
 
 
+def _cosine(warmup: int, n_steps: int) -> WarmupCosineSchedule:
+    """The recipes' schedule: warm-up, then cosine to a tenth of the peak."""
+    return WarmupCosineSchedule(warmup, n_steps, min_ratio=0.1)
+
+
 def char_gpt_val_loss(
     model: GPT, sizes: Mapping[str, Any], val_ids: torch.Tensor | None = None
 ) -> float:
@@ -421,6 +427,20 @@ def char_gpt_val_loss(
     return evaluate(model, windows)
 
 
+@dataclass(frozen=True)
+class RecipeChange:
+    """One change to a recipe (a row of page 8.5's ledger): configuration
+    fields (``model``), and an ``optimizer(model, lr)``, a ``schedule(warmup,
+    n_steps)`` or a ``loss_fn`` for :func:`train` in place of the recipe's
+    (None keeps the recipe's)."""
+
+    name: str = "baseline"
+    model: Mapping[str, Any] = field(default_factory=dict)
+    optimizer: Callable[..., torch.optim.Optimizer] | None = None
+    schedule: Callable[[int, int], Any] | None = None
+    loss_fn: Callable[..., torch.Tensor] | None = None
+
+
 def char_gpt_run(
     profile: str | None = None,
     *,
@@ -431,24 +451,34 @@ def char_gpt_run(
     sizes: Mapping[str, Any] | None = None,
     checkpoint_dir: str | os.PathLike | None = None,
     resume: bool = False,
+    change: RecipeChange | None = None,
 ) -> dict[str, Any]:
-    """A character-level GPT on Tiny Shakespeare: 90 % to train, the last
-    10 % held out. ``sizes`` overrides :func:`run_sizes`; with
-    ``checkpoint_dir`` a checkpoint is written at each evaluation, and
-    ``resume`` continues from the newest intact one."""
+    """A character-level GPT on Tiny Shakespeare: 90 % to train (its last
+    5 % the validation slice that picks the kept weights), the last 10 %
+    held out. ``sizes`` overrides :func:`run_sizes`; ``change`` replaces a
+    part of the recipe; with ``checkpoint_dir`` a checkpoint is written at
+    each evaluation, and ``resume`` continues from the newest intact one."""
     began = time.perf_counter()
     sizes, device = _start(
         "gpt", profile, sizes, device, compile, progress, seed, checkpoint_dir, resume
     )
     seq_len, batch_size = sizes["seq_len"], sizes["batch_size"]
-    tokenizer, train_ids, val_ids = shakespeare_ids()
+    tokenizer, train_ids, test_ids = shakespeare_ids()
+    split = int(0.95 * len(train_ids))  # the validation slice: the last 5 %
+    train_ids, val_ids = train_ids[:split], train_ids[split:]
+    measure_test = change is None  # a ledger's row: validation slice only
+    change = change or RecipeChange()
     cfg = _run_config("gpt", sizes, tokenizer.vocab_size)
+    cfg = replace(cfg, **change.model)
     model = GPT(cfg).to(device)
     prompt = torch.tensor([tokenizer.encode("\n")], device=device)
     n_new = seq_len - 1  # learned positions: no further than the context
     before = _sample(model, tokenizer, prompt, n_new, seed)
-    optimizer = make_optimizer(model, sizes["lr"], betas=(0.9, 0.99), eps=1e-8)
-    schedule = WarmupCosineSchedule(sizes["warmup"], sizes["n_steps"], min_ratio=0.1)
+    if change.optimizer is None:
+        optimizer = make_optimizer(model, sizes["lr"], betas=(0.9, 0.99), eps=1e-8)
+    else:
+        optimizer = change.optimizer(model, sizes["lr"])
+    schedule = (change.schedule or _cosine)(sizes["warmup"], sizes["n_steps"])
     before_training = time.perf_counter() - began
     history = train(
         model,
@@ -463,16 +493,21 @@ def char_gpt_run(
         compile=compile,
         progress=progress,
         **_saving(checkpoint_dir, resume, sizes["eval_every"]),
+        **({"loss_fn": change.loss_fn} if change.loss_fn else {}),
     )
-    # the best evaluation's weights, measured on the whole held-out tenth;
-    # a dry run (lib.utils.is_dry) checks this on the first 8 windows
-    final_ids = val_ids[: 8 * seq_len + 1] if is_dry() else val_ids
-    val_loss = char_gpt_val_loss(model, sizes, final_ids)
+    # the best evaluation's weights, measured on the whole held-out tenth
+    # (not for a ledger's row, scored on the validation slice alone) and
+    # validation slice; a dry run (lib.utils.is_dry) on 8 windows of each
+    cut = slice(0, 8 * seq_len + 1 if is_dry() else None)
     return {
         "run": "gpt",
+        "change": change.name,
         "config": {"sizes": sizes, "model": asdict(cfg)},
         "metrics": {
-            "val_loss": val_loss,
+            "val_loss": char_gpt_val_loss(model, sizes, test_ids[cut])
+            if measure_test
+            else None,
+            "validation_loss": char_gpt_val_loss(model, sizes, val_ids[cut]),
             # the evaluation whose weights the run keeps, and the last one
             "best_step": history.best_step,
             "best_eval_loss": history.best_eval_loss,

@@ -1,6 +1,6 @@
-# This file is generated from chapters/10-vit.md by tools/tangle.py. Do not edit it by hand:
+# This file is generated from chapters/10-1-vit.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-# From chapters/10-vit.md, section "Patches as tokens".
+# From chapters/10-1-vit.md, section "Patches as tokens".
 """The Vision Transformer (chapter 10 of the course): images as sequences of
 patches.
 
@@ -10,10 +10,6 @@ patches.
 * :class:`ViTConfig` and :class:`ViT`: a CLS token, learned position
   embeddings, chapter 7's :class:`~lib.models.Encoder` unchanged, a
   classification head.
-* :func:`random_translate` (augmentation); :func:`image_batches` and
-  :func:`classification_loss`, which train an image classifier with chapter
-  8's :func:`lib.training.train`; :func:`confusion_matrix`,
-  :func:`mean_attention_distance` (how far, in pixels, each head looks).
 * :func:`config_from_vit`, :func:`vit_rows`, :func:`vit_state_dict`,
   :func:`load_hf_vit_state_dict`: the weights of ``transformers``'
   ``ViTModel`` and ``ViTForImageClassification`` (4.x and 5.x names),
@@ -30,16 +26,14 @@ grid, row by row), ``tokens`` (the CLS token, then the patches),
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from einops import einsum, rearrange, reduce, repeat
+from einops import rearrange, repeat
 from torch import nn
 
 from lib import _checks as check
-from lib.datasets import mnist_split
 from lib.hf_weights import Row, concat, convert_state_dict, load_checked, same
 from lib.models import Encoder, TransformerConfig, init_weights
 from lib.pretrained import (
@@ -49,16 +43,6 @@ from lib.pretrained import (
     register_hub_loader,
     register_model_kind,
 )
-from lib.runs import wilson_interval
-from lib.training import (
-    WarmupCosineSchedule,
-    cross_entropy,
-    evaluate,
-    make_optimizer,
-    make_scheduler,
-    train,
-)
-from lib.utils import autocast, get_precision, pick
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
@@ -72,20 +56,10 @@ __all__ = [
     "vit_rows",
     "vit_state_dict",
     "load_hf_vit_state_dict",
-    "random_translate",
-    "image_batches",
-    "classification_loss",
-    "predict_images",
-    "train_image_classifier",
-    "mnist_vit_held_out",
-    "SHIPPED_VIT_SIZES",
-    "mnist_vit_sizes",
-    "confusion_matrix",
-    "mean_attention_distance",
 ]
 
 
-# From chapters/10-vit.md, section "Patches as tokens".
+# From chapters/10-1-vit.md, section "Patches as tokens".
 _IMAGES_HINT = (
     "a ViT takes 4-D floating point images (batch, channels, height, "
     "width): add the channel axis with images[:, None], convert uint8 "
@@ -105,7 +79,7 @@ def _check_images(images: object, p: int, channels: int | None = None) -> None:
         raise ValueError(f"image size {h}×{w} is not divisible by the patch size {p}")
 
 
-# From chapters/10-vit.md, section "Patches as tokens".
+# From chapters/10-1-vit.md, section "Patches as tokens".
 def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     """Cut images into non-overlapping square patches, each flattened to a
     vector.
@@ -123,7 +97,7 @@ def _patches(images: torch.Tensor, p: int) -> torch.Tensor:
     return rearrange(images, "b c (h p1) (w p2) -> b (h w) (c p1 p2)", p1=p, p2=p)
 
 
-# From chapters/10-vit.md, section "A linear layer on patches is a strided convolution".
+# From chapters/10-1-vit.md, section "A linear layer on patches is a strided convolution".
 class PatchEmbedding(nn.Module):
     """Images -> one vector per patch: :func:`patchify`, then one linear
     layer.
@@ -155,7 +129,7 @@ class PatchEmbedding(nn.Module):
         return self.proj(_patches(images, self.patch_size))
 
 
-# From chapters/10-vit.md, section "A class token, positions, and chapter 7's encoder".
+# From chapters/10-1-vit.md, section "A class token, positions, and chapter 7's encoder".
 @dataclass(frozen=True)
 class ViTConfig:
     """A Vision Transformer: the images and their patches, then the
@@ -234,7 +208,7 @@ class ViTConfig:
         )
 
 
-# From chapters/10-vit.md, section "A class token, positions, and chapter 7's encoder".
+# From chapters/10-1-vit.md, section "A class token, positions, and chapter 7's encoder".
 _RESIZE = (
     "one position embedding per patch: resize the images, or interpolate "
     "the position embeddings (exercise 1)"
@@ -302,7 +276,7 @@ class ViT(nn.Module):
         return weights
 
 
-# From chapters/10-vit.md, section "The same model as Hugging Face's ViTModel".
+# From chapters/10-1-vit.md, section "The same model as Hugging Face's ViTModel".
 _HF_VIT_FIELDS = (
     "image_size patch_size num_labels num_channels hidden_size "
     "num_attention_heads num_hidden_layers intermediate_size hidden_act "
@@ -344,7 +318,7 @@ def config_from_vit(config: object, n_classes: int | None = None) -> ViTConfig:
     )
 
 
-# From chapters/10-vit.md, section "The same model as Hugging Face's ViTModel".
+# From chapters/10-1-vit.md, section "The same model as Hugging Face's ViTModel".
 def conv_kernels_as_rows(kernel: torch.Tensor) -> torch.Tensor:
     """A patch convolution's kernels ``(d_model c p1 p2)`` as the rows of
     our linear layer ``(d_model (c p1 p2))``: the equivalence shown above,
@@ -413,7 +387,7 @@ def vit_rows(prefix: str = "", head: bool = False, names: str = "4.x") -> list[R
     return rows
 
 
-# From chapters/10-vit.md, section "The same model as Hugging Face's ViTModel".
+# From chapters/10-1-vit.md, section "The same model as Hugging Face's ViTModel".
 _POOLER = (
     "the state dict has a pooler, which ViT does not use: build the "
     "reference with ViTModel(config, add_pooling_layer=False)"
@@ -464,7 +438,7 @@ def load_hf_vit_state_dict(
     return load_checked(model, ours)
 
 
-# From chapters/10-vit.md, section "The same model as Hugging Face's ViTModel".
+# From chapters/10-1-vit.md, section "The same model as Hugging Face's ViTModel".
 register_model_kind(
     ModelKind(
         "vit",
@@ -488,299 +462,3 @@ register_hub_loader(
         labels=True,
     ),
 )
-
-
-# From chapters/10-vit.md, section "Training on MNIST".
-def random_translate(
-    images: torch.Tensor, max_shift: int, generator: torch.Generator | None = None
-) -> torch.Tensor:
-    """Shift each image by its own random offset in
-    ``-max_shift..max_shift`` pixels, vertically and horizontally, filling
-    the uncovered border with zeros.
-
-    ``images`` ``(batch channels height width)`` -> the same shape.
-    ``generator`` (on the CPU) makes the shifts reproducible.
-    ``max_shift=0`` returns ``images`` itself.
-    """
-    _check_images(images, 1)
-    check.int_at_least("max_shift", max_shift, 0)
-    if max_shift == 0:
-        return images
-    batch, _, height, width = images.shape
-    padded = F.pad(images, (max_shift,) * 4)  # zeros around every side
-    offsets = torch.randint(0, 2 * max_shift + 1, (2, batch), generator=generator)
-    device = images.device
-    offsets = offsets.to(device)
-    # the rows (batch height) and columns (batch width) each image keeps
-    rows = offsets[0, :, None] + torch.arange(height, device=device)
-    cols = offsets[1, :, None] + torch.arange(width, device=device)
-    index = torch.arange(batch, device=device)[:, None, None]
-    # (batch height width channels): advanced indexing puts channels last
-    moved = padded[index, :, rows[:, :, None], cols[:, None, :]]
-    return rearrange(moved, "b h w c -> b c h w")
-
-
-# From chapters/10-vit.md, section "Training on MNIST".
-def image_batches(
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    batch_size: int,
-    *,
-    max_shift: int = 0,
-    flip: bool = False,
-    mean: float = 0.0,
-    std: float = 1.0,
-    seed: int = 0,
-) -> Callable[[int], dict[str, torch.Tensor]]:
-    """``step -> {"images", "labels"}``: the batches
-    :func:`lib.training.train` takes.
-
-    ``images`` ``(n channels height width)`` (uint8 pixels, or floats in [0,
-    1]) and ``labels`` ``(n,)`` stay on their device. Each step draws
-    ``batch_size`` of them at random, shifts them by up to ``max_shift``
-    pixels (:func:`random_translate`), mirrors each with probability 1/2
-    when ``flip``, and returns ``(x - mean) / std``. The draws depend on
-    ``(seed, step)`` only.
-    """
-    check.tensor("images", images, "n c h w")
-    check.tensor("labels", labels, "n", integer=True, n=images.shape[0])
-    check.positive_ints(batch_size=batch_size, n_images=images.shape[0])
-    check.int_at_least("max_shift", max_shift, 0)
-    check.boolean("flip", flip)
-    mean = check.finite_float("mean", mean)
-    std = check.finite_float("std", std, low=0.0, low_open=True)
-
-    def batch_at(step: int) -> dict[str, torch.Tensor]:
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
-        index = torch.randint(len(images), (batch_size,), generator=generator)
-        x = images[index.to(images.device)]
-        x = x.float() / 255 if x.dtype == torch.uint8 else x
-        x = random_translate(x, max_shift, generator)
-        if flip:
-            mirror = torch.rand(batch_size, generator=generator) < 0.5
-            x = torch.where(mirror.to(x.device)[:, None, None, None], x.flip(-1), x)
-        return {"images": (x - mean) / std, "labels": labels[index.to(labels.device)]}
-
-    return batch_at
-
-
-def classification_loss(
-    model: nn.Module, batch: Mapping[str, torch.Tensor]
-) -> torch.Tensor:
-    """Cross-entropy of ``model(batch["images"])`` against
-    ``batch["labels"]``: the ``loss_fn`` of :func:`lib.training.train` for
-    image classifiers."""
-    return cross_entropy(model(batch["images"]), batch["labels"])
-
-
-# From chapters/10-vit.md, section "Training on MNIST".
-@torch.no_grad()
-def predict_images(
-    model: nn.Module, x: torch.Tensor, mean: float, std: float, batch_size: int = 1000
-) -> torch.Tensor:
-    """Predicted classes of the images ``x`` (batch channels height width)
-    in [0, 1], normalised with ``mean`` and ``std``, on the model's device
-    in its precision (:func:`lib.utils.get_precision`)."""
-    device = next(model.parameters()).device
-    precision = get_precision(device)
-    was_training = model.training
-    model.eval()
-    out = []
-    for start in range(0, len(x), batch_size):
-        chunk = (x[start : start + batch_size].to(device) - mean) / std
-        with autocast(device, precision):
-            out.append(model(chunk).argmax(-1).cpu())
-    model.train(was_training)
-    return torch.cat(out)
-
-
-def train_image_classifier(
-    model: nn.Module,
-    train_x: torch.Tensor,
-    train_y: torch.Tensor,
-    val_x: torch.Tensor,
-    val_y: torch.Tensor,
-    *,
-    steps: int,
-    batch_size: int,
-    lr: float,
-    max_shift: int,
-    n_evals: int = 5,
-    eval_iters: int | None = None,
-    progress: bool | None = None,
-) -> dict:
-    """Train ``model`` (already on its device) on the images ``train_x`` in
-    [0, 1] and their labels, normalised with the training images' mean and
-    std: AdamW (weight decay 0.05 on the linear layers' matrices), a linear
-    warm-up over the first tenth of the steps, a cosine decay to zero,
-    gradients clipped to norm 1, random shifts of up to ``max_shift``
-    pixels. ``n_evals`` evaluations of the validation loss (``eval_iters``
-    of its batches of 500; None: all). Returns the ``losses``, the
-    evaluations ``evals`` (step, loss), the training ``seconds``, the
-    validation ``accuracy`` and ``predictions``, and the ``mean`` and
-    ``std``."""
-    device = next(model.parameters()).device
-    mean, std = train_x.mean().item(), train_x.std().item()
-    val_batches = [
-        {"images": (x - mean) / std, "labels": y}
-        for x, y in zip(val_x.to(device).split(500), val_y.to(device).split(500))
-    ]
-    optimizer = make_optimizer(
-        model, lr, weight_decay=0.05, betas=(0.9, 0.999), eps=1e-8
-    )
-    schedule = WarmupCosineSchedule(max(1, steps // 10), steps, min_ratio=0.0)
-    batches = image_batches(
-        train_x.to(device),
-        train_y.to(device),
-        batch_size,
-        max_shift=max_shift,
-        mean=mean,
-        std=std,
-    )
-    history = train(
-        model,
-        batches,
-        optimizer=optimizer,
-        scheduler=make_scheduler(optimizer, schedule),
-        n_steps=steps,
-        loss_fn=classification_loss,
-        eval_batches=val_batches,
-        eval_every=max(1, steps // n_evals),
-        eval_iters=eval_iters,
-        progress=progress,
-    )
-    predictions = predict_images(model, val_x, mean, std)
-    return dict(
-        losses=history.losses,
-        evals=list(zip(history.eval_steps, history.eval_losses)),
-        seconds=history.train_seconds,
-        accuracy=(predictions == val_y).float().mean().item(),
-        predictions=predictions,
-        mean=mean,
-        std=std,
-    )
-
-
-def mnist_vit_held_out(model: nn.Module, mean: float, std: float) -> dict:
-    """A trained MNIST classifier's held-out measures on the 1,000 images of
-    :func:`lib.datasets.mnist_split`, normalised with ``mean`` and ``std``:
-    ``val_accuracy`` with its Wilson interval and ``val_loss`` (mean
-    cross-entropy per image)."""
-    _, _, val_x, val_y = mnist_split()
-    predictions = predict_images(model, val_x, mean, std)
-    correct = int((predictions == val_y).sum())
-    low, high = wilson_interval(correct, len(val_y))
-    device = next(model.parameters()).device
-    val = [{"images": ((val_x - mean) / std).to(device), "labels": val_y.to(device)}]
-    return dict(
-        val_accuracy=correct / len(val_y),
-        val_accuracy_low=low,
-        val_accuracy_high=high,
-        val_loss=evaluate(model, val, loss_fn=classification_loss),
-        val_images=len(val_y),
-    )
-
-
-# the CPU size of the shipped vit-mnist (lib/data/checkpoints/): sizes over
-# the smoke profile's
-SHIPPED_VIT_SIZES = dict(
-    patch_size=7,
-    d_model=96,
-    n_layers=4,
-    d_ff=None,
-    steps=2500,
-    batch_size=128,
-    lr=2e-3,
-    max_shift=2,
-)
-
-
-def mnist_vit_sizes(
-    profile: str | None = None, **overrides: object
-) -> tuple[ViTConfig, dict]:
-    """The MNIST ViT's configuration and training budget in ``profile``
-    (default: the active one), any of them overridden (a
-    :class:`ViTConfig` field or ``steps``, ``batch_size``, ``lr``,
-    ``max_shift``)."""
-
-    def p(**values: object) -> object:
-        return pick(**values, profile=profile)
-
-    model = dict(
-        image_size=28,
-        patch_size=p(smoke=7, full=4),
-        n_classes=10,
-        d_model=p(smoke=64, full=128),
-        n_heads=4,
-        n_layers=p(smoke=2, full=6),
-        d_ff=p(smoke=64, full=None),  # None: 4 · d_model
-        dropout=p(smoke=0.0, full=0.1),
-    )
-    budget = dict(
-        steps=p(smoke=500, full=3_000, dry=1),
-        batch_size=p(smoke=64, full=512),
-        lr=p(smoke=3e-3, full=1e-3),
-        max_shift=p(smoke=0, full=2),
-    )
-    unknown = sorted(set(overrides) - set(model) - set(budget))
-    if unknown:
-        raise ValueError(f"mnist_vit_sizes: no size {unknown}")
-    for key, value in overrides.items():
-        (model if key in model else budget)[key] = value
-    return ViTConfig(**model), budget
-
-
-# From chapters/10-vit.md, section "Where it goes wrong: the confusion matrix".
-def confusion_matrix(
-    predictions: torch.Tensor, labels: torch.Tensor, n_classes: int
-) -> torch.Tensor:
-    """Counts ``(true predicted)``: entry ``[i, j]`` is how many items of
-    class ``i`` were predicted as ``j``. ``predictions`` and ``labels``:
-    integer ``(batch,)`` in ``0..n_classes-1`` (empty ones give a matrix of
-    zeros)."""
-    check.positive_int("n_classes", n_classes)
-    for name, t in [("predictions", predictions), ("labels", labels)]:
-        if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.is_floating_point():
-            raise ValueError(f"{name} must be a 1-D integer tensor, got {t!r:.60}")
-        check.ids_in_range(name, t, n_classes)
-    if predictions.shape != labels.shape:
-        raise ValueError(f"{predictions.shape=} and {labels.shape=} differ")
-    pairs = labels.long() * n_classes + predictions.long()
-    counts = torch.bincount(pairs, minlength=n_classes**2)
-    return rearrange(counts, "(true predicted) -> true predicted", true=n_classes)
-
-
-# From chapters/10-vit.md, section "How far attention reaches".
-def mean_attention_distance(
-    weights: torch.Tensor, grid: tuple[int, int], patch_size: int = 1
-) -> torch.Tensor:
-    """Each head's mean attention distance, in pixels (in patches for
-    ``patch_size=1``).
-
-    ``weights`` ``(batch heads tokens tokens)`` with ``tokens = 1 +
-    grid_h·grid_w`` (the class token first, ignored: each query patch's
-    weights on the key patches are renormalised to sum to one). Returns
-    ``(heads,)``: the distance between patch centres weighted by attention,
-    averaged over query patches and the batch. A query whose weights on the
-    patches are all zero counts as distance 0; NaN in ``weights`` gives NaN
-    for its head (the weights are not read to check them).
-    """
-    if not isinstance(grid, tuple | list) or len(grid) != 2:
-        raise TypeError(f"grid must be (rows, columns) of patches, got {grid!r}")
-    gh, gw = check.positive_ints(grid_rows=grid[0], grid_columns=grid[1])
-    check.finite_float("patch_size", patch_size, low=0, low_open=True)
-    tokens = 1 + gh * gw
-    hint = (
-        f"(batch, heads, {tokens}, {tokens}) for a {gh}×{gw} grid and the class token"
-    )
-    sizes = dict(q=tokens, k=tokens, hint=hint)
-    check.tensor("weights", weights, "batch heads q k", floating=True, **sizes)
-    rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
-    centres = torch.stack([rows.flatten(), cols.flatten()], dim=-1)
-    centres = centres.to(weights) * patch_size
-    distance = torch.cdist(centres, centres)  # (q_patch k_patch), Euclidean
-    patch_weights = weights[:, :, 1:, 1:]
-    on_patches = patch_weights.sum(-1, keepdim=True).clamp_min(1e-12)
-    patch_weights = patch_weights / on_patches
-    per_query = einsum(patch_weights, distance, "b h q k, q k -> b h q")
-    return reduce(per_query, "b h q -> h", "mean")

@@ -30,8 +30,10 @@ so a run cut short keeps what it finished. Records go under `--out` (default
 book/results/) as <name>/metrics.json in the one schema of lib.utils.write_record (the
 metrics, the wall time, the GPU, the torch and Triton versions, the commit and the exact
 command), so that `python scripts/rerun_record.py book/results/<name>/metrics.json`
-repeats it. The ViT step runs chapter 10, which writes its record itself into the folder
-that `TFS_RESULTS` names (`lib.utils.results_dir`): the script sets it to `--out`.
+repeats it. The ViT step runs page 10.2 (`chapters/10-2-training.md`), which trains the
+ViT by the recipe that `scripts/train_shipped.py vit-mnist` runs too
+(`lib.vit_training.vit_run`) and writes its record itself into the folder that
+`TFS_RESULTS` names (`lib.utils.results_dir`): the script sets it to `--out`.
 
 The colab step runs what a reader on Colab's free T4 runs, on whatever GPU this is:
 `TFS_PROFILE=colab` and `TFS_PRECISION=fp16` (float16 autocast with gradient scaling
@@ -67,7 +69,7 @@ ok in 84.2 s -> <record>` (or `timed out after ...`, `failed (...) after ...`,
 TFS_PROFILE=smoke: lib.runs with two steps, the benchmark's CPU path at tiny sizes under
 TRITON_INTERPRET=1 (its correctness checks and its record, no speed worth reading), one
 small chapter for the notebooks step, throughput eager only and tiny; the colab step
-runs that chapter dry in the colab profile's shapes and then chapter 9, the quickest
+runs that chapter dry in the colab profile's shapes and then page 9.2, the quickest
 page that trains, for real at smoke sizes, in fp32 (a CPU keeps fp32 whatever
 TFS_PRECISION says). Its records go to a new temporary folder unless `--out` is given,
 never into book/results/ by default. One step leaves no record there, and says so:
@@ -109,13 +111,13 @@ DRY_CHAPTER = "03-positions.md"
 # The colab step: the pages whose runs the colab profile sizes for a T4 (the book: "each
 # chapter in about ten minutes" there; the other pages run the same small sizes in every
 # profile, in seconds), each timed alone after every page ran dry.
-COLAB_TIMED_PAGES = ("08-3-runs.md", "09-flash-attention.md", "10-vit.md")
+COLAB_TIMED_PAGES = ("08-3-runs.md", "09-2-triton.md", "10-2-training.md")
 COLAB_PRECISION = "fp16"  # TFS_PRECISION: what a T4 runs, on any GPU
 T4_BUDGET_S = 600.0  # a page's budget on a T4
 # In a dry run (a CPU): one page dry (DRY_CHAPTER, the colab profile's shapes), and the
 # quickest of the pages that train, for real at smoke sizes (about 6 and 11 s on 2
 # cores); fp32, as a CPU runs fp32 whatever TFS_PRECISION asks (get_precision).
-COLAB_DRY_RUN_TIMED_PAGES = ("09-flash-attention.md",)
+COLAB_DRY_RUN_TIMED_PAGES = ("09-2-triton.md",)
 COLAB_DRY_RUN_PRECISION = "fp32"
 # Two training steps, one evaluation: the smallest run that still writes every part of
 # a record (curves, samples). T5 decodes its test sentences greedily, and fewer of them.
@@ -362,12 +364,13 @@ def training_step(run: str) -> Callable[[Session], tuple[Path | None, str]]:
     return step
 
 
-VIT_CHAPTER = "10-vit.md"
+VIT_CHAPTER = "10-2-training.md"  # the page that trains chapter 10's ViT (vit_run)
 
 
 def step_vit(session: Session) -> tuple[Path | None, str]:
-    """Chapter 10's ViT on the shipped MNIST split: the chapter, run in the full
-    profile, writes ``--out``/10-vit-mnist/metrics.json itself (``TFS_RESULTS``)."""
+    """Chapter 10's ViT on the shipped MNIST split: its page 10.2, run in the full
+    profile, trains it by :func:`lib.vit_training.vit_run` and writes
+    ``--out``/10-vit-mnist/metrics.json itself (``TFS_RESULTS``)."""
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     command.append(f"chapters/{VIT_CHAPTER}")
     no_record = "chapter 10 records only its full profile" if session.dry_run else ""
@@ -388,7 +391,7 @@ def step_vit(session: Session) -> tuple[Path | None, str]:
 
 # the chapters that take longest in the full profile start first when several run at
 # once, so that the step's wall time is close to the longest chapter's
-SLOW_CHAPTERS_FIRST = ("08-3-runs", "07-5-pretrained", "10-vit", "09-flash-attention")
+SLOW_CHAPTERS_FIRST = ("08-3-runs", "07-5-pretrained", "10-2-training", "09-2-triton")
 
 
 def slow_pages_first(pages: list[str]) -> list[str]:
@@ -536,7 +539,7 @@ def step_colab(session: Session) -> tuple[Path | None, str]:
     ten minutes scaled by this GPU's peak (:func:`scaled_budget_s`). One record,
     rewritten after each page (``complete: false`` until the last). A failed page fails
     the step; a page over its scaled budget is said in the record and the summary line.
-    A dry run: one page dry, then chapter 9 for real at smoke sizes, fp32 on the CPU."""
+    A dry run: one page dry, then page 9.2 for real at smoke sizes, fp32 on the CPU."""
     from lib.efficiency import peak_flops
     from tools.tangle import chapter_files
 

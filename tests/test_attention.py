@@ -1117,6 +1117,7 @@ def test_kv_cache_select_and_crop_bad_arguments():
         (dict(n_kv_heads=True), TypeError, "n_kv_heads must be an int, got bool True"),
         (dict(d_head=8.0), TypeError, "d_head must be an int, got float 8.0"),
         (dict(bias=1), TypeError, "bias must be True or False, got int 1"),
+        (dict(qk_norm="yes"), TypeError, "qk_norm must be True or False"),
         (dict(dropout=True), TypeError, "dropout must be a number, got bool True"),
         (
             dict(dropout=-0.1),
@@ -1250,3 +1251,99 @@ def test_mha_checks_the_cache_it_is_given():
         mha(x, past=narrow, use_cache=True)
     out, longer = mha(x, past=cache, use_cache=True)
     assert out.shape == (1, 3, 16) and longer.seq_len == 6
+
+
+# ----------------------------------------------------------------------------- QK-norm
+
+
+def _qk_norm_by_hand(mha, x, **attention):
+    """QK-norm's forward written out: F.rms_norm over d_head on each head's q and k."""
+    q, k, v = mha.qkv_proj(x).split([mha.q_dim, mha.kv_dim, mha.kv_dim], dim=-1)
+    q = q.unflatten(-1, (mha.n_heads, mha.d_head)).transpose(1, 2)
+    k = k.unflatten(-1, (mha.n_kv_heads, mha.d_head)).transpose(1, 2)
+    v = v.unflatten(-1, (mha.n_kv_heads, mha.d_head)).transpose(1, 2)
+    q = F.rms_norm(q, (mha.d_head,), mha.q_norm_gain, eps=1e-6)
+    k = F.rms_norm(k, (mha.d_head,), mha.k_norm_gain, eps=1e-6)
+    out = scaled_dot_product_attention(q, k, v, **attention)
+    return mha.out_proj(out.transpose(1, 2).flatten(2)), q, k
+
+
+@pytest.mark.parametrize("backend", CORE_BACKENDS)
+def test_qk_norm_equals_a_hand_computation_and_starts_with_unit_gains(backend):
+    mha = MultiHeadAttention(32, 4, 2, backend=backend, qk_norm=True).eval()
+    assert torch.equal(mha.q_norm_gain, torch.ones(8))
+    assert torch.equal(mha.k_norm_gain, torch.ones(8))
+    with torch.no_grad():
+        mha.q_norm_gain.uniform_(0.5, 2.0)
+        mha.k_norm_gain.uniform_(0.5, 2.0)
+        x = 5 * torch.randn(2, 6, 32)
+        by_hand, _, _ = _qk_norm_by_hand(mha, x, causal=True)
+        assert torch.allclose(mha(x, causal=True), by_hand, atol=1e-5)
+    assert "qk_norm=True" in repr(mha)
+    assert MultiHeadAttention(32, 4).q_norm_gain is None  # off by default
+
+
+def test_qk_norm_bounds_every_score_by_scale_d_head_and_the_gains():
+    """|scale * q_hat . k_hat| <= scale * d_head * max|g_q| * max|g_k| (Cauchy-Schwarz:
+    a normalised vector is at most sqrt(d_head) long), whatever the weights."""
+    for scale in (None, 1.0):
+        mha = MultiHeadAttention(32, 4, qk_norm=True, scale=scale)
+        with torch.no_grad():
+            mha.qkv_proj.weight.mul_(1000.0)  # weights grown far beyond their init
+            mha.q_norm_gain.uniform_(-3.0, 3.0)
+            mha.k_norm_gain.uniform_(-2.0, 2.0)
+            _, q, k = _qk_norm_by_hand(mha, 100 * torch.randn(3, 9, 32))
+            scale_value = 8**-0.5 if scale is None else scale
+            scores = scale_value * (q @ k.transpose(-1, -2))
+            gains = mha.q_norm_gain.abs().max() * mha.k_norm_gain.abs().max()
+            bound = scale_value * 8 * gains
+        assert scores.abs().max() <= bound
+        assert scores.abs().max() > 0.3 * bound  # the bound is not vacuous here
+
+
+def test_qk_norm_makes_attention_blind_to_the_scale_of_w_q_and_w_k():
+    mha = MultiHeadAttention(32, 4, qk_norm=True, backend="math").eval()
+    x = torch.randn(2, 7, 32)
+    _, before = mha(x, causal=True, need_weights=True)
+    with torch.no_grad():
+        mha.qkv_proj.weight[:64] *= 50.0  # the query and key rows
+        mha.qkv_proj.bias[:64] *= 50.0
+    _, after = mha(x, causal=True, need_weights=True)
+    assert torch.allclose(before, after, atol=1e-5)
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+@pytest.mark.parametrize("backend", CORE_BACKENDS)
+def test_qk_norm_caches_normalised_keys_so_decoding_equals_the_full_forward(
+    n_kv_heads, backend
+):
+    from lib.positions import RotaryEmbedding
+
+    mha = MultiHeadAttention(32, 4, n_kv_heads, backend=backend, qk_norm=True).eval()
+    with torch.no_grad():
+        mha.q_norm_gain.uniform_(0.5, 2.0)  # the key gains stay 1: RMS 1 below
+    rope = RotaryEmbedding(8)
+    x = 3 * torch.randn(2, 9, 32)
+    stepped, cache = _decode(mha, x, prefill=3, rope=rope)
+    assert torch.allclose(stepped, mha(x, causal=True, rope=rope), atol=1e-5)
+    # the cached keys are the normalised ones, then rotated (rotation keeps the RMS)
+    rms = cache.keys.pow(2).mean(-1).sqrt()
+    assert torch.allclose(rms, torch.ones_like(rms), atol=1e-4)
+
+
+def test_qk_norm_in_cross_attention_normalises_the_context_keys_once():
+    mha = MultiHeadAttention(32, 4, qk_norm=True).eval()
+    decoder_x, encoder_out = torch.randn(2, 4, 32), torch.randn(2, 6, 32)
+    first, cache = mha(decoder_x[:, :1], encoder_out, use_cache=True)
+    later = mha(decoder_x[:, 1:], past=cache, cross_attention=True)
+    full = mha(decoder_x, encoder_out)
+    assert torch.allclose(torch.cat([first, later], 1), full, atol=1e-5)
+
+
+def test_qk_norm_runs_under_autocast():
+    mha = MultiHeadAttention(32, 4, qk_norm=True).eval()
+    x = torch.randn(2, 6, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = mha(x.bfloat16(), causal=True)
+    assert out.dtype == torch.bfloat16
+    assert (out.float() - mha(x, causal=True)).abs().max() < 0.1

@@ -15,11 +15,13 @@ from lib.ffn import (
     GATED_FFN_ACTIVATIONS,
     FeedForward,
     GatedFeedForward,
+    MoEFeedForward,
     TransformerParamConfig,
     ffn_param_count,
     gated_ffn_hidden_size,
     gelu_erf,
     gelu_tanh,
+    moe_balance_loss,
     swish,
     transformer_param_breakdown,
 )
@@ -400,3 +402,154 @@ def test_module_param_counts_agree_with_breakdown_for_a_block():
         GatedFeedForward(16, d_ff=40)
     )
     assert math.isclose(n_parameters(GatedFeedForward(16, d_ff=40)), 3 * 16 * 40)
+
+
+# --- squared ReLU ------------------------------------------------------------------------
+
+
+def test_relu2_is_relu_squared_with_a_continuous_derivative():
+    relu2 = FFN_ACTIVATIONS["relu2"]
+    x = torch.linspace(-4, 4, 801, dtype=torch.float64, requires_grad=True)
+    y = relu2(x)
+    assert torch.equal(y, torch.clamp(x, min=0) ** 2)
+    (slope,) = torch.autograd.grad(y.sum(), x)
+    assert torch.allclose(slope, 2 * torch.clamp(x.detach(), min=0))
+    ffn = FeedForward(6, d_ff=10, activation="relu2")
+    h = torch.randn(4, 6)
+    want = (ffn.w_in(h).clamp(min=0) ** 2) @ ffn.w_out.weight.T + ffn.w_out.bias
+    assert torch.allclose(ffn(h), want, atol=1e-6)
+
+
+# --- mixture of experts ------------------------------------------------------------------
+
+
+def _dense_moe(moe, x):
+    """Every expert on every token, weighted by its renormalised top-k probability
+    (zero outside the top k): what the routed module must equal."""
+    probs = moe.router(x).softmax(dim=-1)
+    top_probs, top_experts = probs.topk(moe.top_k, dim=-1)
+    kept = top_probs / top_probs.sum(-1, keepdim=True)
+    weights = torch.zeros_like(probs).scatter(-1, top_experts, kept)
+    outputs = torch.stack([expert(x) for expert in moe.experts], dim=-2)
+    return (weights.unsqueeze(-1) * outputs).sum(-2)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_one_expert_kept_always_is_that_feedforward(bias):
+    moe = MoEFeedForward(8, 20, n_experts=1, top_k=1, activation="relu2", bias=bias)
+    plain = FeedForward(8, 20, activation="relu2", bias=bias)
+    plain.load_state_dict(moe.experts[0].state_dict())
+    x = torch.randn(2, 5, 8)
+    assert torch.allclose(moe(x), plain(x), atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("n_experts", "top_k", "activation"),
+    [(4, 1, "gelu"), (4, 2, "gelu"), (8, 3, "relu"), (5, 5, "gelu"), (4, 2, "swiglu")],
+)
+def test_moe_equals_the_dense_reference(n_experts, top_k, activation):
+    moe = MoEFeedForward(12, 16, n_experts, top_k, activation=activation)
+    if activation == "swiglu":
+        assert isinstance(moe.experts[0], GatedFeedForward)
+    x = torch.randn(3, 7, 12)
+    assert torch.allclose(moe(x), _dense_moe(moe, x), atol=1e-5)
+    assert moe(x[0, 0]).shape == (12,)  # any leading axes
+
+
+def test_moe_parameters_are_the_experts_and_a_bias_free_router():
+    moe = MoEFeedForward(12, 16, n_experts=4, top_k=2, bias=False)
+    assert moe.router.bias is None and moe.router.weight.shape == (4, 12)
+    want = 4 * ffn_param_count(12, 16, bias=False) + 4 * 12
+    assert n_parameters(moe) == want
+    assert moe.d_ff == 16 and MoEFeedForward(12, None, 2, 1).d_ff == 48
+
+
+def test_balance_loss_is_one_when_routing_is_uniform_and_n_over_k_when_collapsed():
+    moe = MoEFeedForward(8, 16, n_experts=4, top_k=2)
+    x = torch.randn(64, 8)
+    with torch.no_grad():
+        moe.router.weight.zero_()  # P uniform: the loss is 1 whatever f is
+        moe(x)
+        assert moe.balance_loss.item() == 1.0
+        # every token to expert 0 with certainty, its second slot to another
+        direction = F.normalize(torch.randn(8), dim=0)
+        moe.router.weight[0] = 50 * direction
+        moe(x + 10 * direction)
+        assert abs(moe.balance_loss.item() - 4 / 2) < 1e-3
+
+
+def test_balance_loss_follows_the_switch_formula():
+    moe = MoEFeedForward(8, 16, n_experts=5, top_k=2)
+    x = torch.randn(3, 11, 8)
+    moe(x)
+    probs = moe.router(x.reshape(-1, 8)).softmax(-1)
+    chosen = probs.topk(2, dim=-1).indices
+    f = torch.stack([(chosen == i).float().sum() for i in range(5)]) / chosen.numel()
+    want = 5 * (f * probs.mean(0)).sum()
+    assert torch.allclose(moe.balance_loss, want, atol=1e-6)
+    # f with every expert the same share: the loss is 1 whatever P is
+    assert torch.allclose(
+        5 * (torch.full((5,), 0.2) * probs.mean(0)).sum(), torch.tensor(1.0)
+    )
+
+
+def test_gradients_reach_the_router_and_every_used_expert():
+    moe = MoEFeedForward(8, 16, n_experts=4, top_k=2)
+    x = torch.randn(4, 10, 8)
+    loss = moe(x).square().mean() + 0.01 * moe_balance_loss(moe)
+    loss.backward()
+    assert moe.router.weight.grad.abs().max() > 0
+    used = moe.router(x).topk(2, dim=-1).indices.unique().tolist()
+    for e in used:
+        assert moe.experts[e].w_in.weight.grad.abs().max() > 0
+    # with top_k=1 the kept weight is p/p = 1: only the balance loss trains the router
+    single = MoEFeedForward(8, 16, n_experts=4, top_k=1)
+    single(x).square().mean().backward()
+    assert single.router.weight.grad.abs().max() < 1e-6
+
+
+def test_moe_balance_loss_sums_every_layer_and_is_zero_without_any():
+    model = torch.nn.Sequential(
+        MoEFeedForward(8, 16, 4, 2), torch.nn.Linear(8, 8), MoEFeedForward(8, 16, 3, 1)
+    )
+    model(torch.randn(2, 5, 8))
+    want = model[0].balance_loss + model[2].balance_loss
+    assert torch.equal(moe_balance_loss(model), want)
+    none = moe_balance_loss(FeedForward(8))
+    assert none.shape == () and none.item() == 0.0
+    with pytest.raises(TypeError, match="moe_balance_loss"):
+        moe_balance_loss("model")
+
+
+def test_moe_runs_under_autocast():
+    moe = MoEFeedForward(8, 16, 4, 2)
+    x = torch.randn(2, 5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = moe(x)
+    assert (out.float() - moe(x)).abs().max() < 0.05
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (dict(top_k=5), ValueError, "top_k=5 exceeds n_experts=4"),
+        (dict(top_k=0), ValueError, "top_k must be an int >= 1, got 0"),
+        (dict(n_experts=0, top_k=1), ValueError, "n_experts must be an int >= 1"),
+        (dict(n_experts=2.0), TypeError, "n_experts must be an int, got float"),
+        (dict(d_ff=0), ValueError, "d_ff must be an int >= 1, got 0"),
+        (dict(activation="tanh"), ValueError, "activation must be one of"),
+        (dict(bias="no"), TypeError, "bias must be True or False"),
+    ],
+)
+def test_moe_bad_arguments_are_clear_errors(kwargs, error, match):
+    arguments = dict(d_model=8, d_ff=16, n_experts=4, top_k=2) | kwargs
+    with pytest.raises(error, match=f"MoEFeedForward: {match}"):
+        MoEFeedForward(**arguments)
+
+
+def test_moe_input_must_fit_the_router():
+    moe = MoEFeedForward(8, 16, 4, 2)
+    with pytest.raises(ValueError, match="d_model=8"):
+        moe(torch.randn(2, 7))
+    with pytest.raises(TypeError, match="share a dtype"):
+        moe(torch.randn(2, 8, dtype=torch.float64))

@@ -270,6 +270,15 @@ def test_a_decoder_given_a_cache_needs_use_cache():
         (dict(bias=1), "bias must be True or False"),
         (dict(attn_scale=float("nan")), "attn_scale must be a finite"),
         (dict(norm_eps=0.0), "norm_eps"),
+        (dict(qk_norm="yes"), "qk_norm must be True or False"),
+        (dict(n_experts=-1), "n_experts must be an int >= 0"),
+        (dict(n_experts=2.0), "n_experts must be an int, got float"),
+        (dict(n_experts=4, experts_top_k=0), "experts_top_k must be an int >= 1"),
+        (dict(n_experts=1), "experts_top_k=2 exceeds n_experts=1"),
+        (dict(logit_softcap=0.0), "logit_softcap must be a finite number > 0"),
+        (dict(logit_softcap=-30.0), "logit_softcap must be a finite number > 0"),
+        (dict(logit_softcap=float("inf")), "logit_softcap must be a finite"),
+        (dict(logit_softcap="30"), "logit_softcap must be a number"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(changes, match):
@@ -537,3 +546,154 @@ def test_a_checked_model_call_checks_once_and_not_inside(monkeypatch):
     model.decoder.blocks[0].ffn.sublayer(torch.randn(2, 3, CONFIGS["llama"].d_model))
     assert counts["layers"] == 1  # a layer called directly checks its input
     assert not checks.trusted()
+
+
+# ------------------------------------------------------------- the modern switches (issue 41)
+
+SWITCHES = {
+    "baseline": {},
+    "qk_norm": dict(qk_norm=True),
+    "relu2": dict(activation="relu2"),
+    "moe": dict(n_experts=4, experts_top_k=2),
+    "softcap": dict(logit_softcap=5.0),
+    "untied": dict(tie_embeddings=False),
+}
+
+
+def _char_gpt(**switches):
+    cfg = TransformerConfig(
+        vocab_size=65, d_model=32, n_heads=4, n_layers=2, max_len=64, positions="rope",
+        **switches,
+    )  # fmt: skip
+    return GPT(cfg)
+
+
+@pytest.mark.parametrize("name", list(SWITCHES))
+def test_a_gpt_with_each_switch_trains_with_falling_loss(name):
+    from lib.ffn import moe_balance_loss
+
+    model = _char_gpt(**SWITCHES[name])
+    # a learnable sequence: each token is the previous one plus 1 (mod 65)
+    start = torch.randint(0, 65, (8, 1))
+    ids = (start + torch.arange(33)) % 65
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(12):
+        logits = model(ids[:, :-1])
+        loss = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), ids[:, 1:].flatten()
+        )
+        total = loss + 0.01 * moe_balance_loss(model)
+        optimizer.zero_grad()
+        total.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0], losses
+    if name == "moe":
+        assert moe_balance_loss(model).item() >= 1.0 - 1e-6  # set by the last forward
+    else:
+        assert moe_balance_loss(model).item() == 0.0
+
+
+@pytest.mark.parametrize("name", ["qk_norm", "softcap", "moe", "relu2"])
+def test_cached_decoding_equals_the_full_forward_with_each_switch(name):
+    model = _char_gpt(**SWITCHES[name]).eval()
+    ids = _ids(seq=14, vocab=65)
+    with torch.no_grad():
+        full = model(ids)
+        logits, cache = model.step(ids[:, :5])
+        pieces = [logits]
+        for t in range(5, 14):
+            logits, cache = model.step(ids[:, t : t + 1], cache)
+            pieces.append(logits)
+    assert torch.allclose(torch.cat(pieces, dim=1), full, atol=1e-5)
+
+
+def test_generation_with_qk_norm_and_softcap_equals_greedy_argmax_of_the_full_forward():
+    from lib.generation import generate
+
+    model = _char_gpt(qk_norm=True, logit_softcap=3.0).eval()
+    prompt = _ids(batch=1, seq=4, vocab=65)
+    tokens = generate(model, prompt, max_new_tokens=6, temperature=0)
+    assert tokens.shape == (1, 10)
+    with torch.no_grad():
+        for t in range(4, tokens.shape[1]):
+            assert tokens[0, t] == model(tokens[:, :t])[0, -1].argmax()
+
+
+def test_logit_softcap_is_the_formula_and_bounds_the_logits():
+    uncapped = _char_gpt()
+    with torch.no_grad():
+        uncapped.head.weight.mul_(30)  # logits far beyond the cap
+    for cap in (1.0, 5.0):
+        capped = _char_gpt(logit_softcap=cap)
+        capped.load_state_dict(uncapped.state_dict())
+        ids = _ids(seq=10, vocab=65)
+        with torch.no_grad():
+            z, z_capped = uncapped(ids), capped(ids)
+        assert z.abs().max() > 3 * cap
+        assert torch.allclose(z_capped, cap * torch.tanh(z / cap), atol=1e-5)
+        # inside (-cap, cap) in exact arithmetic; fp32's tanh rounds to ±1 beyond ~9
+        assert z_capped.abs().max() <= cap
+        moderate = z.abs() < 3 * cap
+        assert (z_capped[moderate].abs() < cap).all()
+
+
+def test_logit_softcap_applies_to_bert_and_t5_too():
+    bert_cfg = TransformerConfig(**SMALL, norm_position="post", embedding_norm=True)
+    bert = BERT(bert_cfg).eval()
+    capped = BERT(replace_cfg(bert_cfg, logit_softcap=0.5)).eval()
+    capped.load_state_dict(bert.state_dict())
+    ids = _ids()
+    with torch.no_grad():
+        assert torch.allclose(capped(ids), 0.5 * torch.tanh(bert(ids) / 0.5), atol=1e-5)
+    t5 = T5(T5_CFG).eval()
+    t5_capped = T5(replace_cfg(T5_CFG, logit_softcap=0.5)).eval()
+    t5_capped.load_state_dict(t5.state_dict())
+    src, tgt = _ids(seq=7), _ids(seq=5)
+    with torch.no_grad():
+        want = 0.5 * torch.tanh(t5(src, tgt) / 0.5)
+        assert torch.allclose(t5_capped(src, tgt), want, atol=1e-5)
+        bound = t5_capped.bind(src)
+        logits, cache = bound.step(tgt[:, :1])
+        pieces = [logits]
+        for t in range(1, 5):
+            logits, cache = bound.step(tgt[:, t : t + 1], cache)
+            pieces.append(logits)
+        assert torch.allclose(torch.cat(pieces, 1), want, atol=1e-5)
+
+
+def test_the_switches_build_the_layers_they_name():
+    from lib.ffn import MoEFeedForward
+
+    model = _char_gpt(qk_norm=True, n_experts=3, experts_top_k=1, activation="relu2")
+    block = model.decoder.blocks[0]
+    assert block.self_attn.sublayer.qk_norm
+    moe = block.ffn.sublayer
+    assert isinstance(moe, MoEFeedForward)
+    assert (moe.n_experts, moe.top_k, moe.d_ff, moe.activation) == (3, 1, 128, "relu2")
+    # every expert's output projection gets the residual scaling of init_weights
+    expected = 0.02 / math.sqrt(2 * 2)
+    w_out = torch.cat([e.w_out.weight.flatten() for e in moe.experts])
+    assert abs(w_out.std().item() - expected) < 0.002
+    parts = parameter_breakdown(model)
+    assert parts["ffn"] == 2 * (3 * (2 * 32 * 128 + 128 + 32) + 3 * 32)
+    assert sum(parts.values()) == count_parameters(model)
+    gated = _char_gpt(n_experts=2, activation="swiglu")
+    assert type(gated.decoder.blocks[0].ffn.sublayer.experts[0]).__name__ == (
+        "GatedFeedForward"
+    )
+
+
+def test_untied_gpt_has_its_own_head_that_trains_apart_from_the_embedding():
+    model = _char_gpt(tie_embeddings=False)
+    assert model.head.weight is not model.embed.tokens.weight
+    assert count_parameters(model) - count_parameters(_char_gpt()) == 65 * 32
+    before = model.head.weight.detach().clone()
+    ids = torch.randint(0, 30, (4, 12))  # tokens 30..64 never appear
+    logits = model(ids)
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten()).backward()
+    assert (model.embed.tokens.weight.grad[30:] == 0).all()
+    assert (model.head.weight.grad.abs().sum(-1) > 0).all()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+    assert not torch.equal(model.head.weight, before)

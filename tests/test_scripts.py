@@ -194,7 +194,7 @@ def test_gpu_records_choose_steps_in_order_of_value():
 # The dry run of every step of `all` but vit, in groups: each step costs a process start
 # or more (about 5 s), so one run of all six takes 40 s or more; four test cases share
 # it between the test workers (colab's two pages, about 20 s, on their own). vit is left out: its dry run is chapter 10 in the smoke
-# profile (about a minute on its own, and already a test of its own: chapters/10-vit.md)
+# profile (about a minute on its own, and already a test of its own: chapters/10-2-training.md)
 # and it records only its full profile, so it would add time and check no record here.
 DRY_RUN_GROUPS = ("colab", "flash,gpt", "bert,t5", "notebooks")
 # bert and t5 run at the same time (--together), as on the GPU
@@ -262,7 +262,7 @@ def test_gpu_records_dry_run_writes_readable_records(steps: str, tmp_path: Path)
         assert colab["precision"] == "fp32" and colab["timed_profile"] == "smoke"
         assert list(colab["dry_pages"]) == ["03-positions"]
         (timed,) = colab["timed_pages"].values()
-        assert list(colab["timed_pages"]) == ["09-flash-attention"]
+        assert list(colab["timed_pages"]) == ["09-2-triton"]
         assert timed["passed"] and 0 < timed["wall_time_s"] < 600
         assert timed["t4_budget_s"] == colab["t4_budget_s"] == 600
         assert timed["scaled_budget_s"] is None and timed["within_budget"] is None
@@ -285,7 +285,7 @@ def test_gpu_records_colab_step_on_a_gpu(tmp_path: Path, monkeypatch, capsys):
     monkeypatch.setattr(lib.efficiency, "peak_flops", lambda device=None: 989e12)
     monkeypatch.setattr(gpu_records, "gpu_label", lambda: "h100")
     folder = tmp_path / "colab-profile-fp16-h100"
-    timed_seconds = {"08-3-runs": 30.0, "09-flash-attention": 45.0, "10-vit": 12.0}
+    timed_seconds = {"08-3-runs": 30.0, "09-2-triton": 45.0, "10-2-training": 12.0}
     ran: list[tuple[str, dict]] = []
     seen_before_timing: list[dict] = []
     failing: set[str] = set()
@@ -326,13 +326,17 @@ def test_gpu_records_colab_step_on_a_gpu(tmp_path: Path, monkeypatch, capsys):
     assert metrics["precision"] == "fp16" and metrics["scaled_budget_s"] == 39.4
     assert metrics["gpu_peak_flops"] == 989e12 and metrics["jobs"] == 2
     within = {p: page["within_budget"] for p, page in metrics["timed_pages"].items()}
-    assert within == {"08-3-runs": True, "09-flash-attention": False, "10-vit": True}
-    assert metrics["timed_pages"]["09-flash-attention"]["wall_time_s"] == 45.0
+    assert within == {
+        "08-3-runs": True,
+        "09-2-triton": False,
+        "10-2-training": True,
+    }
+    assert metrics["timed_pages"]["09-2-triton"]["wall_time_s"] == 45.0
     assert metrics["all_within_budget"] is False
     assert saved["wall_seconds"] == len(pages) * 1.0 + sum(timed_seconds.values())
     # over its budget: said, not a failure; a failed page fails the step
     assert outcome.status == "ok"
-    assert outcome.note == "over the scaled budget: 09-flash-attention 45 s > 39 s"
+    assert outcome.note == "over the scaled budget: 09-2-triton 45 s > 39 s"
     failing.add("05-ffn")
     ran.clear()
     (outcome,) = gpu_records.run_steps(["colab"], session)
@@ -401,6 +405,13 @@ def test_train_shipped_dry_run_trains_records_and_packages(tmp_path: Path):
     assert shipped.entry["inputs"]["mean"] == extra["mean"]
     assert shipped.entry["inputs"]["std"] == extra["std"]
     assert shipped.model(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    # evaluate's measure, found by the file's kind, gives the training's numbers
+    from lib.shipped import held_out
+
+    assert extra["recipe"] == "lib.vit_training.vit_run" and extra["seed"] == 0
+    again = held_out(shipped, record)
+    assert again["val_accuracy"] == metrics["val_accuracy"]
+    assert again["val_loss"] == pytest.approx(metrics["val_loss"], rel=1e-5)
     assert not (ROOT / "book" / "results" / "10-vit-mnist-cpu" / "train.csv").samefile(
         tmp_path / "10-vit-mnist-cpu" / "train.csv"
     )
@@ -414,6 +425,7 @@ def test_train_shipped_dry_run_trains_and_packages_the_translator(tmp_path: Path
     from lib.generation import translate
     from lib.pretrained import load_shipped
     from lib.runs import tatoeba_split
+    from lib.shipped import held_out
     from lib.utils import read_record
 
     done = _script(
@@ -439,7 +451,7 @@ def test_train_shipped_dry_run_trains_and_packages_the_translator(tmp_path: Path
     train_pairs, test_pairs = tatoeba_split(0.015)
     assert len({e for e, _ in test_pairs}) >= 1_000
     assert not {e for e, _ in test_pairs} & {e for e, _ in train_pairs}
-    again = _train_shipped_module().held_out(shipped, record)
+    again = held_out(shipped, record)  # the measure `evaluate` uses
     assert again["bleu_beam"] == pytest.approx(metrics["bleu_beam"])
     assert again["bleu_copy_source"] == metrics["bleu_copy_source"]
 
@@ -474,10 +486,11 @@ def test_train_shipped_dry_run_trains_and_packages_the_two_berts(tmp_path: Path)
     mask_id = mlm.entry["inputs"]["mask_id"]
     ids = torch.tensor([[*mlm.tokenizer.encode("It is a truth universally "), mask_id]])
     assert mlm.model(ids).shape == (1, ids.shape[1], mlm.model.cfg.vocab_size)
-    train_shipped = _train_shipped_module()
-    again = train_shipped.held_out(books, record)
+    from lib.shipped import held_out  # the measure `evaluate` uses
+
+    again = held_out(books, record)
     assert again["accuracy_pretrained"] == metrics["accuracy_pretrained"]
-    again = train_shipped.held_out(mlm, record)
+    again = held_out(mlm, record)
     assert again["mlm_test_loss"] == pytest.approx(metrics["mlm_test_loss"], abs=1e-6)
     assert again["unigram_test_loss"] == metrics["unigram_test_loss"]
 

@@ -1,4 +1,5 @@
-"""lib.vit: patches, the ViT, its helpers, and equality with transformers' ViT."""
+"""lib.vit and lib.vit_training: patches, the ViT, its helpers, equality with
+transformers' ViT, and its training (the MNIST recipe)."""
 
 from __future__ import annotations
 
@@ -16,17 +17,19 @@ from lib.vit import (
     PatchEmbedding,
     ViT,
     ViTConfig,
-    classification_loss,
     config_from_vit,
-    confusion_matrix,
     conv_kernels_as_rows,
-    image_batches,
     load_hf_vit_state_dict,
-    mean_attention_distance,
     patchify,
-    random_translate,
     vit_rows,
     vit_state_dict,
+)
+from lib.vit_training import (
+    classification_loss,
+    confusion_matrix,
+    image_batches,
+    mean_attention_distance,
+    random_translate,
 )
 
 SMALL = ViTConfig(
@@ -563,7 +566,7 @@ def test_vit_names_images_of_another_dtype_than_its_weights(dtype):
 
 
 def test_mnist_vit_sizes_take_overrides_and_name_unknown_ones():
-    from lib.vit import SHIPPED_VIT_SIZES, mnist_vit_sizes
+    from lib.vit_training import SHIPPED_VIT_SIZES, mnist_vit_sizes
 
     cfg, budget = mnist_vit_sizes("smoke", **SHIPPED_VIT_SIZES)
     assert (cfg.d_model, cfg.n_layers, cfg.patch_size) == (96, 4, 7)
@@ -585,3 +588,42 @@ def test_mnist_split_holds_out_a_thousand_and_refuses_a_bad_size():
     for bad in (0, 10_000, 2.5, True):
         with pytest.raises(ValueError, match="n_val must be an int in 1..9999"):
             mnist_split(bad)
+
+
+def test_vit_run_returns_a_recipes_result_and_its_file():
+    """Chapter 10's recipe at a tiny size (two steps): the shape of chapter 8's results,
+    the same seed the same model, and the file lib.shipped ships from it."""
+    from lib.datasets import mnist_split
+    from lib.vit_training import mnist_vit_files, mnist_vit_sizes, vit_run
+
+    tiny = dict(steps=2, d_model=16, n_layers=1, d_ff=16, batch_size=8)
+    result = vit_run("smoke", sizes=tiny, seed=3, device="cpu", progress=False)
+    assert {"metrics", "curves", "config", "samples", "models", "tokenizer"} <= set(
+        result
+    )
+    cfg, budget = mnist_vit_sizes("smoke", **tiny)
+    assert result["config"] == cfg and result["budget"] == budget
+    metrics, model = result["metrics"], result["models"]["vit"]
+    assert metrics["steps"] == 2 and metrics["val_images"] == 1000
+    assert metrics["parameters"] == sum(p.numel() for p in model.parameters())
+    assert (
+        metrics["val_accuracy_low"]
+        <= metrics["val_accuracy"]
+        <= metrics["val_accuracy_high"]
+    )
+    right = (result["predictions"] == mnist_split()[3]).float().mean()
+    assert float(right) == pytest.approx(metrics["val_accuracy"])  # the held-out 1,000
+    assert (
+        result["curves"]["train"]["step"] == [1, 2]
+        and len(result["curves"]["validation"]["step"]) == 2
+    )
+    again = vit_run("smoke", sizes=tiny, seed=3, device="cpu", progress=False)
+    assert torch.equal(again["models"]["vit"].head.weight, model.head.weight)
+    ((name, file),) = mnist_vit_files(result).items()
+    assert name == "vit-mnist" and file["model"] is model and file["metrics"] is metrics
+    assert (file["inputs"]["mean"], file["inputs"]["std"]) == (
+        result["mean"],
+        result["std"],
+    )
+    with pytest.raises(ValueError, match=r"no size \['width'\]"):
+        vit_run("smoke", sizes=dict(width=3))

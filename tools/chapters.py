@@ -68,14 +68,26 @@ CHAPTERS: tuple[Chapter, ...] = (
         ),
         ("training", "batches", "efficiency", "runs", "shipped", "ledger"),
     ),
-    Chapter(9, "FlashAttention", MODELS, ("09-flash-attention",), ("flash",)),
-    Chapter(10, "The Vision Transformer", MODELS, ("10-vit",), ("vit",)),
+    Chapter(
+        9,
+        "FlashAttention",
+        MODELS,
+        ("09-1-tiling", "09-2-triton"),
+        ("flash", "flash_triton"),
+    ),
+    Chapter(
+        10,
+        "The Vision Transformer",
+        MODELS,
+        ("10-1-vit", "10-2-training"),
+        ("vit", "vit_training"),
+    ),
 )
 
 #: The pages slowest to execute in the smoke profile on 2 CPU cores, slowest first (CI,
 #: 2026-11-28: 66, 35 and 25 s; every other page under 12 s). The test runner starts
 #: them first, so that its two workers finish together (conftest.py).
-SLOWEST_PAGES = ("08-3-runs", "07-5-pretrained", "10-vit")
+SLOWEST_PAGES = ("08-3-runs", "07-5-pretrained", "10-2-training")
 
 #: The hand-written modules of lib, after the generated ones in lib/__init__.py.
 HAND_WRITTEN = ("utils", "datasets", "exercises")

@@ -60,7 +60,7 @@ def _partial(scores: torch.Tensor, values: torch.Tensor):
     return weights @ values, lse
 
 
-@checker("Exercise 1: merge two partial attention results")
+@checker("Exercise 1 (page 9.1): merge two partial attention results")
 def check_merge_partials(
     merge: Callable[..., tuple[torch.Tensor, torch.Tensor]],
 ) -> None:
@@ -169,7 +169,7 @@ def _tiles(n: int = 400):
         yield q_start, q_stop, k_start, k_stop, k_len - q_len, window
 
 
-@checker("Exercise 2: skipping tiles under a sliding window")
+@checker("Exercise 2 (page 9.1): skipping tiles under a sliding window")
 def check_window_block_kind(kind: Callable[..., str]) -> None:
     """``kind(q_start, q_stop, k_start, k_stop, offset, window)`` -> 'skip', 'full' or
     'partial'."""
@@ -367,7 +367,7 @@ def _check_bias_values(got, want, problem, block_k) -> None:
         expect_close(tensor, reference, f"{name} (block_k={block_k})", atol=1e-8)
 
 
-@checker("Exercise 3: the backward pass with a bias, tile by tile")
+@checker("Exercise 3 (page 9.1): the backward pass with a bias, tile by tile")
 def check_attention_backward_with_bias(backward: Callable[..., tuple]) -> None:
     """``backward(q, k, v, bias, out, lse, grad_out, scale, block_k)`` ->
     ``(dq, dk, dv, dbias)``, one block of ``block_k`` keys at a time."""
@@ -408,7 +408,7 @@ def _triton_device() -> tuple[torch.device | None, str]:
     return None, "no GPU, and TRITON_INTERPRET=1 was not set before defining kernels"
 
 
-@checker("Exercise 4: a Triton kernel for D")
+@checker("Exercise 1 (page 9.2): a Triton kernel for D")
 def _check_delta_kernel(
     compute_delta: Callable[..., torch.Tensor],
     device: torch.device,
