@@ -18,16 +18,23 @@ All must produce the same tokens. Prints tokens per second of each, the best of
 ``--repeats`` rounds (the rounds interleave the five, so that load from other processes
 falls on all of them alike; the best is the run least disturbed), measured in wall-clock
 time and in the process's CPU time (on a shared machine the CPU time is the steadier of
-the two), and the ratios of ours to each baseline. It never asserts on time.
+the two), and the ratios of ours to each baseline: the median over the rounds of each
+round's ratio, in wall-clock and CPU time. The machine's load (``/proc/loadavg``) is
+printed before and after. ``--record`` writes the figures into
+``book/results/07-decoding-speed/metrics.json`` (``lib.utils.write_record``), the record
+that page 7.4 states. It never asserts on time.
 
     python bench/bench_generation.py [--new 512] [--prompt 16] [--repeats 5]
-        [--d-model 128] [--heads 4] [--layers 4] [--vocab 512] [--threads 1]
+        [--d-model 128] [--heads 4] [--layers 4] [--vocab 512] [--threads 1] [--record]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import transformers
@@ -36,7 +43,29 @@ from lib import _checks as check
 from lib.generation import generate
 from lib.hf_weights import from_reference
 from lib.models import GPT
-from lib.utils import seed_everything
+from lib.utils import results_dir, seed_everything, write_record
+
+RECORD = "07-decoding-speed"
+# (run, label, target) of the ratios of ours: generate against each baseline
+BASELINES = (
+    ("ours: no cache", "ours without a cache", ">= 8"),
+    ("HF: generate", "HF generate", ">= 1"),
+    ("HF: bare loop", "a bare loop over HF's forward", ">= 1.5"),
+    ("ours: bare loop", "a bare loop over our step", "~ 1"),
+)
+
+
+def _key(name: str) -> str:
+    """A run's name as a metric's: "HF: bare loop" -> "hf_bare_loop"."""
+    return name.lower().replace(": ", "_").replace(" ", "_")
+
+
+def load_average() -> str:
+    """The first three fields of ``/proc/loadavg`` (1, 5 and 15 minutes), or "n/a"."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
 
 
 def greedy_without_cache(model: GPT, prompt: torch.Tensor, n_new: int) -> torch.Tensor:
@@ -87,7 +116,12 @@ def main(argv: list[str] | None = None) -> None:
         help="intra-op threads (0: torch's default); decoding's many small operations "
         "run best on one thread of a shared CPU",
     )
+    parser.add_argument(
+        "--record", action="store_true", help=f"write book/results/{RECORD}/"
+    )
     args = parser.parse_args(argv)
+    began = time.perf_counter()
+    load_before = load_average()
     if args.threads:
         torch.set_num_threads(args.threads)
 
@@ -119,8 +153,8 @@ def main(argv: list[str] | None = None) -> None:
         ),
         "HF: bare loop": lambda: bare_loop_hf(theirs, prompt, args.new),
     }
-    wall = {name: float("inf") for name in runs}
-    cpu = dict(wall)
+    walls = {name: [] for name in runs}
+    cpus = {name: [] for name in runs}
     outputs = {}
     with torch.inference_mode():
         for run in runs.values():  # warm-up
@@ -129,8 +163,11 @@ def main(argv: list[str] | None = None) -> None:
             for name, run in runs.items():
                 start_wall, start_cpu = time.perf_counter(), time.process_time()
                 outputs[name] = run()
-                wall[name] = min(wall[name], time.perf_counter() - start_wall)
-                cpu[name] = min(cpu[name], time.process_time() - start_cpu)
+                walls[name].append(time.perf_counter() - start_wall)
+                cpus[name].append(time.process_time() - start_cpu)
+    load_after = load_average()
+    wall = {name: min(times) for name, times in walls.items()}
+    cpu = {name: min(times) for name, times in cpus.items()}
     reference = outputs["HF: bare loop"]
     same = all(torch.equal(out, reference) for out in outputs.values())
 
@@ -141,26 +178,48 @@ def main(argv: list[str] | None = None) -> None:
         f"threads={torch.get_num_threads()}; torch {torch.__version__}, "
         f"transformers {transformers.__version__}; best of {args.repeats}"
     )
-    print(f"same tokens in all five: {same}")
+    print(
+        f"same tokens in all five: {same}; load before {load_before}, after {load_after}"
+    )
     print(f"  {'':<18}{'tokens/s (wall)':>16}{'tokens/s (CPU)':>16}")
     for name in runs:
         print(
             f"  {name:<18}{args.new / wall[name]:>16.0f}{args.new / cpu[name]:>16.0f}"
         )
-    ours_wall, ours_cpu = wall["ours: generate"], cpu["ours: generate"]
-    print("  ratios, ours: generate against        wall     CPU")
-    for name, label, target in (
-        ("ours: no cache", "ours without a cache", ">= 5"),
-        ("HF: generate", "HF generate", ">= 1"),
-        ("HF: bare loop", "a bare loop over HF's forward", ">= 1"),
-        ("ours: bare loop", "a bare loop over our step", "~ 1"),
-    ):
-        print(
-            f"    {label:<32}{wall[name] / ours_wall:>6.2f}x"
-            f"{cpu[name] / ours_cpu:>7.2f}x  (target {target})"
-        )
+    print("  ratios, ours: generate against (median of rounds)  wall     CPU")
+    metrics = {f"tokens_per_s_{_key(name)}": args.new / wall[name] for name in runs}
+    for name, label, target in BASELINES:
+        ratios = [
+            statistics.median(
+                b / a for a, b in zip(times["ours: generate"], times[name])
+            )
+            for times in (walls, cpus)
+        ]
+        print(f"    {label:<46}{ratios[0]:>6.2f}x{ratios[1]:>7.2f}x  (target {target})")
+        metrics[f"ratio_{_key(name)}"] = round(ratios[0], 3)
+        metrics[f"ratio_{_key(name)}_cpu"] = round(ratios[1], 3)
     if not same:
         raise SystemExit("the five decodings differ: a cache or a loader is wrong")
+    if args.record:
+        path = write_record(
+            results_dir() / RECORD,
+            name=RECORD,
+            command=" ".join(["python", *sys.argv]),
+            wall_seconds=time.perf_counter() - began,
+            metrics=metrics,
+            config={
+                k.replace("_", "-"): v for k, v in vars(args).items() if k != "record"
+            },
+            extra={
+                "transformers": transformers.__version__,
+                "threads": torch.get_num_threads(),
+                "load_before": load_before,
+                "load_after": load_after,
+                "same_tokens": same,
+            },
+            device="cpu",
+        )
+        print(f"recorded: {path}")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,9 @@ Scalars:
   array or tensor of int ids (in ``0..vocab_size - 1`` when a size is given);
 * :func:`divisible` ``(**pair)``: of two keywords (ints), the first is a multiple of the
   second, such as ``divisible(d_model=d_model, n_heads=n_heads)``;
+* :func:`causal_fits` ``(q_len, k_len)``: a causal mask aligned to the last key (the
+  queries are the last positions), with no offset given, has at least as many keys as
+  queries.
 * :func:`function` ``(name, value)`` -> the value, which must be callable;
 * :func:`float_dtype` ``(name, dtype)`` -> ``dtype``, a floating-point ``torch.dtype``;
 * :func:`instance` ``(name, value, cls, *, what=None)`` -> the value, which must be an
@@ -75,10 +78,22 @@ Tensors:
   ``x``'s dtype itself; ``offset`` an int ``>= 0``;
 * :func:`attention_inputs` ``(q, k, v)``: queries ``(batch heads q_pos d_head)``, keys
   ``(batch kv_heads k_pos d_head)`` and values ``(batch kv_heads k_pos d_v)`` of one
-  floating dtype on one device, ``heads`` a multiple of ``kv_heads``;
+  floating dtype on one device, ``heads`` a multiple of ``kv_heads``, ``d_head >= 1``;
 * :func:`same_dtype_and_device` ``(*, autocast=False, **tensors)``: the named tensors are on
   one device and share a dtype (``TypeError``); with ``autocast=True`` the dtypes may differ
   inside an autocast region, which casts them itself.
+
+Modules composed (a position module handed to attention):
+
+* :func:`built_for` ``(name, value, **sizes)`` -> the value, a callable (a function, a
+  module) which, where it carries an attribute named after one of the sizes (a rotary
+  module's ``d_head``, a bias module's ``n_heads``), was built for that size;
+* :func:`score_bias` ``(name, bias, scores, offset=0)`` -> a tensor or ``None``: an
+  additive score bias given as a tensor (returned as it is, for the caller's
+  :func:`broadcastable`), or as a callable ``bias(q_len, k_len, offset)`` (ALiBi, T5's
+  buckets), which is **called** here, once and without gradients, and whose result must
+  be a floating-point tensor that broadcasts to ``scores``, the sizes ``(batch heads q_pos
+  k_pos)``.
 
 Every check also takes the keywords ``owner`` (the public function or class, such as
 ``"FeedForward"``, put in front of the message) and ``hint`` (a sentence put after it).
@@ -742,7 +757,9 @@ def attention_inputs(
 ) -> None:
     """Attention's inputs: ``q`` ``(batch heads q_pos d_head)``, ``k`` ``(batch kv_heads
     k_pos d_head)`` and ``v`` ``(batch kv_heads k_pos d_v)``, floating point, of one
-    dtype on one device, with ``heads`` a multiple of ``kv_heads`` (grouped queries).
+    dtype on one device, with ``heads`` a multiple of ``kv_heads`` (grouped queries) and
+    ``d_head >= 1`` (a score of zero dimensions means nothing, and ``1/sqrt(d_head)``
+    divides by zero).
 
     Each message names the tensor at fault and the tensor whose sizes it must match.
     """
@@ -752,6 +769,9 @@ def attention_inputs(
         q.shape,
         f"batch and d_head as in q {tuple(q.shape)}",
     )
+    if d_head == 0:
+        text = f"q {tuple(q.shape)} has d_head=0: a head needs at least one dimension"
+        _fail(ValueError, f"{text} (is d_model < n_heads?)", owner, hint)
     k_axes = "batch kv_heads k_pos d_head"
     tensor("k", k, k_axes, batch=batch, d_head=d_head, hint=hint or like_q, **same)
     (_, kv_heads, k_len, _), like_k = (
@@ -766,6 +786,73 @@ def attention_inputs(
         _fail(
             ValueError, f"{text}: q {tuple(q.shape)}, k {tuple(k.shape)}", owner, hint
         )
+
+
+def causal_fits(q_len: int, k_len: int, *, owner: Say = None, hint: Say = None) -> None:
+    """A causal mask aligned bottom-right by default (the queries are the last ``q_len``
+    of ``k_len`` positions, as with a key/value cache) needs ``q_len <= k_len``: with
+    more queries, the first ones would sit before every key and see nothing. (The
+    attention functions give such rows zeros, a defined result; a mask asked for
+    without an offset is more likely a slip.)"""
+    if q_len > k_len:
+        text = (
+            f"a causal mask with more queries than keys (q_pos={q_len} > "
+            f"k_pos={k_len}): aligned to the last key, the first {q_len - k_len} "
+            "queries would come before every key and see nothing"
+        )
+        _fail(ValueError, text, owner, hint)
+
+
+def built_for(
+    name: str, value: Any, *, owner: Say = None, hint: Say = None, **sizes: int
+) -> Any:
+    """``value``, a callable (a function, a module) which, where it carries an attribute
+    named after one of the ``sizes`` (an int), was built for that size:
+    ``built_for("rope", rope, d_head=8)`` refuses a ``RotaryEmbedding(16)``. A plain
+    function has no such attribute, and only its being callable is checked."""
+    function(name, value, owner=owner, hint=hint)
+    for size, wanted in sizes.items():
+        built = getattr(value, size, None)
+        if isinstance(built, int) and not isinstance(built, bool) and built != wanted:
+            text = f"{name} ({type(value).__name__}) was built for {size}={built}"
+            text += f", but is used with {size}={wanted}"
+            _fail(ValueError, text, owner, hint)
+    return value
+
+
+def score_bias(
+    name: str,
+    bias: Any,
+    scores: tuple[int, int, int, int],
+    offset: int = 0,
+    *,
+    owner: Say = None,
+    hint: Say = None,
+) -> torch.Tensor | None:
+    """An additive score bias: ``None``, a tensor (returned as it is: the caller checks
+    that it broadcasts), or a callable ``bias(q_len, k_len, offset)`` such as ALiBi or
+    T5's buckets, whose ``n_heads`` (where it has one) must be ``scores``' heads.
+
+    A callable is **called** here, once, without gradients, with the lengths of
+    ``scores`` ``(batch heads q_pos k_pos)``: its result must be a floating-point tensor
+    that broadcasts to them, and it is returned, for the caller's other checks (its
+    device). The layer then calls it again in its body: the price of checking a result
+    before the arithmetic that would fail on it, paid at a front door only.
+    """
+    if bias is None or isinstance(bias, torch.Tensor):
+        return bias
+    if not callable(bias):
+        kinds = f"a tensor or a module called as {name}(q_len, k_len, offset)"
+        _fail(TypeError, f"{name} must be {kinds}, got {_describe(bias)}", owner, hint)
+    batch, heads, q_len, k_len = scores
+    built_for(name, bias, owner=owner, hint=hint, n_heads=heads)
+    with torch.no_grad():
+        result = bias(q_len, k_len, offset)
+    call, axes = f"{name}({q_len}, {k_len}, {offset})", "batch heads q_pos k_pos"
+    sizes = dict(batch=batch, heads=heads, q_pos=q_len, k_pos=k_len)
+    return broadcastable(
+        call, result, axes, floating=True, owner=owner, hint=hint, **sizes
+    )
 
 
 def ids_in_range(

@@ -109,6 +109,8 @@ def causal_mask(
         k_len = q_len
     k_len = check.positive_int("k_len", k_len, owner=owner)
     if offset is None:
+        hint = "pass offset= to place the queries"
+        check.causal_fits(q_len, k_len, owner=owner, hint=hint)
         offset = k_len - q_len
     offset = check.integer("offset", offset, owner=owner)
     return _causal_mask(q_len, k_len, offset, device)
@@ -574,7 +576,6 @@ _CROSS_NEEDS_KV = (
     "cross_attention=True needs the encoder's keys and values: pass "
     "context (the encoder output) or past (a KVCache made from it)"
 )
-_BIAS_KINDS = "a tensor or a module called as position_bias(q_len, k_len, offset)"
 _MHA_FLAGS = ("use_cache", "causal", "need_weights", "cross_attention")
 
 
@@ -600,10 +601,7 @@ def _check_mha_call(mha, x, context=None, **options) -> None:
         sizes = dict(batch=x.shape[0], d_model=d_model, hint=hint)
         check.layer_input("context", context, axes, weight, owner=owner, **sizes)
     if rope is not None:
-        check.function("rope", rope, owner=owner)
-    if not (bias is None or torch.is_tensor(bias) or callable(bias)):
-        got = f"got {type(bias).__name__}"
-        raise TypeError(f"{owner}: position_bias must be {_BIAS_KINDS}, {got}")
+        check.built_for("rope", rope, d_head=mha.d_head, owner=owner)
     if past is not None:
         check.instance("past", past, KVCache, owner=owner)
         # the cache is extended with trust on: its fit is checked here
@@ -615,7 +613,9 @@ def _check_mha_call(mha, x, context=None, **options) -> None:
     if cross:
         k_len = context.shape[1] if past is None else cached
     scores = (x.shape[0], mha.n_heads, x.shape[1], k_len)
-    bias = bias if torch.is_tensor(bias) else None
+    # a module's bias is computed once more here, to check its shape
+    at = 0 if cross or past is None else cached  # the queries' offset
+    bias = check.score_bias("position_bias", bias, scores, at, owner=owner)
     _check_mask_and_bias(owner, scores, x, options.get("mask"), bias)
 
 

@@ -381,24 +381,27 @@ def generate(
     logits, cache = _first_step(model, context, to_check)
     step = _trusted_step(model)
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
-    # rows given unusable logits, read at the end
-    bad = torch.zeros_like(finished)
-    new_tokens = []
+    # each step's largest logit per row (0 for a finished row), read once
+    # at the end: NaN, +inf or -inf (a row all -inf) there is a bad row
+    peaks, new_tokens, has_stops = [], [], len(stops) > 0
     for position in range(max_new_tokens):
         last = logits[:, -1]
-        bad = bad | (_bad_rows(last) & ~finished)
         token = _sample(last, temperature, top_k, top_p, generator)
-        token = token.masked_fill(finished, fill)
-        new_tokens.append(token)
-        if len(stops):
+        if has_stops:  # only stop ids finish a row
+            peaks.append(last.amax(dim=-1).masked_fill(finished, 0.0))
+            token = token.masked_fill(finished, fill)
             finished = finished | torch.isin(token, stops)
-            if bool(finished.all()):
-                break
+        else:
+            peaks.append(last.amax(dim=-1))
+        new_tokens.append(token)
+        if has_stops and bool(finished.all()):
+            break
         if position + 1 < max_new_tokens:
-            column = rearrange(token, "batch -> batch 1")
+            column = token.unsqueeze(1)  # (batch) -> (batch 1)
             if window is not None:
                 context = torch.cat([context, column], dim=1)[:, -window:]
             logits, cache = _advance(step, column, cache, context, window)
+    bad = ~torch.stack(peaks).isfinite().all(dim=0)
     if bool(bad.any()):
         raise ValueError(f"{_BAD_LOGITS}: model.step gave them for rows {_rows(bad)}")
     generated = rearrange(torch.stack(new_tokens), "new batch -> batch new")

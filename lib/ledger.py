@@ -656,10 +656,12 @@ def run_ledger(
         for i, result in enumerate(done, 1):
             runs[result["row"]].append(result)
             if progress:
+                name, seed = result["row"], result["seed"]
                 print(
-                    f"[{i}/{len(jobs)}] {result['row']}, seed {result['seed']}: "
-                    f"{result['loss']:.4f} ({result['seconds']:.0f} s)", flush=True,
-                )  # fmt: skip
+                    f"[{i}/{len(jobs)}] {name}, seed {seed}: "
+                    f"{result['loss']:.4f} ({result['seconds']:.0f} s)",
+                    flush=True,
+                )
     return dict(sizes=sizes, seeds=list(seeds), runs=runs)
 
 

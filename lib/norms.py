@@ -19,6 +19,8 @@ the features last.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from einops import reduce
@@ -51,6 +53,16 @@ def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
+def _in_range(x: torch.Tensor) -> torch.Tensor:
+    """``x`` ``(... d_model)`` with every row whose largest entry passes
+    ``sqrt(max / (4 d_model))`` of its dtype divided down to that size, so
+    that no square, sum of squares or centred square overflows.
+    """
+    limit = math.sqrt(torch.finfo(x.dtype).max / (4 * x.shape[-1]))
+    largest = x.detach().abs().amax(dim=-1, keepdim=True)
+    return x / (largest / limit).clamp(min=1.0)  # other rows: / 1
+
+
 # ``x`` is a float ``(... d_model)`` tensor on the device of
 # ``module.weight``, if it has one (the norm casts it to x's dtype)
 _check_features = check.layer_forward("... d_model", "weight", casts=True)
@@ -65,7 +77,8 @@ class LayerNorm(nn.Module):
     ``var`` are the mean and the *biased* variance (divided by ``d_model``)
     of each token's features, and ``eps`` sits *inside* the square root.
     Shapes: ``x`` is ``(... d_model)``, and so is the result. fp16 and bf16
-    inputs are normalised in fp32 and cast back.
+    inputs are normalised in fp32 and cast back; a row too large to square
+    is scaled down first, which leaves its result as it is.
 
     Args: d_model: the size of the normalised (last) axis. eps: added to the
         variance before the square root; must be > 0. elementwise_affine:
@@ -106,7 +119,7 @@ class LayerNorm(nn.Module):
         ``(... d_model)``, in ``x``'s dtype.
         """
         dtype = _compute_dtype(x)
-        xc = x.to(dtype)
+        xc = _in_range(x.to(dtype))
         weight = None if self.weight is None else self.weight.to(dtype)
         bias = None if self.bias is None else self.bias.to(dtype)
         if self.fused:
@@ -140,7 +153,8 @@ class RMSNorm(nn.Module):
     ``y = x / sqrt(mean(x**2) + eps) * weight``: LayerNorm without the
     centring (no mean is subtracted) and without a bias. Shapes: ``x`` is
     ``(... d_model)``, and so is the result. fp16 and bf16 inputs are
-    normalised in fp32 and cast back.
+    normalised in fp32 and cast back; a row too large to square is scaled
+    down first, which leaves its result as it is.
 
     Args: d_model: the size of the normalised (last) axis. eps: added to the
         mean square before the square root; must be > 0. elementwise_affine:
@@ -176,7 +190,7 @@ class RMSNorm(nn.Module):
         ``(... d_model)``, in ``x``'s dtype.
         """
         dtype = _compute_dtype(x)
-        xc = x.to(dtype)
+        xc = _in_range(x.to(dtype))
         weight = None if self.weight is None else self.weight.to(dtype)
         if self.fused:
             y = F.rms_norm(xc, (self.d_model,), weight, self.eps)

@@ -269,7 +269,7 @@ def _rope_cos_sin(
 def _check_half(x) -> None:
     owner = "rope_rotate_half()"
     check.tensor("x", x, "... d", owner=owner)
-    check.even("the last axis of x", x.shape[-1], owner=owner)
+    check.even("the last axis of x", x.shape[-1], positive=True, owner=owner)
 
 
 @check.front_door(_check_half)
@@ -288,7 +288,7 @@ def rope_rotate_half(x: torch.Tensor) -> torch.Tensor:
 def _check_rotary(x, cos, sin) -> None:
     owner = "apply_rotary()"
     check.tensor("x", x, "... seq d_head", floating=True, owner=owner)
-    check.even("d_head", x.shape[-1], owner=owner)
+    check.even("d_head", x.shape[-1], positive=True, owner=owner)
     check.same_dtype_and_device(x=x, cos=cos, sin=sin, owner=owner)
     if cos.shape != sin.shape or cos.shape[-2:] != x.shape[-2:]:
         got = f"cos {tuple(cos.shape)}, sin {tuple(sin.shape)}"
@@ -312,6 +312,8 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 def _check_rows(rope, offset, seq, dtype=None) -> None:
     owner = "RotaryEmbedding.cos_sin()"
     check.nonnegative_ints(offset=offset, seq=seq, owner=owner)
+    if dtype is not None:
+        check.float_dtype("dtype", dtype, owner=owner)
 
 
 class RotaryEmbedding(nn.Module):

@@ -409,7 +409,7 @@ def shakespeare_ids() -> tuple[CharTokenizer, torch.Tensor, torch.Tensor]:
 
 
 def _cosine(warmup: int, n_steps: int) -> WarmupCosineSchedule:
-    """The recipes' schedule: warm-up, then cosine to a tenth of the peak."""
+    """The recipes' schedule: warm-up, then cosine to a tenth."""
     return WarmupCosineSchedule(warmup, n_steps, min_ratio=0.1)
 
 
@@ -430,9 +430,9 @@ def char_gpt_val_loss(
 @dataclass(frozen=True)
 class RecipeChange:
     """One change to a recipe (a row of page 8.5's ledger): configuration
-    fields (``model``), and an ``optimizer(model, lr)``, a ``schedule(warmup,
-    n_steps)`` or a ``loss_fn`` for :func:`train` in place of the recipe's
-    (None keeps the recipe's)."""
+    fields (``model``), and an ``optimizer(model, lr)``, a
+    ``schedule(warmup, n_steps)`` or a ``loss_fn`` for :func:`train` in
+    place of the recipe's (None keeps the recipe's)."""
 
     name: str = "baseline"
     model: Mapping[str, Any] = field(default_factory=dict)

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import heapq
 import json
+import operator
 import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain, pairwise
+from operator import add
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +167,64 @@ def gpt2_pretokenize(text: str) -> list[str]:
 
 
 # From chapters/01-tokenizer.md, section "Training fast: count once, then update".
+# Unicode's code points: the trainer writes id i as chr(i)
+_MAX_IDS = 0x110000
+
+
+def _check_word_counts(
+    word_counts: Mapping[tuple[int, ...], int], n_merges: int, first_id: int
+) -> tuple[int, int]:
+    """The checked ``n_merges`` and ``first_id``."""
+    n_merges, first_id = check.nonnegative_ints(n_merges=n_merges, first_id=first_id)
+    if not isinstance(word_counts, Mapping):
+        got = type(word_counts).__name__
+        raise TypeError(f"word_counts must map words to counts, got {got}")
+    for word in word_counts:
+        if not isinstance(word, tuple):
+            got = f"{type(word).__name__}: {word!r}"
+            raise TypeError(f"words must be tuples of ids, got {got}")
+    ids = list(chain.from_iterable(word_counts))
+    # the ids: ints (no bools) below first_id; the quick test first, then
+    # the word to name
+    if not (
+        set(map(type, ids)) <= {int}
+        and 0 <= min(ids, default=0)
+        and max(ids, default=0) < first_id
+    ):
+        for word in word_counts:
+            if not all(type(i) is int and 0 <= i < first_id for i in word):
+                raise ValueError(
+                    f"word {word!r} holds an id outside 0..{first_id - 1}:"
+                    f" the ids from first_id={first_id} on are the new ids"
+                    " that the merges create"
+                )
+    counts = word_counts.values()
+    if not (set(map(type, counts)) <= {int} and min(counts, default=1) > 0):
+        for word, count in word_counts.items():
+            check.positive_int(f"the count of word {word!r}", count)
+    # ids are characters in the trainer: up to the last one a merge makes
+    # (a merge joins two ids of one word: at most len(word) - 1 a word)
+    most = min(n_merges, sum(len(w) - 1 for w in word_counts if w))
+    if first_id + most > _MAX_IDS:
+        raise ValueError(
+            f"first_id={first_id} and up to {most} merges need ids up to "
+            f"{first_id + most - 1:,}; this trainer numbers {_MAX_IDS:,}"
+        )
+    return n_merges, first_id
+
+
+# From chapters/01-tokenizer.md, section "Training fast: count once, then update".
+# a heap entry is -count * 2**42 + a * 2**21 + b: ids take 21 bits
+_ID_BITS = 21
+_ID_MASK = (1 << _ID_BITS) - 1
+
+
+def _heap_entry(count: int, pair: str) -> int:
+    """The int that sorts as ``(-count, a, b)`` for the pair ``a + b``."""
+    a, b = pair
+    return (-count << 2 * _ID_BITS) + (ord(a) << _ID_BITS) + ord(b)
+
+
 def train_bpe_merges(
     word_counts: Mapping[tuple[int, ...], int], n_merges: int, first_id: int = 256
 ) -> list[tuple[tuple[int, int], int]]:
@@ -177,67 +237,98 @@ def train_bpe_merges(
     ties broken by the smallest ``(a, b)``. Training stops early when no
     pair is left (every word is one token).
     """
-    n_merges, first_id = check.nonnegative_ints(n_merges=n_merges, first_id=first_id)
-    if not isinstance(word_counts, Mapping):
-        got = type(word_counts).__name__
-        raise TypeError(f"word_counts must map words to counts, got {got}")
-    words: list[tuple[int, ...]] = []
-    freqs: list[int] = []
-    for word, count in word_counts.items():
-        if not isinstance(word, tuple):
-            got = f"{type(word).__name__}: {word!r}"
-            raise TypeError(f"words must be tuples of ids, got {got}")
-        if not all(type(i) is int and 0 <= i < first_id for i in word):
-            raise ValueError(
-                f"word {word!r} holds an id outside 0..{first_id - 1}: the "
-                f"ids from first_id={first_id} on are the new ids that the "
-                "merges create"
-            )
-        words.append(word)
-        freqs.append(check.positive_int(f"the count of word {word!r}", count))
-
-    pair_counts: defaultdict[tuple[int, int], int] = defaultdict(int)
-    where: defaultdict[tuple[int, int], set[int]] = defaultdict(set)
+    n_merges, first_id = _check_word_counts(word_counts, n_merges, first_id)
+    # the counts as Python ints (NumPy's too)
+    freqs = list(map(operator.index, word_counts.values()))
+    # a word as a str of one character per id; a pair as two characters
+    words = ["".join(map(chr, word)) for word in word_counts]
+    pair_counts: defaultdict[str, int] = defaultdict(int)
+    # the words of the pairs made now, gathered in lists, and kept in the
+    # index as tuples (a pair is made once: its words are known then)
+    found: defaultdict[str, list[int]] = defaultdict(list)
     for index, (word, freq) in enumerate(zip(words, freqs)):
-        for pair in pairwise(word):
+        word_pairs = list(map(add, word, word[1:]))
+        for pair in word_pairs:
             pair_counts[pair] += freq
-            where[pair].add(index)
-    heap = [(-count, pair) for pair, count in pair_counts.items()]
+        for pair in dict.fromkeys(word_pairs):  # each word once a pair
+            found[pair].append(index)
+    where = {pair: tuple(indices) for pair, indices in found.items()}
+    found.clear()
+    heap = [_heap_entry(count, pair) for pair, count in pair_counts.items()]
     heapq.heapify(heap)
 
-    merges: list[tuple[tuple[int, int], int]] = []
-    while len(merges) < n_merges and heap:
-        neg_count, pair = heapq.heappop(heap)
-        if pair_counts.get(pair, 0) != -neg_count:
-            # stale entry: this pair's count has changed since it was pushed
+    merged_pairs: list[str] = []
+    merged_counts: list[int] = []
+    # the neighbours' counts (x before a merged pair, y after it) and the
+    # net change of each pair, gathered over one merge's words
+    before: defaultdict[str, int] = defaultdict(int)
+    after: defaultdict[str, int] = defaultdict(int)
+    delta: defaultdict[str, int] = defaultdict(int)
+    while len(merged_pairs) < n_merges and heap:
+        entry = heapq.heappop(heap)
+        pair = chr(entry >> _ID_BITS & _ID_MASK) + chr(entry & _ID_MASK)
+        count = pair_counts.get(pair, 0)
+        entry_count = -(entry >> 2 * _ID_BITS)
+        if count != entry_count:
+            # out of date: an entry above the count goes back with the
+            # count; one below it has a larger twin still in the heap
+            if 0 < count < entry_count:
+                heapq.heappush(heap, _heap_entry(count, pair))
             continue
-        new_id = first_id + len(merges)
-        merges.append((pair, -neg_count))
-        left, right = pair
-        delta: defaultdict[tuple[int, int], int] = defaultdict(int)
+        new = chr(first_id + len(merged_pairs))
+        merged_pairs.append(pair)
+        merged_counts.append(count)
+        del pair_counts[pair]  # every occurrence is merged
         for index in where.pop(pair):
             word = words[index]
-            merged = _merge_ids(word, left, right, new_id)
-            if len(merged) == len(word):
-                # stale index entry: the word no longer contains the pair
-                continue
+            merged = word.replace(pair, new)
+            n_found = len(word) - len(merged)
+            if n_found == 0:
+                continue  # stale index entry: the pair has left the word
             freq = freqs[index]
-            for old in pairwise(word):
-                delta[old] -= freq
-            for new in pairwise(merged):
-                delta[new] += freq
-                where[new].add(index)
-            words[index] = tuple(merged)
+            if n_found == 1:  # x a b y -> x new y
+                at = word.find(pair)
+                if at > 0:
+                    before[word[at - 1]] += freq
+                    found[word[at - 1] + new].append(index)
+                if at + 2 < len(word):
+                    after[word[at + 2]] += freq
+                    found[new + word[at + 2]].append(index)
+            else:  # several occurrences: redo the whole word
+                for old_pair in map(add, word, word[1:]):
+                    delta[old_pair] -= freq
+                new_pairs = list(map(add, merged, merged[1:]))
+                for new_pair in new_pairs:
+                    delta[new_pair] += freq
+                for new_pair in dict.fromkeys(new_pairs):
+                    if new in new_pair:
+                        found[new_pair].append(index)
+            words[index] = merged
+        left, right = pair
+        for x, freq in before.items():
+            delta[x + left] -= freq
+            delta[x + new] += freq
+        for y, freq in after.items():
+            delta[right + y] -= freq
+            delta[new + y] += freq
+        delta.pop(pair, None)
         for changed, diff in delta.items():
-            if diff == 0:
-                continue
             count = pair_counts[changed] + diff
-            if count > 0:
-                pair_counts[changed] = count
-                heapq.heappush(heap, (-count, changed))
-            else:
+            if count == 0:
                 del pair_counts[changed]
-    return merges
+                continue
+            pair_counts[changed] = count
+            if diff > 0:
+                heapq.heappush(heap, _heap_entry(count, changed))
+        for new_pair, indices in found.items():
+            where[new_pair] = tuple(indices)
+        before.clear()
+        after.clear()
+        delta.clear()
+        found.clear()
+    return [
+        ((ord(a), ord(b)), count) for (a, b), count in zip(merged_pairs, merged_counts)
+    ]
 
 
 # From chapters/01-tokenizer.md, section "The tokenizer: special tokens, encoding, decoding, saving".

@@ -59,6 +59,8 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 import torch
 
+from lib import _checks as check
+
 __all__ = [
     "PROFILE_ENV",
     "DEVICE_ENV",
@@ -186,6 +188,17 @@ def assert_trained(condition: bool, claim: str) -> None:
     checked instead of asserted; in every real run it is asserted, with ``claim`` as the
     message when it fails.
     """
+    owner = "assert_trained"
+    check.string("claim", claim, nonempty=True, owner=owner)
+    # a tensor or an array of several values has no one truth value
+    values = condition.numel() if torch.is_tensor(condition) else np.size(condition)
+    if condition is None or isinstance(condition, str) or values != 1:
+        got = f"{type(condition).__name__} {str(condition)[:60]!r}"
+        got += f" of {values} values: reduce it with .all() or .any()" * (values != 1)
+        raise TypeError(
+            f"{owner}: condition must be one truth value (a bool, or a tensor or array "
+            f"of one value), got {got}"
+        )
     if is_dry():
         print(f"[dry run] not checked (training was cut short): {claim}")
         return
@@ -257,6 +270,11 @@ class Precision:
 
     dtype: torch.dtype
     use_grad_scaler: bool
+
+    def __post_init__(self) -> None:
+        dtypes = (torch.bfloat16, torch.float16, torch.float32)
+        check.one_of("dtype", self.dtype, dtypes, owner="Precision")
+        check.boolean("use_grad_scaler", self.use_grad_scaler, owner="Precision")
 
     @property
     def name(self) -> str:
@@ -386,10 +404,8 @@ def set_threads(n: int | None = None) -> int:
             ) from None
     if n is None:
         n = pick(smoke=1, full=0)  # 0: leave PyTorch's default
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(
-            f"threads must be an int >= 1 (or 0 for the default), got {n!r}"
-        )
+    hint = "0 leaves PyTorch's default"
+    n = check.int_at_least("threads", n, 0, owner="set_threads", hint=hint)
     if n:
         torch.set_num_threads(n)
     return torch.get_num_threads()
@@ -401,8 +417,8 @@ def seed_everything(seed: int = 0, *, deterministic: bool = False) -> torch.Gene
     With ``deterministic=True``, also ask PyTorch for deterministic kernels (slower;
     some operations then raise instead of running nondeterministically).
     """
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    seed = check.integer("seed", seed, owner="seed_everything")  # NumPy's too
+    check.boolean("deterministic", deterministic, owner="seed_everything")
     if not 0 <= seed < 2**64:  # the range torch.manual_seed takes
         raise ValueError(f"seed must be an int in 0..2**64 - 1, got {seed}")
     random.seed(seed)
@@ -492,10 +508,20 @@ _PYTHON = re.compile(r"python[0-9.]*(\.exe)?")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
-def looks_absolute(text: str) -> bool:
-    """Whether ``text`` reads as an absolute path on some machine: it starts with ``/``
-    (and is more than ``/``), ``~`` or a drive letter (``C:\\``, ``C:/``)."""
-    return isinstance(text, str) and _ABSOLUTE.match(text) is not None
+def _path(name: str, value: Any, owner: str) -> Path:
+    """``value`` (a ``str`` or ``os.PathLike``) as a ``Path``; anything else refused."""
+    if not isinstance(value, str | os.PathLike):
+        got = type(value).__name__
+        raise TypeError(f"{owner}: {name} must be a path (a str or Path), got {got}")
+    return Path(value)
+
+
+def looks_absolute(text: str | os.PathLike) -> bool:
+    """Whether ``text`` (a str, or a path) reads as an absolute path on some machine: it
+    starts with ``/`` (and is more than ``/``), ``~`` or a drive letter (``C:\\``,
+    ``C:/``)."""
+    text = os.fspath(_path("text", text, "looks_absolute"))
+    return _ABSOLUTE.match(text) is not None
 
 
 def relative_command(command: str, root: str | os.PathLike = PROJECT_ROOT) -> str:
@@ -516,13 +542,15 @@ def relative_command(command: str, root: str | os.PathLike = PROJECT_ROOT) -> st
 
     A command with nothing to rewrite is returned as it is.
     """
+    owner = "relative_command"
+    check.string("command", command, owner=owner, hint="a shell command line")
     try:
         words = shlex.split(command)
-    except (AttributeError, ValueError) as err:
+    except ValueError as err:
         raise ValueError(
             f"command must be a shell command line ({err}): {command!r}"
         ) from None
-    root = Path(root).resolve()
+    root = _path("root", root, owner).resolve()
     program = next((i for i, w in enumerate(words) if not _ASSIGNMENT.match(w)), None)
 
     def rewritten(path: str, i: int, option: str) -> str:
@@ -682,6 +710,7 @@ def write_record(
     and torch numbers, tensors, tuples, paths); NaN, infinities and other objects are
     refused with a :class:`RecordError` naming the key, before anything is written.
     """
+    out = _path("out_dir", out_dir, "write_record")
     if not isinstance(name, str) or not name:
         raise RecordError(f"name must be a non-empty string, got {name!r}")
     if not isinstance(command, str) or not command.strip():
@@ -692,7 +721,13 @@ def write_record(
         raise RecordError(f"metrics must be a dict, got {type(metrics).__name__}")
     if profile is not None and profile not in PROFILES:
         raise RecordError(f"profile must be one of {PROFILES}, got {profile!r}")
-    device = torch.device(device) if device is not None else get_device()
+    for key, value in (("curves", curves), ("extra", extra)):
+        if not (value is None or isinstance(value, Mapping)):
+            got = type(value).__name__
+            raise RecordError(f"{key} must be a dict (or None), got {got}")
+    if device is None:
+        device = get_device()
+    device = torch.device(_device_name("device", device, "write_record"))
     try:
         import triton
 
@@ -721,7 +756,6 @@ def write_record(
     }
     record = {key: _plain(value, key) for key, value in record.items()}
     _validate_record(record, "the record")
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "metrics.json"
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -776,7 +810,7 @@ def _validate_record(record: Any, where: str) -> None:
 def read_record(path: str | os.PathLike) -> dict[str, Any]:
     """The record at ``path`` (a ``metrics.json``, or its folder), checked against the
     schema of :func:`write_record`; a :class:`RecordError` says what does not fit."""
-    path = Path(path)
+    path = _path("path", path, "read_record")
     if path.is_dir():
         path = path / "metrics.json"
     try:

@@ -1347,3 +1347,55 @@ def test_qk_norm_runs_under_autocast():
         out = mha(x.bfloat16(), causal=True)
     assert out.dtype == torch.bfloat16
     assert (out.float() - mha(x, causal=True)).abs().max() < 0.1
+
+
+# --- issue 40, item 7: modules composed with bad input -----------------------------------
+
+
+def test_a_bias_callable_is_checked_by_what_it_returns():
+    mha = MultiHeadAttention(32, 4).eval()
+    x = torch.randn(2, 5, 32)
+    # each was a broadcasting error deep in PyTorch, an AttributeError, or (a bool
+    # "bias") a silent result: True added 1.0 to the scores
+    bad = {
+        "must broadcast to .* got shape \\(5, 6\\)": lambda q, k, o: torch.zeros(
+            q, k + 1
+        ),
+        "must be a torch.Tensor, got list": lambda q, k, o: [0.0],
+        "must be a floating-point tensor": lambda q, k, o: torch.ones(q, k).bool(),
+    }
+    for match, bias in bad.items():
+        with pytest.raises(
+            (TypeError, ValueError), match=f"position_bias\\(5, 5, 0\\) {match}"
+        ):
+            mha(x, position_bias=bias)
+    calls = []
+
+    def bias(q_len, k_len, offset):
+        calls.append((q_len, k_len, offset))
+        return torch.zeros(4, q_len, k_len)
+
+    out, cache = mha(x, position_bias=bias, use_cache=True)
+    assert torch.allclose(out, mha(x), atol=1e-6)
+    # checked once at the front door, then computed by the body: with the offset
+    mha(x[:, :2], position_bias=bias, past=cache)
+    assert calls == [(5, 5, 0)] * 2 + [(2, 7, 5)] * 2
+
+
+def test_a_causal_mask_with_more_queries_than_keys_needs_an_offset():
+    with pytest.raises(ValueError, match=r"causal_mask\(\): a causal mask with more "):
+        causal_mask(5, 3)  # was: 2 rows that see nothing
+    assert causal_mask(5, 3, offset=2).sum(-1).tolist() == [3, 3, 3, 3, 3]  # placed
+    # asked for, the bottom-right rows are still there (the backends' causal=True)
+    assert causal_mask(5, 3, offset=-2).sum(-1).tolist() == [0, 0, 1, 2, 3]
+
+
+def test_heads_of_zero_width_are_refused():
+    empty = torch.randn(2, 4, 5, 0)
+    for backend in ("math", "sdpa"):  # math divided by zero, sdpa returned (2, 4, 5, 0)
+        with pytest.raises(ValueError, match=r"has d_head=0.*d_model < n_heads"):
+            ATTENTION_BACKENDS[backend](empty, empty, empty)
+    with pytest.raises(ValueError, match="d_model=2 is not divisible by n_heads=4"):
+        MultiHeadAttention(2, 4)
+    with pytest.raises(ValueError, match="d_head must be an int >= 1, got 0"):
+        MultiHeadAttention(32, 4, d_head=0)

@@ -758,3 +758,83 @@ def test_layer_forward_keeps_positions_inside_a_table():
         match=r"^Table: positions 4\.\.6 go past max_len=6: the table ends at row 5$",
     ):
         checker(table, torch.zeros(2, 3, 4), offset=4)
+
+
+# -- modules composed (issue 40, item 7) --------------------------------------------------------
+
+
+def test_attention_inputs_refuse_heads_of_zero_width():
+    empty = torch.randn(2, 4, 5, 0)
+    with pytest.raises(
+        ValueError, match=r"q \(2, 4, 5, 0\) has d_head=0: a head needs"
+    ):
+        check.attention_inputs(empty, empty, empty)
+
+
+def test_causal_fits_names_the_queries_that_would_see_nothing():
+    check.causal_fits(3, 3)
+    check.causal_fits(1, 9)
+    with pytest.raises(
+        ValueError, match="f: a causal mask with more .* the first 2 queries .*; hint"
+    ):
+        check.causal_fits(5, 3, owner="f", hint="hint")
+
+
+class _Sized:
+    def __init__(self, **sizes):
+        self.__dict__.update(sizes)
+
+    def __call__(self, q_len, k_len, offset=0):
+        return torch.zeros(getattr(self, "n_heads", 1), q_len, k_len)
+
+
+def test_built_for_compares_the_sizes_a_module_carries():
+    rope = _Sized(d_head=16)
+    assert check.built_for("rope", rope, d_head=16) is rope
+    with pytest.raises(
+        ValueError,
+        match=r"M: rope \(_Sized\) was built for d_head=16, but is used with d_head=8",
+    ):
+        check.built_for("rope", rope, d_head=8, owner="M")
+    check.built_for("rope", lambda x, offset=0: x, d_head=8)  # nothing to compare
+    check.built_for("rope", _Sized(d_head=True), d_head=8)  # not a size: not compared
+    with pytest.raises(TypeError, match="rope must be callable, got int 3"):
+        check.built_for("rope", 3, d_head=8)
+
+
+def test_score_bias_calls_a_module_once_and_checks_what_it_returns():
+    scores = (2, 4, 5, 7)
+    assert check.score_bias("b", None, scores) is None
+    table = torch.zeros(3, 5, 7)  # a tensor is returned for the caller to check
+    assert check.score_bias("b", table, scores) is table
+    calls = []
+
+    def bias(q_len, k_len, offset):
+        calls.append((q_len, k_len, offset, torch.is_grad_enabled()))
+        return torch.zeros(4, q_len, k_len)
+
+    assert check.score_bias("b", bias, scores, 2).shape == (4, 5, 7)
+    assert calls == [(5, 7, 2, False)]  # once, without gradients
+    with pytest.raises(ValueError, match=r"b \(_Sized\) was built for n_heads=8"):
+        check.score_bias("b", _Sized(n_heads=8), scores)
+    with pytest.raises(
+        ValueError,
+        match=r"M: b\(5, 7, 0\) must broadcast to \(batch heads q_pos k_pos\) = "
+        r"\(2, 4, 5, 7\), got shape \(5, 8\)",
+    ):
+        check.score_bias("b", lambda q, k, o: torch.zeros(q, k + 1), scores, owner="M")
+    with pytest.raises(
+        TypeError, match=r"b\(5, 7, 0\) must be a torch.Tensor, got list"
+    ):
+        check.score_bias("b", lambda q, k, o: [0.0], scores)
+    with pytest.raises(
+        TypeError, match="must be a floating-point tensor, got dtype torch.bool"
+    ):
+        check.score_bias(
+            "b", lambda q, k, o: torch.ones(q, k, dtype=torch.bool), scores
+        )
+    with pytest.raises(
+        TypeError,
+        match=r"b must be a tensor or a module called as b\(q_len, k_len, offset\)",
+    ):
+        check.score_bias("b", "alibi", scores)

@@ -291,3 +291,298 @@ def test_rope_at_is_chapter_3s_rotation():
     assert torch.allclose(
         rope_at(x, torch.arange(4, 11)), rotary(x, offset=4), atol=1e-5
     )
+
+
+# -- Exercise 1 of page 7.2: DistilBERT's table ---------------------------------------
+
+
+def _distilbert_table(mistake=None):
+    """The reference table, or one with a typical mistake."""
+    from lib.exercises.families import _distilbert_rows
+    from lib.hf_weights import transpose
+
+    def rows(cfg):
+        table = []
+        for ours, theirs, transform in _distilbert_rows(cfg):
+            if mistake == "kqv" and transform.__name__ == "concat":
+                theirs = [theirs[1], theirs[0], theirs[2]]
+            if mistake == "norms" and isinstance(ours, str) and ".norm." in ours:
+                swap = {"sa_layer_norm": "output_layer_norm"}
+                swap |= {v: k for k, v in swap.items()}
+                name = theirs.split(".")[-2]
+                theirs = theirs.replace(name, swap.get(name, name))
+            if mistake == "transpose_out" and str(theirs).endswith("out_lin.weight"):
+                transform = transpose
+            if mistake == "transpose_ffn" and theirs == (
+                "distilbert.transformer.layer.{i}.ffn.lin1.weight"
+            ):
+                transform = transpose
+            if mistake == "no_head_bias" and ours == "head.bias":
+                continue
+            if mistake == "placeholder" and isinstance(theirs, str):
+                theirs, ours = theirs.replace("{i}", "{n}"), ours.replace("{i}", "{n}")
+            if mistake == "head_swap" and ours in ("mlm_dense.weight",):
+                theirs = "distilbert.transformer.layer.0.attention.out_lin.weight"
+            table.append((ours, theirs, transform))
+        if mistake == "head_swap":
+            table.append(
+                (
+                    "encoder.blocks.0.self_attn.sublayer.out_proj.weight",
+                    "vocab_transform.weight",
+                    lambda x: x,
+                )
+            )
+        return table
+
+    return rows
+
+
+def test_distilbert_rows_accepts_the_reference_and_reports_a_stub(capsys):
+    pytest.importorskip("transformers")
+    from lib.exercises.families import check_distilbert_rows
+
+    assert check_distilbert_rows(_distilbert_table())
+    assert check_distilbert_rows(_not_attempted) is None
+    assert "Exercise 1 (page 7.2) not attempted" in capsys.readouterr().out
+
+
+def test_distilbert_config_gives_transformers_logits():
+    """Our BERT with distilbert_config and the reference table is DistilBERT."""
+    pytest.importorskip("transformers")
+    from lib.exercises.families import (
+        _convert_distilbert,
+        _distilbert_reference,
+        _distilbert_rows,
+        distilbert_config,
+    )
+    from lib.hf_weights import load_checked
+    from lib.models import BERT
+
+    reference = _distilbert_reference(2, 5)
+    cfg = distilbert_config(reference.config)
+    assert cfg.norm_eps == 1e-12 and cfg.norm_position == "post"
+    state = _convert_distilbert(reference.state_dict(), _distilbert_rows(cfg), cfg)
+    ours = load_checked(BERT(cfg), state).eval()
+    ids = torch.randint(0, cfg.vocab_size, (2, 9))
+    with torch.no_grad():
+        assert torch.allclose(ours(ids), reference(ids).logits, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("mistake", "match"),
+    [
+        ("kqv", "stacks their k, q, v projections"),
+        ("norms", "DistilBERT is post-LN"),
+        ("transpose_out", "out_proj.weight is transposed"),
+        ("transpose_ffn", "A matrix came out transposed"),
+        ("no_head_bias", "missing \\(1\\):\\s+head.bias"),
+        ("placeholder", "write \\{i\\} for a block's index"),
+        ("head_swap", "holds their"),
+    ],
+)
+def test_distilbert_rows_diagnoses_mistakes(mistake, match):
+    pytest.importorskip("transformers")
+    from lib.exercises.families import check_distilbert_rows
+
+    with pytest.raises(ExerciseError, match=match):
+        check_distilbert_rows(_distilbert_table(mistake))
+
+
+def test_distilbert_rows_wants_a_list_of_rows():
+    pytest.importorskip("transformers")
+    from lib.exercises.families import check_distilbert_rows
+
+    with pytest.raises(ExerciseError, match="return a list of rows"):
+        check_distilbert_rows(lambda cfg: {"embed.norm.weight": "LayerNorm.weight"})
+
+
+# -- Exercise 2 of page 7.2: back to GPT-2 --------------------------------------------
+
+
+def to_gpt2(state_dict, cfg, mistake=None):
+    """Our GPT's state dict as GPT-2's, right or with one typical mistake."""
+    from lib.hf_weights import expand_rows, gpt2_rows, transpose
+
+    theirs = {}
+    for ours, their_keys, transform in expand_rows(
+        gpt2_rows(cfg), {"i": range(cfg.n_layers)}
+    ):
+        tensor = state_dict[ours[0]]
+        flip = transform is transpose
+        if mistake == "no_transpose":
+            flip = False
+        if mistake == "square_kept" and their_keys[0].endswith("attn.c_proj.weight"):
+            flip = False
+        if mistake == "all_matrices":
+            flip = tensor.dim() == 2
+        for key in their_keys:
+            theirs[key] = tensor.t() if flip else tensor
+    if mistake == "no_lm_head" and cfg.tie_embeddings:
+        del theirs["lm_head.weight"]
+    if mistake == "head_from_embedding":
+        theirs["lm_head.weight"] = theirs["transformer.wte.weight"]
+    if mistake == "pops":
+        state_dict.pop("head.weight")
+    return theirs
+
+
+def test_gpt2_export_accepts_the_reference_and_reports_a_stub(capsys):
+    pytest.importorskip("transformers")
+    from lib.exercises.families import check_gpt2_export
+
+    assert check_gpt2_export(to_gpt2)
+    assert check_gpt2_export(_not_attempted) is None
+    assert "Exercise 2 (page 7.2) not attempted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("mistake", "match"),
+    [
+        ("no_transpose", "is a Conv1D weight, stored \\(in, out\\)"),
+        ("square_kept", "c_proj.weight is a Conv1D .* no shape error shows it"),
+        ("all_matrices", "embeddings are \\(rows, d_model\\)"),
+        ("no_lm_head", "lm_head.weight is missing"),
+        ("head_from_embedding", "this model is untied"),
+        ("pops", "changed the state dict it was given"),
+    ],
+)
+def test_gpt2_export_diagnoses_mistakes(mistake, match):
+    pytest.importorskip("transformers")
+    from lib.exercises.families import check_gpt2_export
+
+    with pytest.raises(ExerciseError, match=match):
+        check_gpt2_export(lambda sd, cfg: to_gpt2(sd, cfg, mistake))
+
+
+def test_gpt2_export_wants_a_dict_of_tensors():
+    pytest.importorskip("transformers")
+    from lib.exercises.families import check_gpt2_export
+
+    with pytest.raises(ExerciseError, match="return a dict"):
+        check_gpt2_export(lambda sd, cfg: list(to_gpt2(sd, cfg).values()))
+    with pytest.raises(ExerciseError, match="unexpected keys"):
+        check_gpt2_export(lambda sd, cfg: to_gpt2(sd, cfg) | {"extra": torch.ones(1)})
+
+
+# -- Exercise 1 of page 7.5: the log-likelihood of a text -----------------------------
+
+
+def log_likelihood(model, ids, mistake=None):
+    """Right, or with one typical mistake."""
+    with torch.no_grad():
+        logits = model(ids)
+    log_probs = logits.log_softmax(-1)
+    scored, targets = log_probs[:, :-1], ids[:, 1:]
+    if mistake == "own_position":
+        scored = log_probs[:, 1:]
+    if mistake == "raw_logits":
+        scored = logits[:, :-1]
+    if mistake == "probabilities":
+        scored = logits[:, :-1].softmax(-1)
+    if mistake == "seq_axis":
+        scored = logits[:, :-1].log_softmax(1)
+    picked = scored.gather(-1, targets[..., None]).squeeze(-1)
+    if mistake == "per_token":
+        return picked
+    return picked.mean(-1) if mistake == "mean" else picked.sum(-1)
+
+
+def test_log_likelihood_accepts_the_reference_and_reports_a_stub(capsys):
+    from lib.exercises.families import check_log_likelihood, log_likelihood_reference
+
+    assert check_log_likelihood(log_likelihood)
+    assert check_log_likelihood(log_likelihood_reference)
+    assert check_log_likelihood(_not_attempted) is None
+    assert "Exercise 1 (page 7.5) not attempted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("mistake", "match"),
+    [
+        ("mean", "the mean over the tokens"),
+        ("own_position", "the logits at position t predict token t\\+1"),
+        ("raw_logits", "these are raw logits"),
+        ("probabilities", "these are probabilities"),
+        ("seq_axis", "log_softmax over the wrong axis"),
+        ("per_token", "one number per token"),
+    ],
+)
+def test_log_likelihood_diagnoses_mistakes(mistake, match):
+    from lib.exercises.families import check_log_likelihood
+
+    with pytest.raises(ExerciseError, match=match):
+        check_log_likelihood(lambda model, ids: log_likelihood(model, ids, mistake))
+
+
+def test_log_likelihood_catches_in_place_changes():
+    from lib.exercises.families import check_log_likelihood
+
+    def in_place(model, ids):
+        result = log_likelihood(model, ids)
+        ids[:, 0] = 0
+        return result
+
+    with pytest.raises(ExerciseError, match="modified its input"):
+        check_log_likelihood(in_place)
+
+
+# -- Exercise 2 of page 7.5: pseudo-log-likelihood ------------------------------------
+
+
+def pseudo(model, ids, mask_id, mistake=None):
+    """Right, or with one typical mistake."""
+    n = len(ids)
+    copies = ids.repeat(n, 1)
+    if mistake == "all_masked":
+        copies[:] = mask_id
+    elif mistake != "visible":
+        copies.fill_diagonal_(mask_id)
+    with torch.no_grad():
+        logits = model(copies)[torch.arange(n), torch.arange(n)]  # (seq vocab)
+    scores = logits if mistake == "raw_logits" else logits.log_softmax(-1)
+    picked = scores[torch.arange(n), ids]
+    return (picked.mean() if mistake == "mean" else picked.sum()).item()
+
+
+def test_pseudo_log_likelihood_accepts_the_reference_and_reports_a_stub(capsys):
+    from lib.exercises.families import (
+        check_pseudo_log_likelihood,
+        pseudo_log_likelihood_reference,
+    )
+
+    assert check_pseudo_log_likelihood(pseudo)
+    assert check_pseudo_log_likelihood(pseudo_log_likelihood_reference)
+    as_tensor = lambda m, i, k: torch.tensor(pseudo(m, i, k))
+    assert check_pseudo_log_likelihood(as_tensor)
+    assert check_pseudo_log_likelihood(_not_attempted) is None
+    assert "Exercise 2 (page 7.5) not attempted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("mistake", "match"),
+    [
+        ("visible", "the model saw the tokens it was asked for"),
+        ("all_masked", "every position was masked at once"),
+        ("mean", "the mean over the positions"),
+        ("raw_logits", "these are raw logits"),
+    ],
+)
+def test_pseudo_log_likelihood_diagnoses_mistakes(mistake, match):
+    from lib.exercises.families import check_pseudo_log_likelihood
+
+    with pytest.raises(ExerciseError, match=match):
+        check_pseudo_log_likelihood(lambda m, i, k: pseudo(m, i, k, mistake))
+
+
+def test_pseudo_log_likelihood_catches_a_fixed_mask_id_and_in_place_masking():
+    from lib.exercises.families import check_pseudo_log_likelihood
+
+    with pytest.raises(ExerciseError, match="expected"):
+        check_pseudo_log_likelihood(lambda m, i, k: pseudo(m, i, 38))
+
+    def in_place(model, ids, mask_id):
+        ids[0] = mask_id
+        return pseudo(model, ids, mask_id)
+
+    with pytest.raises(ExerciseError, match="modified its input"):
+        check_pseudo_log_likelihood(in_place)

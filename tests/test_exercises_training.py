@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import csv
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 from lib.exercises._common import ExerciseError
 from lib.exercises.training import (
+    _early_stop_variant,
+    bfloat16_neighbours,
+    check_early_stop,
     check_noam_plan,
     check_scaler_step,
     check_smoothed_loss_floor,
+    check_stochastic_round,
+    early_stop_reference,
     fp16_regression,
     scaler_step_reference,
+    stochastic_round_reference,
 )
 
 
@@ -184,3 +192,163 @@ def other_convention(smoothing, vocab):
 def test_smoothed_loss_floor_diagnoses_mistakes(wrong, match):
     with pytest.raises(ExerciseError, match=match):
         check_smoothed_loss_floor(wrong)
+
+
+# -- Exercise 2 of page 8.2: stochastic rounding ---------------------------------------
+
+
+def _bits(x):
+    return x.view(torch.int32)
+
+
+def rounding(x, generator, mistake=None):
+    """Stochastic rounding to bfloat16, right or with one typical mistake."""
+    high = (1 << 16) + (mistake == "inclusive")
+    noise = torch.randint(0, high, x.shape, generator=generator, dtype=torch.int32)
+    if mistake == "global_rng":
+        noise = torch.randint(0, high, x.shape, dtype=torch.int32)
+    if mistake == "nearest":
+        return x.bfloat16()
+    toward = _bits(x) & -65536
+    fraction = _bits(x) & 65535
+    away = torch.where(fraction == 0, toward, toward + 65536)
+    if mistake == "truncate":
+        return toward.view(torch.float32).bfloat16()
+    if mistake == "coin":
+        up = noise < (1 << 15)
+        return torch.where(up, away, toward).view(torch.float32).bfloat16()
+    if mistake == "inverted":
+        up = (fraction > 0) & (noise < 65536 - fraction)
+        return torch.where(up, away, toward).view(torch.float32).bfloat16()
+    rounded = ((_bits(x) + noise) & -65536).view(torch.float32)
+    if mistake == "float32":
+        return rounded
+    if mistake == "in_place":
+        x.view(torch.int32).add_(noise)
+        x.view(torch.int32).bitwise_and_(-65536)
+        return x.bfloat16()
+    if mistake == "value_noise":  # noise on the value, then round to nearest
+        return (x + (noise.float() / 65536 - 0.5) * 1e-2 * x.abs()).bfloat16()
+    return rounded.bfloat16()
+
+
+def test_stochastic_round_accepts_the_reference():
+    assert check_stochastic_round(rounding)
+    assert check_stochastic_round(stochastic_round_reference)
+
+
+def test_stochastic_round_is_unbiased_and_between_the_neighbours():
+    x = torch.tensor([1.0 + 2**-9, -3.3, 1e-3, 65504.7])
+    toward, away = bfloat16_neighbours(x)
+    assert (toward.abs() <= x.abs()).all() and (away.abs() >= x.abs()).all()
+    draws = stochastic_round_reference(
+        x.repeat(20_000, 1), torch.Generator().manual_seed(0)
+    ).float()
+    assert ((draws == toward) | (draws == away)).all()
+    gap = (away - toward).abs()
+    assert ((draws.mean(0) - x).abs() < 0.02 * gap).all()
+
+
+@pytest.mark.parametrize(
+    ("mistake", "match"),
+    [
+        ("nearest", "round-to-nearest"),
+        ("truncate", "truncates"),
+        ("coin", "a coin toss"),
+        ("inverted", "inverted"),
+        ("global_rng", "the generator passed in"),
+        ("inclusive", "randint's high end is exclusive"),
+        ("float32", "return a bfloat16 tensor"),
+        ("in_place", "modified x in place"),
+        ("value_noise", "must stay as it is|not one of its two bfloat16 neighbours"),
+    ],
+)
+def test_stochastic_round_diagnoses_mistakes(mistake, match):
+    def wrong(x, generator):
+        return rounding(x, generator, mistake=mistake)
+
+    with pytest.raises(ExerciseError, match=match):
+        check_stochastic_round(wrong)
+
+
+def test_stochastic_round_checks_the_shape_and_reports_not_attempted(capsys):
+    with pytest.raises(ExerciseError, match="has shape"):
+        check_stochastic_round(lambda x, g: rounding(x, g).flatten())
+    with pytest.raises(ExerciseError, match="NaN must stay NaN"):
+        check_stochastic_round(lambda x, g: rounding(x, g).masked_fill(x.isnan(), 0))
+
+    def stub(x, generator):
+        raise NotImplementedError
+
+    assert check_stochastic_round(stub) is None
+    assert "Exercise 2 (page 8.2) not attempted" in capsys.readouterr().out
+
+
+# -- Exercise 1 of page 8.4: early stopping --------------------------------------------
+
+
+def test_early_stop_accepts_the_reference():
+    assert check_early_stop(early_stop_reference)
+
+
+def test_early_stop_reference_on_plain_curves():
+    steps = [10, 20, 30, 40, 50]
+    assert early_stop_reference(steps, [5, 4, 3, 2, 1], 2) == (50, 50)  # never stops
+    assert early_stop_reference(steps, [1, 2, 3, 4, 5], 2) == (30, 10)  # never improves
+    assert early_stop_reference(steps, [3, 2, 2, 2, 1], 2) == (
+        40,
+        20,
+    )  # ties: the first
+    assert early_stop_reference(steps, [3, math.nan, 2, math.nan, 4], 2) == (50, 30)
+    assert early_stop_reference(steps, [3, 2, 2, 2, 1], 1) == (30, 20)
+
+
+def test_early_stop_on_the_h200_run():
+    """Patience 3 on the recorded H200 run: the best at step 700, the stop at 1,000."""
+    record = Path(__file__).parent.parent / "book/results/08-training-gpt/eval.csv"
+    if not record.is_file():
+        pytest.skip("no H200 record in this copy")
+    rows = list(csv.DictReader(record.open()))
+    steps, losses = [int(r["step"]) for r in rows], [float(r["loss"]) for r in rows]
+    assert early_stop_reference(steps, losses, 3) == (1000, 700)
+
+
+@pytest.mark.parametrize(
+    ("mistake", "match"),
+    [
+        ("early", "one evaluation early"),
+        ("late", "one evaluation late"),
+        ("ties", "an equal loss counted as an improvement"),
+        ("no_reset", "start again at 0 after each improvement"),
+        ("index", "the index of the evaluation"),
+        ("global_best", "training never sees the later ones"),
+    ],
+)
+def test_early_stop_diagnoses_mistakes(mistake, match):
+    def wrong(steps, losses, patience):
+        return _early_stop_variant(steps, losses, patience, mistake)
+
+    with pytest.raises(ExerciseError, match=match):
+        check_early_stop(wrong)
+
+
+def test_early_stop_checks_what_it_returns():
+    def stops_at_the_best(steps, losses, patience):
+        _, best = early_stop_reference(steps, losses, patience)
+        return best, best
+
+    with pytest.raises(ExerciseError, match="expected"):
+        check_early_stop(stops_at_the_best)
+    with pytest.raises(ExerciseError, match="return a pair"):
+        check_early_stop(lambda s, losses, p: early_stop_reference(s, losses, p)[0])
+    with pytest.raises(ExerciseError, match="should be an int"):
+        check_early_stop(lambda s, losses, p: (float(s[-1]), s[0]))
+
+
+def test_the_moved_checkers_are_numbered_by_their_pages(capsys):
+    """Chapter 8's checkers name the page of their exercise."""
+    assert check_smoothed_loss_floor(floor) and check_noam_plan(noam_plan)
+    out = capsys.readouterr().out
+    assert "Exercise 1 (page 8.1)" in out and "Exercise 2 (page 8.1)" in out
+    assert check_scaler_step(scaler_step_reference)
+    assert "Exercise 1 (page 8.2)" in capsys.readouterr().out

@@ -805,6 +805,30 @@ def test_generate_refuses_tokens_from_unusable_logits(bad, temperature):
     assert generate(BrokenLM(bad, at=20), torch.tensor([1, 2]), 6).shape == (8,)
 
 
+class RowBrokenLM(ToyLM):
+    """A ToyLM whose row ``row`` gets all -inf logits from position ``at`` on."""
+
+    def __init__(self, row=1, at=4, **kwargs):
+        super().__init__(**kwargs)
+        self.row, self.at = row, at
+
+    def full_logits(self, ids):
+        logits = super().full_logits(ids).clone()
+        logits[self.row, self.at :] = -math.inf
+        return logits
+
+
+def test_generate_names_the_bad_row_and_skips_finished_ones():
+    """generate reads the rows' largest logits once, at the end: it names the row whose
+    logits were unusable while it was live, and ignores a row after its stop token."""
+    prompt = torch.tensor([[1, 2], [3, 4]])  # greedy: 3 0 3 3 3 3 and 1 2 5 ...
+    with pytest.raises(ValueError, match=r"for rows \[1\]$"):
+        generate(RowBrokenLM(at=3), prompt, 6, temperature=0)
+    # stop id 1: row 1 finishes at its first token, before its logits turn bad
+    out = generate(RowBrokenLM(at=3), prompt, 6, temperature=0, stop_ids=[1])
+    assert out.tolist() == [[1, 2, 3, 0, 3, 3, 3, 3], [3, 4, 1, 1, 1, 1, 1, 1]]
+
+
 def test_next_token_probs_and_sampling_refuse_unusable_logits():
     for row in ([math.nan, 0.0], [-math.inf, -math.inf], [math.inf, 0.0]):
         logits = torch.tensor([[0.0, 1.0], row])

@@ -3,6 +3,7 @@ groups against torch's AdamW, checkpoints), the warm-up-stable-decay schedule, z
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -490,3 +491,133 @@ def test_cross_entropy_z_loss_adds_z_loss_in_training_only():
 def test_z_loss_refuses_bad_arguments(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+# The ledger's statistics and runner.
+from lib.ledger import (  # noqa: E402
+    LEDGER_CPU_SIZES,
+    holm,
+    ledger_main,
+    ledger_rows,
+    ledger_sizes,
+    ledger_table,
+    mean_interval,
+    paired_t_test,
+    run_ledger,
+    t_quantile,
+    t_two_sided_p,
+)
+from lib.runs import RecipeChange  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("t", "df"), [(12.7062, 1), (4.3027, 2), (3.1824, 3), (2.7764, 4), (2.5706, 5)]
+)
+def test_t_tail_matches_the_tables_97_5_percent_points(t, df):
+    assert t_two_sided_p(t, df) == pytest.approx(0.05, abs=2e-5)
+    assert t_quantile(0.975, df) == pytest.approx(t, abs=2e-4)
+
+
+def test_t_tail_tends_to_the_normal_and_is_symmetric():
+    assert t_two_sided_p(1.959964, 100_000) == pytest.approx(0.05, abs=1e-4)
+    assert t_two_sided_p(-2.0, 4) == t_two_sided_p(2.0, 4)
+    assert t_two_sided_p(0.0, 3) == pytest.approx(1.0)
+
+
+def test_holm_multiplies_by_rank_and_keeps_the_order():
+    assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    assert holm([0.3, 0.9]) == [0.6, 0.9]  # capped at 1, never below the last
+    assert holm([]) == []
+
+
+def test_mean_interval_and_paired_test_by_hand():
+    mean, low, high = mean_interval([1.0, 2.0, 3.0])
+    half = 4.302653 * 1.0 / 3**0.5  # t(0.975, 2) · sd / √n, sd = 1
+    assert (mean, low, high) == pytest.approx((2.0, 2.0 - half, 2.0 + half), abs=1e-5)
+    changed, base = [1.5, 1.6, 1.55, 1.52, 1.58], [1.6, 1.62, 1.6, 1.61, 1.63]
+    difference, low, high, p = paired_t_test(changed, base)
+    assert difference == pytest.approx(-0.062)
+    assert low < difference < high < 0 and p < 0.05
+    # the same shift on every seed: no spread, a certain change
+    assert paired_t_test([2.0, 3.0], [1.0, 2.0])[3] == 0.0
+    assert paired_t_test([1.0, 2.0], [1.0, 2.0])[3] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: mean_interval([1.0]), "2 or more"),
+        (lambda: mean_interval([1.0, float("nan")]), "finite"),
+        (lambda: paired_t_test([1.0, 2.0], [1.0]), "a pair for each seed"),
+        (lambda: t_two_sided_p(1.0, 0), "df"),
+        (lambda: run_ledger(["baseline"], seeds=[0]), "2 or more distinct"),
+        (lambda: run_ledger(["baseline"], seeds=[0, 0]), "2 or more distinct"),
+        (lambda: run_ledger(["no such row"], seeds=[0, 1]), "no row 'no such row'"),
+        (lambda: run_ledger([], seeds=[0, 1]), "rows is empty"),
+        (lambda: run_ledger(None, seeds=[0, 1], workers=0), "workers"),
+        (lambda: ledger_table({"QK-norm": []}), "no 'baseline' row"),
+    ],
+)
+def test_ledger_refuses_bad_arguments(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def _runs(**losses):
+    return {
+        name: [dict(seed=s, loss=v, seconds=1.0) for s, v in enumerate(values)]
+        for name, values in losses.items()
+    }
+
+
+def test_ledger_table_pairs_by_seed_and_corrects_for_the_rows():
+    runs = _runs(
+        baseline=[2.0, 2.1, 2.2], better=[1.9, 2.0, 2.12], same=[2.01, 2.09, 2.2]
+    )
+    lines = {line["row"]: line for line in ledger_table(runs)}
+    assert "difference" not in lines["baseline"]
+    assert lines["better"]["difference"] == pytest.approx(-0.28 / 3)
+    assert lines["better"]["bits_per_byte"] == pytest.approx(
+        lines["better"]["loss"] / math.log(2)
+    )
+    ps = [lines[name]["p"] for name in ("better", "same")]
+    assert [lines[name]["p_holm"] for name in ("better", "same")] == holm(ps)
+    unpaired = _runs(baseline=[2.0, 2.1], other=[2.0, 2.1])
+    unpaired["other"][1]["seed"] = 7
+    with pytest.raises(ValueError, match="pair them by seed"):
+        ledger_table(unpaired)
+
+
+def test_the_ledger_has_the_rows_the_page_names():
+    rows = ledger_rows(ledger_sizes("smoke", **LEDGER_CPU_SIZES))
+    assert len(rows) >= 8 and next(iter(rows)) == "baseline"
+    assert rows["baseline"] == RecipeChange()
+    moe = rows["4 experts, top 2"].model
+    # two experts half as wide as the dense FFN (4 · d_model): the same work
+    assert moe["experts_top_k"] * moe["d_ff"] == 4 * LEDGER_CPU_SIZES["d_model"]
+    sizes = ledger_sizes("smoke", **LEDGER_CPU_SIZES)
+    assert sizes["eval_every"] == sizes["n_steps"] == 1000  # one evaluation
+
+
+def test_run_ledger_pairs_a_readers_row_with_the_baseline(monkeypatch):
+    monkeypatch.setenv("TFS_DRY", "1")  # two steps a run
+    mine = RecipeChange("rotary", model=dict(positions="rope"))
+    ledger = run_ledger(["baseline", mine], seeds=[0, 1], profile=None, progress=False)
+    assert ledger["sizes"]["n_steps"] == 2
+    assert [r["seed"] for r in ledger["runs"]["rotary"]] == [0, 1]
+    lines = ledger_table(ledger["runs"])
+    assert lines[1]["row"] == "rotary" and math.isfinite(lines[1]["p"])
+
+
+def test_ledger_main_writes_a_record_with_every_seed(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFS_DRY", "1")
+    out = tmp_path / "ledger"
+    argv = ["--rows", "baseline", "Muon", "--seeds", "2", "--out", str(out)]
+    result = ledger_main([*argv, "--profile", "smoke"])
+    record = json.loads((out / "metrics.json").read_text())
+    assert record["config"]["rows"] == ["baseline", "Muon"]
+    assert [r["seed"] for r in record["extra"]["runs"]["Muon"]] == [0, 1]
+    assert record["metrics"]["Muon"]["difference"] == pytest.approx(
+        result["table"][1]["difference"]
+    )
+    assert str(tmp_path) not in record["command"]  # no path of this machine

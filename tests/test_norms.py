@@ -500,3 +500,63 @@ def test_residual_refuses_integer_input():
         match="ResidualSublayer: x must be a floating-point tensor, got dtype torch.int64",
     ):
         ResidualSublayer(nn.Identity(), 4)(torch.ones(2, 4, dtype=torch.long))
+
+
+# --- issue 40, item 7: activations too large to square ---------------------------------
+
+
+def _float64_norm(kind: str, x: torch.Tensor, weight, bias, eps: float) -> torch.Tensor:
+    """The formula in float64, on ``x`` divided by a power of two (exact) that keeps
+    float64's squares finite too; ``eps`` divided by its square."""
+    x = x.double()
+    scale = 2.0**960 if x.abs().max() > 1e150 else 1.0
+    x, eps = x / scale, eps / scale / scale  # (scale**2 overflows a float)
+    if kind == "layernorm":
+        x = x - x.mean(-1, keepdim=True)
+    y = x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt() * weight.double()
+    return y + bias.double() if kind == "layernorm" else y
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize(
+    ("dtype", "size"),
+    [
+        (torch.float32, 1e30),  # was NaN (LayerNorm, fused) or 0 (the others)
+        (torch.float32, 3e38),  # near float32's largest
+        (torch.bfloat16, 1e38),
+        (torch.float16, 6e4),  # squared in float32: never overflowed
+        (torch.float64, 1e300),
+    ],
+)
+def test_norms_of_huge_finite_activations_are_what_float64_gives(
+    kind, fused, dtype, size
+):
+    d_model = 8
+    norm = make_norm(kind, d_model)
+    norm.fused = fused
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 2.0, generator=gen)
+        if kind == "layernorm":
+            norm.bias.uniform_(-1.0, 1.0, generator=gen)
+    bias = norm.bias if kind == "layernorm" else torch.zeros(d_model)
+    rows = torch.rand(3, d_model, generator=gen, dtype=torch.float64) * 2 - 1
+    rows[1] = rows[1] * 0.1 + 1  # a large common part, a smaller spread
+    x = (rows / rows.abs().amax(-1, keepdim=True) * size).to(dtype)
+    assert torch.isfinite(x).all()
+    y = norm(x)
+    want = _float64_norm(kind, x, norm.weight.detach(), bias.detach(), norm.eps)
+    assert y.dtype == dtype and torch.isfinite(y).all()
+    torch.testing.assert_close(y, want.to(dtype))
+
+
+def test_rows_within_range_are_normalised_bit_for_bit_as_before():
+    x = 4 * torch.randn(4, 16, 64) + 2
+    ln, rms = LayerNorm(64), RMSNorm(64)
+    assert torch.equal(ln(x), torch.nn.functional.layer_norm(x, (64,), eps=1e-5))
+    assert torch.equal(rms(x), torch.nn.functional.rms_norm(x, (64,), eps=1e-6))
+    # and a huge row has finite gradients
+    big = torch.tensor([[1e30, -2e30, 5e29, 0.0]], requires_grad=True)
+    LayerNorm(4)(big).pow(2).sum().backward()
+    assert torch.isfinite(big.grad).all()

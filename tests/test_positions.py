@@ -594,3 +594,76 @@ def test_score_bias_modules_share_one_call(module):
     # the bias of a query at position p equals that of the full-sequence call's row p
     full = module(7, 7, 0)
     assert torch.equal(bias, full[:, 5:7, :])
+
+
+# ---------------------------------------------------------------- composed (issue 40, item 7)
+
+
+def test_a_position_module_applied_to_another_width_names_both_widths():
+    x = torch.randn(2, 5, 32)
+    with pytest.raises(
+        ValueError,
+        match=r"SinusoidalPositionalEncoding: .* d_model=16, got shape \(2, 5, 32\)",
+    ):
+        SinusoidalPositionalEncoding(16)(x)
+    with pytest.raises(ValueError, match=r"LearnedPositionalEmbedding: .* d_model=16"):
+        LearnedPositionalEmbedding(10, 16)(x)
+    with pytest.raises(ValueError, match=r"RotaryEmbedding: .* d_head=16, got shape"):
+        RotaryEmbedding(16)(torch.randn(2, 4, 5, 8))
+
+
+def test_position_modules_built_for_other_heads_fail_where_attention_takes_them():
+    from lib.attention import MultiHeadAttention
+
+    mha = MultiHeadAttention(32, 4).eval()  # d_head 8
+    x = torch.randn(2, 5, 32)
+    # each was "The size of tensor a (8) must match the size of tensor b (16)..."
+    with pytest.raises(
+        ValueError,
+        match=r"MultiHeadAttention: rope \(RotaryEmbedding\) was built for d_head=16, "
+        r"but is used with d_head=8",
+    ):
+        mha(x, rope=RotaryEmbedding(16))
+    for module in (ALiBi(8), T5RelativePositionBias(8), ALiBi(1)):  # ALiBi(1): silent
+        name = type(module).__name__
+        with pytest.raises(
+            ValueError,
+            match=rf"position_bias \({name}\) was built for n_heads=\d, "
+            "but is used with n_heads=4",
+        ):
+            mha(x, position_bias=module)
+    # built for this attention, a module gives what its table gives
+    alibi = ALiBi(4)
+    assert torch.allclose(
+        mha(x, position_bias=alibi), mha(x, position_bias=alibi(5, 5))
+    )
+
+
+def test_a_transformer_block_called_directly_checks_its_position_modules():
+    from lib.models import TransformerBlock, TransformerConfig
+
+    cfg = TransformerConfig(vocab_size=11, d_model=32, n_heads=4, n_layers=1)
+    block = TransformerBlock(cfg)
+    x = torch.randn(2, 5, 32)
+    with pytest.raises(
+        ValueError, match=r"rope \(RotaryEmbedding\) was built for d_head=4"
+    ):
+        block(x, rope=RotaryEmbedding(4))
+    with pytest.raises(
+        ValueError, match=r"bias must broadcast to .* got shape \(8, 5, 5\)"
+    ):
+        block(x, position_bias=ALiBi(8)(5, 5))
+
+
+def test_rotations_refuse_heads_of_zero_width_and_dtypes_that_are_not():
+    empty = torch.randn(2, 4, 5, 0)
+    with pytest.raises(
+        ValueError, match="the last axis of x must be an int >= 1, got 0"
+    ):
+        rope_rotate_half(empty)  # was: an empty result
+    with pytest.raises(ValueError, match="apply_rotary.*d_head must be an int >= 1"):
+        apply_rotary(empty, torch.zeros(5, 0), torch.zeros(5, 0))
+    with pytest.raises(ValueError, match="d_head must be an int >= 1, got 0"):
+        RotaryEmbedding(0)
+    with pytest.raises(TypeError, match=r"cos_sin\(\): dtype must be a floating torch"):
+        RotaryEmbedding(8).cos_sin(0, 5, "float32")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from itertools import pairwise
@@ -209,6 +210,65 @@ def test_incremental_trainer_equals_recounting(word_counts, n_merges):
     assert train_bpe_merges(word_counts, n_merges, first_id=10) == _recount_train(
         word_counts, n_merges, first_id=10
     )
+
+
+def _digest(merges) -> str:
+    return hashlib.sha256(json.dumps(merges).encode()).hexdigest()
+
+
+def test_trainer_keeps_the_merges_of_the_first_implementation():
+    """The fast trainer (issue 42) learns exactly the merges, counts included, that the
+    first implementation (tuples of ids, whole words redone, a fresh heap entry at every
+    change) learned on all of Tiny Shakespeare, to the end of its pairs; and the
+    tokenizer's merges with a special token cut out of the text."""
+    text = load_tiny_shakespeare()
+    words = Counter(gpt2_pretokenize(text))
+    merges = train_bpe_merges({tuple(w.encode()): c for w, c in words.items()}, 40_000)
+    assert len(merges) == 21_272
+    assert merges[:3] == [((32, 116), 23837), ((104, 101), 18203), ((32, 97), 13541)]
+    assert merges[-1] == ((20933, 109), 1)
+    expected = "7d26fdea8a236c300474c70bbcc78ed52b7f1ba22b7f364d771fdc53ea7e1b5f"
+    assert _digest(merges) == expected
+    marked = text[:300_000].replace("\n\n", "\n<|endoftext|>\n")
+    tok = BPETokenizer().train(marked, 3000, ["<|endoftext|>"])
+    expected = "20c07ac511e40e632ca9c427fda7e916659fe6106f64407a62d03875af6c150b"
+    assert _digest(tok.merges) == expected
+
+
+@given(
+    st.dictionaries(
+        st.lists(st.integers(0, 40), min_size=1, max_size=30).map(tuple),
+        st.integers(1, 50),
+        max_size=30,
+    ),
+    st.integers(0, 80),
+)
+@settings(max_examples=100, deadline=None)
+def test_incremental_trainer_equals_recounting_on_longer_words(word_counts, n_merges):
+    """Longer words over a larger alphabet: words that hold a pair once (updated
+    around it) and several times (redone whole), many ties."""
+    assert train_bpe_merges(word_counts, n_merges, first_id=41) == _recount_train(
+        word_counts, n_merges, first_id=41
+    )
+
+
+def test_trainer_numbers_ids_up_to_the_last_code_point():
+    """Ids are characters inside the trainer: the last merge may create 0x10FFFF, and
+    one past it is a clear error, counting only the merges the words' pairs allow."""
+    top = 0x110000
+    assert train_bpe_merges({(1, 2, 3): 1}, 2, first_id=top - 2) == [
+        ((1, 2), 1),
+        ((top - 2, 3), 1),
+    ]
+    assert train_bpe_merges({(1, 2, 3): 1}, 10**9, first_id=top - 2)[-1][1] == 1
+    with pytest.raises(ValueError, match="up to 2 merges need ids up to 1,114,112;"):
+        train_bpe_merges({(1, 2, 3): 1}, 5, first_id=top - 1)
+    with pytest.raises(ValueError, match="this trainer numbers 1,114,112"):
+        train_bpe_merges({(7,): 1}, 5, first_id=top + 1)
+
+
+def test_trainer_accepts_numpy_counts():
+    assert train_bpe_merges({(1, 2): np.int64(3)}, 1) == [((1, 2), 3)]
 
 
 def test_trainer_bad_input():

@@ -436,3 +436,106 @@ def test_import_transformers_gives_the_module_and_leaves_the_filters_as_they_wer
         transformers, "BertConfig"
     )
     assert warnings.filters == before  # the tqdm filter held for the import only
+
+
+# --- issue 40, item 7: every helper names the argument of the wrong type ----------------
+
+
+def test_seeds_and_threads_take_ints_of_any_kind_and_name_the_rest(monkeypatch):
+    import numpy as np
+
+    from lib.utils import seed_everything, set_threads
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.delenv(utils.THREADS_ENV, raising=False)
+        assert set_threads(np.int64(1)) == 1  # was refused: a NumPy int is an int
+        for bad, got in (("4", "str '4'"), (2.0, "float 2.0"), (True, "bool True")):
+            with pytest.raises(
+                TypeError, match=f"set_threads: threads must be an int, got {got}"
+            ):
+                set_threads(bad)  # was a ValueError
+    finally:
+        torch.set_num_threads(before)
+    a = torch.rand(3, generator=seed_everything(np.int64(3)))
+    assert torch.equal(a, torch.rand(3, generator=seed_everything(3)))
+    for bad, got in (("1", "str '1'"), (1.0, "float 1.0"), (None, "NoneType None")):
+        with pytest.raises(TypeError, match=f"seed must be an int, got {got}"):
+            seed_everything(bad)
+    with pytest.raises(
+        TypeError, match="seed_everything: deterministic must be True or False, got str"
+    ):
+        seed_everything(0, deterministic="no")  # was truthy: deterministic kernels on
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_assert_trained_needs_one_truth_value_and_a_claim(monkeypatch):
+    import numpy as np
+
+    from lib.utils import DRY_ENV, assert_trained
+
+    monkeypatch.delenv(DRY_ENV, raising=False)
+    assert_trained(torch.tensor(True), "a 0-d tensor")
+    assert_trained(np.bool_(True), "a NumPy bool")
+    with pytest.raises(
+        TypeError, match=r"got Tensor .* of 2 values: reduce it with \.all"
+    ):
+        assert_trained(torch.tensor([True, False]), "x")  # was PyTorch's "ambiguous"
+    for bad in (None, "False"):  # None failed as "x", "False" passed
+        with pytest.raises(TypeError, match="condition must be one truth value"):
+            assert_trained(bad, "x")
+    with pytest.raises(TypeError, match="assert_trained: claim must be a str, got int"):
+        assert_trained(True, 1)
+
+
+def test_paths_commands_and_records_name_what_they_refuse(tmp_path):
+    from pathlib import Path
+
+    from lib.utils import (
+        Precision,
+        looks_absolute,
+        read_record,
+        relative_command,
+        write_record,
+    )
+
+    assert looks_absolute(Path("/x")) and not looks_absolute(Path("x"))  # was False
+    with pytest.raises(
+        TypeError, match="looks_absolute: text must be a path .* NoneType"
+    ):
+        looks_absolute(None)  # was False
+    with pytest.raises(
+        TypeError, match="relative_command: command must be a str, got None"
+    ):
+        relative_command(None)  # was returned as it is
+    with pytest.raises(TypeError, match="command must be a str, got list"):
+        relative_command(["python", "x.py"])
+    with pytest.raises(TypeError, match="relative_command: root must be a path .* int"):
+        relative_command("python /x", root=1)
+    record = dict(name="n", command="python x.py", wall_seconds=1.0, metrics={})
+    record["commit"] = "abc"
+    with pytest.raises(
+        TypeError, match="write_record: out_dir must be a path .* NoneType"
+    ):
+        write_record(
+            None, **record
+        )  # was pathlib's message, after the record was built
+    with pytest.raises(
+        TypeError, match="write_record: device must be a device such as"
+    ):
+        write_record(tmp_path, **record, device=1)  # was torch.device(1): cuda:1
+    with pytest.raises(
+        utils.RecordError, match="extra must be a dict \\(or None\\), got str"
+    ):
+        write_record(tmp_path, **record, extra="")  # was written as {}
+    with pytest.raises(utils.RecordError, match="curves must be a dict .* got list"):
+        write_record(tmp_path, **record, curves=[])
+    assert not (tmp_path / "metrics.json").exists()
+    with pytest.raises(TypeError, match="read_record: path must be a path .* NoneType"):
+        read_record(None)
+    with pytest.raises(
+        ValueError, match="Precision: dtype must be one of torch.bfloat16"
+    ):
+        Precision("bf16", use_grad_scaler=False)  # was a KeyError from .name
+    with pytest.raises(TypeError, match="use_grad_scaler must be True or False"):
+        Precision(torch.float16, use_grad_scaler="yes")
