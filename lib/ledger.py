@@ -525,6 +525,17 @@ def ledger_rows(sizes: Mapping[str, Any]) -> dict[str, RecipeChange]:
             loss_fn=_moe_loss,
         ),
     ]
+    # the changes that won alone (the first CPU ledger), all at once
+    winners = [rows[i] for i in (2, 3, 4, 7, 8, 9)]
+    rows.append(
+        RecipeChange(
+            "the winners together",
+            model={k: v for row in winners for k, v in row.model.items()},
+            optimizer=muon,
+            schedule=WarmupStableDecaySchedule,
+            loss_fn=_moe_loss,
+        )
+    )
     return {row.name: row for row in rows}
 
 
