@@ -478,7 +478,7 @@ def ledger_sizes(profile: str | None = None, **overrides: Any) -> dict:
     sizes = (
         dict(
             d_model=p(smoke=64, colab=256, full=384),
-            n_heads=p(smoke=4, full=6),
+            n_heads=p(smoke=4, colab=4, full=6),
             n_layers=p(smoke=2, colab=4, full=6),
             seq_len=p(smoke=64, colab=128, full=256),
             batch_size=p(smoke=16, full=64),

@@ -1,6 +1,6 @@
 # This file is generated from chapters/07-5-pretrained.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-# From chapters/07-5-pretrained.md, section "Loading: the hub, or the same shapes at random".
+# From chapters/07-5-pretrained.md, section "The models at work".
 """Pretrained weights in the course's own classes, and the checkpoints the
 course ships (chapter 7).
 
@@ -65,6 +65,24 @@ from lib.utils import get_device, relative_command
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
+    "MODEL_FORMAT",
+    "RUNTIME_FIELDS",
+    "ModelFileError",
+    "ModelKind",
+    "MODEL_KINDS",
+    "register_model_kind",
+    "model_kind",
+    "content_sha256",
+    "check_packed",
+    "SavedModel",
+    "unpack_model",
+    "load_model",
+    "CHECKPOINTS",
+    "MANIFEST",
+    "FP32_LIMIT",
+    "Shipped",
+    "shipped_names",
+    "load_shipped",
     "HubModel",
     "PRETRAINED",
     "hub_model",
@@ -77,40 +95,351 @@ __all__ = [
     "hub_problem",
     "HUB_TIMEOUTS",
     "Pretrained",
+    "random_model",
+    "load_pretrained",
     "HubLoader",
     "HUB_LOADERS",
     "register_hub_loader",
-    "random_model",
-    "load_pretrained",
-    "MODEL_FORMAT",
-    "RUNTIME_FIELDS",
-    "ModelFileError",
-    "ModelKind",
-    "MODEL_KINDS",
-    "register_model_kind",
-    "model_kind",
-    "plain_values",
-    "content_sha256",
     "pack_model",
-    "check_packed",
+    "plain_values",
     "packed_differences",
-    "SavedModel",
-    "unpack_model",
-    "remove_stale_temporaries",
     "atomic_save",
     "save_model",
-    "load_model",
-    "CHECKPOINTS",
-    "MANIFEST",
-    "FP32_LIMIT",
-    "Shipped",
-    "shipped_names",
+    "remove_stale_temporaries",
     "save_shipped",
-    "load_shipped",
 ]
 
 
-# From chapters/07-5-pretrained.md, section "Loading: the hub, or the same shapes at random".
+# From chapters/07-5-pretrained.md, section "The models at work".
+#: What a model file calls its format.
+MODEL_FORMAT = "lib.pretrained.model/1"
+#: Configuration fields that change how a model runs, not what its weights
+#: mean: a model file loads, and a checkpoint resumes, with other values.
+RUNTIME_FIELDS = ("attn_backend", "dropout")
+
+
+class ModelFileError(RuntimeError):
+    """A model file cannot be used: unreadable, damaged or not a model file
+    (then ``damaged`` is True), of a kind no module registers, or asked to
+    hold what it cannot."""
+
+    def __init__(self, message: str, *, damaged: bool = False) -> None:
+        super().__init__(message)
+        self.damaged = damaged
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """How a model file stores and rebuilds one class of model.
+
+    ``name``: what the file calls it (``"gpt"``); ``model_class`` and
+    ``config_class`` (a dataclass, the model's ``cfg``); ``arguments``:
+    what else the constructor takes, read from a model (T5's ``start_id``);
+    ``build(config, **arguments)``: the model (default: ``model_class``);
+    ``runtime``: the fields of the configuration and the arguments that may
+    differ when it is loaded or resumed; ``module``: the module that
+    registers it, which :func:`load_model` imports when a file names a kind
+    not registered yet (default: the class's module).
+    """
+
+    name: str
+    model_class: type
+    config_class: type
+    arguments: Callable[[nn.Module], Mapping[str, Any]] | None = None
+    build: Callable[..., nn.Module] | None = None
+    runtime: tuple[str, ...] = RUNTIME_FIELDS
+    module: str | None = None
+
+    def make(self, config: Any, arguments: Mapping[str, Any]) -> nn.Module:
+        """A new model of this kind (random weights)."""
+        return (self.build or self.model_class)(config, **arguments)
+
+
+#: The kinds of model a model file can hold, by name; a later chapter adds
+#: its own (chapter 10: ``"vit"``) with :func:`register_model_kind`.
+MODEL_KINDS: dict[str, ModelKind] = {}
+
+
+def register_model_kind(kind: ModelKind) -> ModelKind:
+    """Add (or replace) ``kind`` in :data:`MODEL_KINDS`; returns it."""
+    check.instance("kind", kind, ModelKind, owner="register_model_kind")
+    MODEL_KINDS[check.string("kind.name", kind.name)] = kind
+    return kind
+
+
+def model_kind(model: nn.Module) -> ModelKind | None:
+    """The registered kind of ``model`` (its exact class), or None."""
+    kinds = MODEL_KINDS.values()
+    return next((k for k in kinds if type(model) is k.model_class), None)
+
+
+def _classifier(bert_cfg, n_classes: int, dropout: float) -> nn.Module:
+    return SequenceClassifier(BERT(bert_cfg), n_classes, dropout)
+
+
+for _kind in (
+    ModelKind("gpt", GPT, TransformerConfig),
+    ModelKind("bert", BERT, TransformerConfig),
+    ModelKind(
+        "classifier",
+        SequenceClassifier,
+        TransformerConfig,
+        arguments=lambda m: dict(n_classes=m.head.out_features, dropout=m.dropout.p),
+        build=_classifier,
+    ),
+    ModelKind(
+        "t5", T5, TransformerConfig, arguments=lambda m: dict(start_id=m.start_id)
+    ),
+):
+    register_model_kind(replace(_kind, module="lib.pretrained"))
+
+
+# From chapters/07-5-pretrained.md, section "The models at work".
+def content_sha256(value: Any) -> str:
+    """A digest of everything in ``value``: each tensor's dtype, shape and
+    bytes, every other value's ``repr``, in a fixed order (a flipped byte
+    changes it)."""
+    digest = hashlib.sha256()
+
+    def walk(item: Any) -> None:
+        if isinstance(item, torch.Tensor):
+            data = item.detach().cpu().contiguous().reshape(-1)
+            digest.update(f"tensor {data.dtype} {tuple(item.shape)}".encode())
+            digest.update(data.view(torch.uint8).numpy())
+        elif isinstance(item, Mapping):
+            for key, inner in item.items():
+                digest.update(f"key {key!r}".encode())
+                walk(inner)
+        elif isinstance(item, list | tuple):
+            digest.update(f"list {len(item)}".encode())
+            for inner in item:
+                walk(inner)
+        else:
+            digest.update(f"value {item!r}".encode())
+
+    walk(value)
+    return digest.hexdigest()
+
+
+def check_packed(packed: Any, where: str) -> dict[str, Any]:
+    """``packed`` if it is an intact :func:`pack_model` dict; else a
+    :class:`ModelFileError` (``damaged``) naming ``where`` it came from."""
+    if not isinstance(packed, dict) or packed.get("format") != MODEL_FORMAT:
+        raise ModelFileError(f"{where} is not a model file", damaged=True)
+    rest = {k: v for k, v in packed.items() if k != "sha256"}
+    if packed.get("sha256") != content_sha256(rest):  # a changed byte
+        raise ModelFileError(f"{where} is damaged: not its sha256", damaged=True)
+    return packed
+
+
+def _tokenizer(state: Mapping[str, Any] | None) -> Any:
+    """The tokenizer that :func:`_tokenizer_state` stored (or None)."""
+    if state is None:
+        return None
+    if state["type"] == "char":
+        return CharTokenizer("".join(state["chars"]))
+    expected = BPETokenizer().to_dict()
+    for field in ("format", "version", "pattern"):
+        if state.get(field) != expected[field]:
+            got = state.get(field)
+            raise ModelFileError(f"its BPE tokenizer has another {field}: {got!r}")
+    merges = [tuple(pair) for pair in state["merges"]]
+    return BPETokenizer.from_merges(merges, state["special_tokens"])
+
+
+def _kind_of(packed: Mapping[str, Any], where: str) -> ModelKind:
+    """The registered kind a model file names, importing the module that
+    registers it if need be (only a module of this package)."""
+    name, module = packed["kind"], packed.get("module")
+    package = __name__.split(".")[0] if "." in __name__ else "lib"
+    ours = isinstance(module, str) and module.startswith(f"{package}.")
+    if name not in MODEL_KINDS and ours:
+        importlib.import_module(module)
+    if name not in MODEL_KINDS:
+        known = ", ".join(MODEL_KINDS)
+        what = f"the weights of a {packed.get('class')}, of no kind"
+        if name is not None:
+            what = f"a model of kind {name!r}, which no imported module"
+            what += f" registers (it names {module!r})"
+        raise ModelFileError(
+            f"{where} holds {what}: load_model rebuilds only the kinds of "
+            f"lib.pretrained.MODEL_KINDS ({known}); load the weights into "
+            "a model built by hand (lib.training.load_checkpoint)"
+        )
+    return MODEL_KINDS[name]
+
+
+@dataclass
+class SavedModel:
+    """A model file, loaded: ``model`` (eval mode), its ``tokenizer`` (or
+    None), ``kind``, ``config`` (the configuration object the model was
+    built from), ``metadata``, ``sha256`` (the digest of the file's
+    content), ``dtype`` (of the stored weights) and ``path``."""
+
+    model: nn.Module
+    tokenizer: Any
+    kind: str
+    config: Any
+    metadata: dict[str, Any]
+    sha256: str
+    dtype: str
+    path: Path | None = None
+
+
+def unpack_model(
+    packed: Mapping[str, Any],
+    *,
+    device: torch.device | str | None = None,
+    where: str = "the model file",
+    **runtime: Any,
+) -> SavedModel:
+    """The model a :func:`pack_model` dict holds, rebuilt from its kind and
+    configuration, with its weights, tokenizer and metadata; ``runtime``
+    overrides the kind's runtime fields (``attn_backend="sdpa"`` for a
+    model saved with ``"flash_triton"``, ``dropout=0.0``)."""
+    packed = check_packed(packed, where)
+    kind = _kind_of(packed, where)
+    allowed = [k for k in kind.runtime if k in packed["config"]]
+    if other := sorted(set(runtime) - set(allowed)):
+        raise ValueError(
+            f"load_model: {', '.join(other)} cannot change at loading (it "
+            f"changes what the weights mean); a {kind.name} may change: "
+            f"{', '.join(allowed)}"
+        )
+    config = {**packed["config"], **runtime}
+    arguments = {**packed["arguments"]}
+    arguments |= {k: v for k, v in runtime.items() if k in arguments}
+    try:
+        cfg = kind.config_class(**config)
+    except TypeError as err:  # a field this version does not know
+        raise ModelFileError(f"{where}: its configuration: {err}") from None
+    model = kind.make(cfg, arguments)
+    load_checked(model, packed["state_dict"])
+    # get_device names a device this machine lacks, in words
+    model = model.to("cpu" if device is None else get_device(str(device)))
+    return SavedModel(
+        model.eval(),
+        _tokenizer(packed["tokenizer"]),
+        kind.name,
+        cfg,
+        dict(packed["metadata"]),
+        packed["sha256"],
+        packed["dtype"],
+    )
+
+
+def load_model(
+    path: str | os.PathLike, *, device: torch.device | str | None = None, **runtime: Any
+) -> SavedModel:
+    """The model of a file of :func:`save_model` (or of a file that holds
+    one under ``"model"``: a :mod:`lib.training` checkpoint), in one call:
+    the model rebuilt from its kind and configuration, in eval mode on
+    ``device`` (default: the CPU), with its weights, tokenizer, metadata and
+    sha256 (verified) in a :class:`SavedModel`.
+
+    ``runtime`` sets the kind's runtime fields (``attn_backend="sdpa"`` for
+    a model trained with ``"flash_triton"``). A file that is missing,
+    unreadable, damaged or of an unknown kind is a :class:`ModelFileError`
+    that names it; loading reads with ``weights_only=True``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(f"no model file at {path}")
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise ModelFileError(
+            f"{path} is not a readable model file (truncated or "
+            f"corrupted?). The cause, in full: {type(err).__name__}: {err}",
+            damaged=True,
+        ) from err
+    inner = content.get("model") if isinstance(content, dict) else None
+    if isinstance(inner, dict) and inner.get("format") == MODEL_FORMAT:
+        content = inner  # a checkpoint that wraps a model file
+    saved = unpack_model(content, device=device, where=str(path), **runtime)
+    saved.path = path
+    return saved
+
+
+# From chapters/07-5-pretrained.md, section "The models at work".
+#: The folder of the checkpoints that ship with the course.
+CHECKPOINTS = DATA_DIR / "checkpoints"
+#: The manifest: each checkpoint's file, sha256, size, metrics, command.
+MANIFEST = "manifest.json"
+#: Checkpoints with more float32 weight bytes than this are kept in fp16.
+FP32_LIMIT = 10_000_000
+
+
+@dataclass
+class Shipped:
+    """A shipped checkpoint, loaded: ``model`` (eval mode), its
+    ``tokenizer`` (a :class:`~lib.tokenizer.CharTokenizer` or a
+    :class:`~lib.tokenizer.BPETokenizer`, or None),
+    ``name``, ``entry``, its record in the manifest (``file``, ``sha256``,
+    ``bytes``, ``kind``, ``dtype``, ``parameters``, ``metrics``,
+    ``record``, ``command``, and ``inputs``: how to prepare what the model
+    reads, such as the pixel mean and std a ViT was trained with), and
+    ``metadata``, what the model file itself holds besides the model."""
+
+    model: nn.Module
+    tokenizer: Any
+    name: str
+    entry: dict[str, Any]
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _manifest(directory: Path) -> dict[str, Any]:
+    path = directory / MANIFEST
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def shipped_names(directory: str | os.PathLike = CHECKPOINTS) -> list[str]:
+    """The names of the checkpoints in ``directory``'s manifest."""
+    return sorted(_manifest(Path(directory)))
+
+
+def load_shipped(
+    name: str,
+    device: torch.device | str | None = None,
+    *,
+    directory: str | os.PathLike = CHECKPOINTS,
+) -> Shipped:
+    """A shipped checkpoint by name: its file's sha256 checked against the
+    manifest, then read by :func:`load_model` (the model in eval mode on
+    ``device``, default the CPU, and its tokenizer).
+
+    A name the manifest does not list, or a listed file that is missing, is
+    a ``FileNotFoundError``; a file whose digest is not the manifest's
+    (corrupt, truncated, altered) a :class:`~lib.datasets.ChecksumError`;
+    both name it.
+    """
+    directory = Path(directory)
+    manifest = _manifest(directory)
+    if name not in manifest:
+        listed = ", ".join(sorted(manifest)) or "none"
+        where = directory / MANIFEST
+        raise FileNotFoundError(f"{where} lists no {name!r} (it lists: {listed})")
+    entry = manifest[name]
+    path = directory / entry["file"]
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing (the manifest lists it): restore it from "
+            "the repository, or reinstall the package"
+        )
+    digest = sha256_file(path)
+    if digest != (recorded := entry["sha256"]):
+        raise ChecksumError(
+            f"{path} has sha256 {digest}, the manifest records {recorded}: "
+            "the file is corrupt or was altered; restore it from the "
+            "repository"
+        )
+    saved = load_model(path, device=device)
+    return Shipped(saved.model, saved.tokenizer, name, entry, saved.metadata)
+
+
+# From chapters/07-5-pretrained.md, section "GPT-2: every strategy, its loss, and speculative decoding".
 @dataclass(frozen=True)
 class HubModel:
     """One model of the Hugging Face hub, as the course loads it.
@@ -272,7 +601,7 @@ def reference_config(name: str, **overrides: Any) -> Any:
     return config_class(**{**model.config, **overrides})
 
 
-# From chapters/07-5-pretrained.md, section "Loading: the hub, or the same shapes at random".
+# From chapters/07-5-pretrained.md, section "GPT-2: every strategy, its loss, and speculative decoding".
 class ByteTokenizer:
     """The offline stand-in for a hub tokenizer: UTF-8 bytes as tokens.
 
@@ -357,7 +686,7 @@ class ByteTokenizer:
         return f"ByteTokenizer(vocab_size={size}, specials: {specials})"
 
 
-# From chapters/07-5-pretrained.md, section "Loading: the hub, or the same shapes at random".
+# From chapters/07-5-pretrained.md, section "GPT-2: every strategy, its loss, and speculative decoding".
 #: The variables that switch the hub off (``transformers`` obeys them too).
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 #: The kinds of problem: the hub switched off or out of reach, too slow to
@@ -414,7 +743,7 @@ def hub_problem(timeout: float = 3.0) -> tuple[str, str] | None:
     return _probe(endpoint, timeout)
 
 
-# From chapters/07-5-pretrained.md, section "Loading: the hub, or the same shapes at random".
+# From chapters/07-5-pretrained.md, section "GPT-2: every strategy, its loss, and speculative decoding".
 #: huggingface_hub's waits for the hub, in seconds (10 by default).
 HUB_TIMEOUTS = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")
 # The errors that mean the hub was too slow, or out of reach: Python's,
@@ -487,7 +816,7 @@ def _hub_waits(seconds: float) -> Iterator[None]:
             setattr(constants, name, value)
 
 
-# From chapters/07-5-pretrained.md, section "Loading: the hub, or the same shapes at random".
+# From chapters/07-5-pretrained.md, section "GPT-2: every strategy, its loss, and speculative decoding".
 @dataclass
 class Pretrained:
     """A hub model in our classes: ``model`` (eval mode), its ``tokenizer``
@@ -506,46 +835,6 @@ class Pretrained:
     licence: str
     labels: dict[int, str] | None = None
     notice: str = ""
-
-
-@dataclass(frozen=True)
-class HubLoader:
-    """How a later chapter loads the hub models of one configuration class:
-    ``build(config)``, our model (random weights) from a ``transformers``
-    configuration; ``convert(ours, reference)``, ``ours`` with the weights
-    of the ``transformers`` model ``reference``; ``labels``: a classifier,
-    whose class names :class:`Pretrained` keeps."""
-
-    build: Callable[[Any], nn.Module]
-    convert: Callable[[nn.Module, nn.Module], nn.Module]
-    labels: bool = False
-
-
-#: The loaders later chapters register, by ``HubModel.config_class``.
-HUB_LOADERS: dict[str, HubLoader] = {}
-
-
-def register_hub_loader(config_class: str, loader: HubLoader) -> None:
-    """Load the hub models of ``config_class`` (``"ViTConfig"``) with
-    ``loader`` (chapter 10 registers its ViT's)."""
-    check.string("config_class", config_class, owner="register_hub_loader")
-    check.instance("loader", loader, HubLoader, owner="register_hub_loader")
-    HUB_LOADERS[config_class] = loader
-
-
-def _hub_loader(model: HubModel) -> HubLoader | None:
-    """The registered loader of ``model`` (None: a text model, converted by
-    :func:`~lib.hf_weights.from_reference`), importing the module its entry
-    names if it has not registered yet."""
-    if model.loader is None:
-        return None
-    if model.config_class not in HUB_LOADERS:
-        importlib.import_module(model.loader)  # it registers on import
-    if model.config_class not in HUB_LOADERS:
-        raise RuntimeError(
-            f"{model.loader} registered no loader for {model.config_class}"
-        )
-    return HUB_LOADERS[model.config_class]
 
 
 def random_model(name: str) -> nn.Module:
@@ -652,88 +941,80 @@ def load_pretrained(
     )
 
 
-# From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
-#: What a model file calls its format.
-MODEL_FORMAT = "lib.pretrained.model/1"
-#: Configuration fields that change how a model runs, not what its weights
-#: mean: a model file loads, and a checkpoint resumes, with other values.
-RUNTIME_FIELDS = ("attn_backend", "dropout")
-
-
-class ModelFileError(RuntimeError):
-    """A model file cannot be used: unreadable, damaged or not a model file
-    (then ``damaged`` is True), of a kind no module registers, or asked to
-    hold what it cannot."""
-
-    def __init__(self, message: str, *, damaged: bool = False) -> None:
-        super().__init__(message)
-        self.damaged = damaged
-
-
+# From chapters/07-5-pretrained.md, section "GPT-2: every strategy, its loss, and speculative decoding".
 @dataclass(frozen=True)
-class ModelKind:
-    """How a model file stores and rebuilds one class of model.
+class HubLoader:
+    """How a later chapter loads the hub models of one configuration class:
+    ``build(config)``, our model (random weights) from a ``transformers``
+    configuration; ``convert(ours, reference)``, ``ours`` with the weights
+    of the ``transformers`` model ``reference``; ``labels``: a classifier,
+    whose class names :class:`Pretrained` keeps."""
 
-    ``name``: what the file calls it (``"gpt"``); ``model_class`` and
-    ``config_class`` (a dataclass, the model's ``cfg``); ``arguments``:
-    what else the constructor takes, read from a model (T5's ``start_id``);
-    ``build(config, **arguments)``: the model (default: ``model_class``);
-    ``runtime``: the fields of the configuration and the arguments that may
-    differ when it is loaded or resumed; ``module``: the module that
-    registers it, which :func:`load_model` imports when a file names a kind
-    not registered yet (default: the class's module).
-    """
-
-    name: str
-    model_class: type
-    config_class: type
-    arguments: Callable[[nn.Module], Mapping[str, Any]] | None = None
-    build: Callable[..., nn.Module] | None = None
-    runtime: tuple[str, ...] = RUNTIME_FIELDS
-    module: str | None = None
-
-    def make(self, config: Any, arguments: Mapping[str, Any]) -> nn.Module:
-        """A new model of this kind (random weights)."""
-        return (self.build or self.model_class)(config, **arguments)
+    build: Callable[[Any], nn.Module]
+    convert: Callable[[nn.Module, nn.Module], nn.Module]
+    labels: bool = False
 
 
-#: The kinds of model a model file can hold, by name; a later chapter adds
-#: its own (chapter 10: ``"vit"``) with :func:`register_model_kind`.
-MODEL_KINDS: dict[str, ModelKind] = {}
+#: The loaders later chapters register, by ``HubModel.config_class``.
+HUB_LOADERS: dict[str, HubLoader] = {}
 
 
-def register_model_kind(kind: ModelKind) -> ModelKind:
-    """Add (or replace) ``kind`` in :data:`MODEL_KINDS`; returns it."""
-    check.instance("kind", kind, ModelKind, owner="register_model_kind")
-    MODEL_KINDS[check.string("kind.name", kind.name)] = kind
-    return kind
+def register_hub_loader(config_class: str, loader: HubLoader) -> None:
+    """Load the hub models of ``config_class`` (``"ViTConfig"``) with
+    ``loader`` (chapter 10 registers its ViT's)."""
+    check.string("config_class", config_class, owner="register_hub_loader")
+    check.instance("loader", loader, HubLoader, owner="register_hub_loader")
+    HUB_LOADERS[config_class] = loader
 
 
-def model_kind(model: nn.Module) -> ModelKind | None:
-    """The registered kind of ``model`` (its exact class), or None."""
-    kinds = MODEL_KINDS.values()
-    return next((k for k in kinds if type(model) is k.model_class), None)
+def _hub_loader(model: HubModel) -> HubLoader | None:
+    """The registered loader of ``model`` (None: a text model, converted by
+    :func:`~lib.hf_weights.from_reference`), importing the module its entry
+    names if it has not registered yet."""
+    if model.loader is None:
+        return None
+    if model.config_class not in HUB_LOADERS:
+        importlib.import_module(model.loader)  # it registers on import
+    if model.config_class not in HUB_LOADERS:
+        raise RuntimeError(
+            f"{model.loader} registered no loader for {model.config_class}"
+        )
+    return HUB_LOADERS[model.config_class]
 
 
-def _classifier(bert_cfg, n_classes: int, dropout: float) -> nn.Module:
-    return SequenceClassifier(BERT(bert_cfg), n_classes, dropout)
-
-
-for _kind in (
-    ModelKind("gpt", GPT, TransformerConfig),
-    ModelKind("bert", BERT, TransformerConfig),
-    ModelKind(
-        "classifier",
-        SequenceClassifier,
-        TransformerConfig,
-        arguments=lambda m: dict(n_classes=m.head.out_features, dropout=m.dropout.p),
-        build=_classifier,
-    ),
-    ModelKind(
-        "t5", T5, TransformerConfig, arguments=lambda m: dict(start_id=m.start_id)
-    ),
-):
-    register_model_kind(replace(_kind, module="lib.pretrained"))
+# From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
+def pack_model(
+    model: nn.Module,
+    tokenizer: Any = None,
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    dtype: torch.dtype | None = None,
+) -> dict[str, Any]:
+    """What a model file holds (:func:`save_model` writes it; lib.training's
+    checkpoints hold one under ``"model"``): ``format``, ``kind`` (a name in
+    :data:`MODEL_KINDS`, or None for a module no kind registers: then only
+    its weights can be loaded, into a model built by hand), ``module``,
+    ``class``, ``config`` (the model's ``cfg`` as a dict), ``arguments``,
+    ``state_dict`` (on the CPU; floating tensors in ``dtype``, default
+    their own), ``dtype``, ``tokenizer`` (a
+    :class:`~lib.tokenizer.CharTokenizer` or
+    :class:`~lib.tokenizer.BPETokenizer`, stored as plain data),
+    ``metadata`` and ``sha256``, a digest of all the rest."""
+    check.instance("model", model, nn.Module, what="a torch.nn.Module")
+    kind = model_kind(model)
+    config, arguments = _config_of(model), _arguments_of(model, kind)
+    packed = dict(format=MODEL_FORMAT, kind=kind and kind.name)
+    packed["module"] = kind and (kind.module or kind.model_class.__module__)
+    packed["class"] = type(model).__name__  # for messages
+    packed |= dict(
+        config=plain_values(config, "config"),
+        arguments=plain_values(arguments, "arguments"),
+        tokenizer=_tokenizer_state(tokenizer),
+        metadata=plain_values(dict(metadata or {}), "metadata"),
+    )
+    packed["state_dict"], packed["dtype"] = _stored_state(model, dtype)
+    packed["sha256"] = content_sha256(packed)
+    return packed
 
 
 # From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
@@ -762,32 +1043,6 @@ def plain_values(value: Any, where: str) -> Any:
         "model file holds tensors, numbers, strings, lists and dicts only "
         "(weights_only loading)"
     )
-
-
-def content_sha256(value: Any) -> str:
-    """A digest of everything in ``value``: each tensor's dtype, shape and
-    bytes, every other value's ``repr``, in a fixed order (a flipped byte
-    changes it)."""
-    digest = hashlib.sha256()
-
-    def walk(item: Any) -> None:
-        if isinstance(item, torch.Tensor):
-            data = item.detach().cpu().contiguous().reshape(-1)
-            digest.update(f"tensor {data.dtype} {tuple(item.shape)}".encode())
-            digest.update(data.view(torch.uint8).numpy())
-        elif isinstance(item, Mapping):
-            for key, inner in item.items():
-                digest.update(f"key {key!r}".encode())
-                walk(inner)
-        elif isinstance(item, list | tuple):
-            digest.update(f"list {len(item)}".encode())
-            for inner in item:
-                walk(inner)
-        else:
-            digest.update(f"value {item!r}".encode())
-
-    walk(value)
-    return digest.hexdigest()
 
 
 def _stored_state(
@@ -825,21 +1080,6 @@ def _tokenizer_state(tokenizer: Any) -> dict[str, Any] | None:
     return None
 
 
-def _tokenizer(state: Mapping[str, Any] | None) -> Any:
-    """The tokenizer that :func:`_tokenizer_state` stored (or None)."""
-    if state is None:
-        return None
-    if state["type"] == "char":
-        return CharTokenizer("".join(state["chars"]))
-    expected = BPETokenizer().to_dict()
-    for field in ("format", "version", "pattern"):
-        if state.get(field) != expected[field]:
-            got = state.get(field)
-            raise ModelFileError(f"its BPE tokenizer has another {field}: {got!r}")
-    merges = [tuple(pair) for pair in state["merges"]]
-    return BPETokenizer.from_merges(merges, state["special_tokens"])
-
-
 def _config_of(model: nn.Module) -> dict[str, Any] | None:
     """``model.cfg`` as a dict (None: no dataclass ``cfg``)."""
     cfg = getattr(model, "cfg", None)
@@ -848,73 +1088,6 @@ def _config_of(model: nn.Module) -> dict[str, Any] | None:
 
 def _arguments_of(model: nn.Module, kind: ModelKind | None) -> dict:
     return dict(kind.arguments(model)) if kind and kind.arguments else {}
-
-
-def pack_model(
-    model: nn.Module,
-    tokenizer: Any = None,
-    *,
-    metadata: Mapping[str, Any] | None = None,
-    dtype: torch.dtype | None = None,
-) -> dict[str, Any]:
-    """What a model file holds (:func:`save_model` writes it; lib.training's
-    checkpoints hold one under ``"model"``): ``format``, ``kind`` (a name in
-    :data:`MODEL_KINDS`, or None for a module no kind registers: then only
-    its weights can be loaded, into a model built by hand), ``module``,
-    ``class``, ``config`` (the model's ``cfg`` as a dict), ``arguments``,
-    ``state_dict`` (on the CPU; floating tensors in ``dtype``, default
-    their own), ``dtype``, ``tokenizer`` (a
-    :class:`~lib.tokenizer.CharTokenizer` or
-    :class:`~lib.tokenizer.BPETokenizer`, stored as plain data),
-    ``metadata`` and ``sha256``, a digest of all the rest."""
-    check.instance("model", model, nn.Module, what="a torch.nn.Module")
-    kind = model_kind(model)
-    config, arguments = _config_of(model), _arguments_of(model, kind)
-    packed = dict(format=MODEL_FORMAT, kind=kind and kind.name)
-    packed["module"] = kind and (kind.module or kind.model_class.__module__)
-    packed["class"] = type(model).__name__  # for messages
-    packed |= dict(
-        config=plain_values(config, "config"),
-        arguments=plain_values(arguments, "arguments"),
-        tokenizer=_tokenizer_state(tokenizer),
-        metadata=plain_values(dict(metadata or {}), "metadata"),
-    )
-    packed["state_dict"], packed["dtype"] = _stored_state(model, dtype)
-    packed["sha256"] = content_sha256(packed)
-    return packed
-
-
-def check_packed(packed: Any, where: str) -> dict[str, Any]:
-    """``packed`` if it is an intact :func:`pack_model` dict; else a
-    :class:`ModelFileError` (``damaged``) naming ``where`` it came from."""
-    if not isinstance(packed, dict) or packed.get("format") != MODEL_FORMAT:
-        raise ModelFileError(f"{where} is not a model file", damaged=True)
-    rest = {k: v for k, v in packed.items() if k != "sha256"}
-    if packed.get("sha256") != content_sha256(rest):  # a changed byte
-        raise ModelFileError(f"{where} is damaged: not its sha256", damaged=True)
-    return packed
-
-
-def _kind_of(packed: Mapping[str, Any], where: str) -> ModelKind:
-    """The registered kind a model file names, importing the module that
-    registers it if need be (only a module of this package)."""
-    name, module = packed["kind"], packed.get("module")
-    package = __name__.split(".")[0] if "." in __name__ else "lib"
-    ours = isinstance(module, str) and module.startswith(f"{package}.")
-    if name not in MODEL_KINDS and ours:
-        importlib.import_module(module)
-    if name not in MODEL_KINDS:
-        known = ", ".join(MODEL_KINDS)
-        what = f"the weights of a {packed.get('class')}, of no kind"
-        if name is not None:
-            what = f"a model of kind {name!r}, which no imported module"
-            what += f" registers (it names {module!r})"
-        raise ModelFileError(
-            f"{where} holds {what}: load_model rebuilds only the kinds of "
-            f"lib.pretrained.MODEL_KINDS ({known}); load the weights into "
-            "a model built by hand (lib.training.load_checkpoint)"
-        )
-    return MODEL_KINDS[name]
 
 
 def _differences(
@@ -996,91 +1169,7 @@ def packed_differences(
     return problems
 
 
-@dataclass
-class SavedModel:
-    """A model file, loaded: ``model`` (eval mode), its ``tokenizer`` (or
-    None), ``kind``, ``config`` (the configuration object the model was
-    built from), ``metadata``, ``sha256`` (the digest of the file's
-    content), ``dtype`` (of the stored weights) and ``path``."""
-
-    model: nn.Module
-    tokenizer: Any
-    kind: str
-    config: Any
-    metadata: dict[str, Any]
-    sha256: str
-    dtype: str
-    path: Path | None = None
-
-
-def unpack_model(
-    packed: Mapping[str, Any],
-    *,
-    device: torch.device | str | None = None,
-    where: str = "the model file",
-    **runtime: Any,
-) -> SavedModel:
-    """The model a :func:`pack_model` dict holds, rebuilt from its kind and
-    configuration, with its weights, tokenizer and metadata; ``runtime``
-    overrides the kind's runtime fields (``attn_backend="sdpa"`` for a
-    model saved with ``"flash_triton"``, ``dropout=0.0``)."""
-    packed = check_packed(packed, where)
-    kind = _kind_of(packed, where)
-    allowed = [k for k in kind.runtime if k in packed["config"]]
-    if other := sorted(set(runtime) - set(allowed)):
-        raise ValueError(
-            f"load_model: {', '.join(other)} cannot change at loading (it "
-            f"changes what the weights mean); a {kind.name} may change: "
-            f"{', '.join(allowed)}"
-        )
-    config = {**packed["config"], **runtime}
-    arguments = {**packed["arguments"]}
-    arguments |= {k: v for k, v in runtime.items() if k in arguments}
-    try:
-        cfg = kind.config_class(**config)
-    except TypeError as err:  # a field this version does not know
-        raise ModelFileError(f"{where}: its configuration: {err}") from None
-    model = kind.make(cfg, arguments)
-    load_checked(model, packed["state_dict"])
-    # get_device names a device this machine lacks, in words
-    model = model.to("cpu" if device is None else get_device(str(device)))
-    return SavedModel(
-        model.eval(),
-        _tokenizer(packed["tokenizer"]),
-        kind.name,
-        cfg,
-        dict(packed["metadata"]),
-        packed["sha256"],
-        packed["dtype"],
-    )
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this machine (True when unsure)."""
-    if os.name == "nt":  # os.kill would end it there
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process
-        return True
-    return True
-
-
-def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
-    """Delete the temporaries ``.NAME.PID.tmp`` that :func:`atomic_save`
-    left in ``directory`` when its process was killed mid-write (a process
-    that still runs keeps its own); returns those deleted."""
-    removed = []
-    for path in Path(directory).glob(".*.tmp"):
-        pid = path.name.removesuffix(".tmp").rpartition(".")[2]
-        if pid.isdigit() and not _alive(int(pid)):
-            path.unlink(missing_ok=True)
-            removed.append(path)
-    return removed
-
-
+# From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
 def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     """``torch.save(obj)`` to ``path`` atomically: into a temporary file of
     the same folder, flushed to disk, then renamed, so that ``path`` is
@@ -1127,78 +1216,34 @@ def save_model(
     return atomic_save(packed, path)
 
 
-def load_model(
-    path: str | os.PathLike, *, device: torch.device | str | None = None, **runtime: Any
-) -> SavedModel:
-    """The model of a file of :func:`save_model` (or of a file that holds
-    one under ``"model"``: a :mod:`lib.training` checkpoint), in one call:
-    the model rebuilt from its kind and configuration, in eval mode on
-    ``device`` (default: the CPU), with its weights, tokenizer, metadata and
-    sha256 (verified) in a :class:`SavedModel`.
-
-    ``runtime`` sets the kind's runtime fields (``attn_backend="sdpa"`` for
-    a model trained with ``"flash_triton"``). A file that is missing,
-    unreadable, damaged or of an unknown kind is a :class:`ModelFileError`
-    that names it; loading reads with ``weights_only=True``.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ModelFileError(f"no model file at {path}")
+# From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (True when unsure)."""
+    if os.name == "nt":  # os.kill would end it there
+        return True
     try:
-        content = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise ModelFileError(
-            f"{path} is not a readable model file (truncated or "
-            f"corrupted?). The cause, in full: {type(err).__name__}: {err}",
-            damaged=True,
-        ) from err
-    inner = content.get("model") if isinstance(content, dict) else None
-    if isinstance(inner, dict) and inner.get("format") == MODEL_FORMAT:
-        content = inner  # a checkpoint that wraps a model file
-    saved = unpack_model(content, device=device, where=str(path), **runtime)
-    saved.path = path
-    return saved
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
+    """Delete the temporaries ``.NAME.PID.tmp`` that :func:`atomic_save`
+    left in ``directory`` when its process was killed mid-write (a process
+    that still runs keeps its own); returns those deleted."""
+    removed = []
+    for path in Path(directory).glob(".*.tmp"):
+        pid = path.name.removesuffix(".tmp").rpartition(".")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 # From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
-#: The folder of the checkpoints that ship with the course.
-CHECKPOINTS = DATA_DIR / "checkpoints"
-#: The manifest: each checkpoint's file, sha256, size, metrics, command.
-MANIFEST = "manifest.json"
-#: Checkpoints with more float32 weight bytes than this are kept in fp16.
-FP32_LIMIT = 10_000_000
-
-
-@dataclass
-class Shipped:
-    """A shipped checkpoint, loaded: ``model`` (eval mode), its
-    ``tokenizer`` (a :class:`~lib.tokenizer.CharTokenizer` or a
-    :class:`~lib.tokenizer.BPETokenizer`, or None),
-    ``name``, ``entry``, its record in the manifest (``file``, ``sha256``,
-    ``bytes``, ``kind``, ``dtype``, ``parameters``, ``metrics``,
-    ``record``, ``command``, and ``inputs``: how to prepare what the model
-    reads, such as the pixel mean and std a ViT was trained with), and
-    ``metadata``, what the model file itself holds besides the model."""
-
-    model: nn.Module
-    tokenizer: Any
-    name: str
-    entry: dict[str, Any]
-    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-def _manifest(directory: Path) -> dict[str, Any]:
-    path = directory / MANIFEST
-    if not path.is_file():
-        return {}
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def shipped_names(directory: str | os.PathLike = CHECKPOINTS) -> list[str]:
-    """The names of the checkpoints in ``directory``'s manifest."""
-    return sorted(_manifest(Path(directory)))
-
-
 def save_shipped(
     model: nn.Module,
     name: str,
@@ -1252,42 +1297,3 @@ def save_shipped(
     text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False)
     (path.parent / MANIFEST).write_text(text + "\n", encoding="utf-8")
     return path
-
-
-def load_shipped(
-    name: str,
-    device: torch.device | str | None = None,
-    *,
-    directory: str | os.PathLike = CHECKPOINTS,
-) -> Shipped:
-    """A shipped checkpoint by name: its file's sha256 checked against the
-    manifest, then read by :func:`load_model` (the model in eval mode on
-    ``device``, default the CPU, and its tokenizer).
-
-    A name the manifest does not list, or a listed file that is missing, is
-    a ``FileNotFoundError``; a file whose digest is not the manifest's
-    (corrupt, truncated, altered) a :class:`~lib.datasets.ChecksumError`;
-    both name it.
-    """
-    directory = Path(directory)
-    manifest = _manifest(directory)
-    if name not in manifest:
-        listed = ", ".join(sorted(manifest)) or "none"
-        where = directory / MANIFEST
-        raise FileNotFoundError(f"{where} lists no {name!r} (it lists: {listed})")
-    entry = manifest[name]
-    path = directory / entry["file"]
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} is missing (the manifest lists it): restore it from "
-            "the repository, or reinstall the package"
-        )
-    digest = sha256_file(path)
-    if digest != (recorded := entry["sha256"]):
-        raise ChecksumError(
-            f"{path} has sha256 {digest}, the manifest records {recorded}: "
-            "the file is corrupt or was altered; restore it from the "
-            "repository"
-        )
-    saved = load_model(path, device=device)
-    return Shipped(saved.model, saved.tokenizer, name, entry, saved.metadata)
