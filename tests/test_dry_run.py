@@ -114,6 +114,12 @@ FULL_NOT_COLAB = {
     ("08-3-runs.md", "4096", "16384"): "T5 max_tokens: colab keeps the CPU recipe's "
     "batches for a T4's budget; the full profile's ran in `python3 tasks.py dry "
     "--profile full`",
+    # the ledger's GPT at a T4's and at a recent GPU's sizes: `python3 tasks.py dry
+    # --profile full chapters/08-5-ledger.md` passed with them (287 s on a CPU)
+    ("08-5-ledger.md", "128", "256"): "ledger seq_len: passed the full dry run",
+    ("08-5-ledger.md", "256", "384"): "ledger d_model: passed the full dry run",
+    ("08-5-ledger.md", "4", "6"): "ledger heads and layers: passed the full dry run",
+    ("08-5-ledger.md", "60", "100"): "ledger warm-up: passed the full dry run",
 }
 
 
