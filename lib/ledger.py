@@ -483,14 +483,14 @@ def ledger_sizes(profile: str | None = None, **overrides: Any) -> dict:
             seq_len=p(smoke=64, colab=128, full=256),
             batch_size=p(smoke=16, full=64),
             dropout=0.0,
-            n_steps=p(smoke=40, colab=600, full=1000, dry=2),
+            n_steps=p(smoke=40, colab=600, full=1000, dry=1),
             warmup=p(smoke=4, colab=60, full=100),
             eval_iters=p(smoke=1, full=8),
         )
         | overrides
     )
     sizes["eval_every"] = sizes["n_steps"]
-    # a dry run's two steps: warm-up and decay may not overlap
+    # a dry run's one step: warm-up and decay may not overlap
     sizes["warmup"] = min(sizes["warmup"], sizes["n_steps"] // 2)
     return run_sizes("gpt", profile, **sizes)
 

@@ -600,10 +600,10 @@ def test_the_ledger_has_the_rows_the_page_names():
 
 
 def test_run_ledger_pairs_a_readers_row_with_the_baseline(monkeypatch):
-    monkeypatch.setenv("TFS_DRY", "1")  # two steps a run
+    monkeypatch.setenv("TFS_DRY", "1")  # one step a run
     mine = RecipeChange("rotary", model=dict(positions="rope"))
     ledger = run_ledger(["baseline", mine], seeds=[0, 1], profile=None, progress=False)
-    assert ledger["sizes"]["n_steps"] == 2
+    assert ledger["sizes"]["n_steps"] == 1
     assert [r["seed"] for r in ledger["runs"]["rotary"]] == [0, 1]
     lines = ledger_table(ledger["runs"])
     assert lines[1]["row"] == "rotary" and math.isfinite(lines[1]["p"])
