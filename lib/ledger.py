@@ -485,7 +485,7 @@ def ledger_sizes(profile: str | None = None, **overrides: Any) -> dict:
             dropout=0.0,
             n_steps=p(smoke=40, colab=600, full=1000, dry=1),
             warmup=p(smoke=4, colab=60, full=100),
-            eval_iters=p(smoke=1, full=8),
+            eval_iters=p(smoke=1, full=8, dry=1),
         )
         | overrides
     )
@@ -541,7 +541,7 @@ def ledger_rows(sizes: Mapping[str, Any]) -> dict[str, RecipeChange]:
 
 # From chapters/08-5-ledger.md, section "The ledger".
 def t_two_sided_p(t: float, df: int) -> float:
-    """P(|T| >= |t|) for Student's t with ``df`` degrees of freedom (a
+    """``P(|T| >= |t|)`` for Student's t with ``df`` degrees of freedom (a
     positive integer), by the closed form for a whole ``df`` (Abramowitz and
     Stegun 26.7.3-4)."""
     check.positive_int("df", df, owner="t_two_sided_p")
