@@ -560,3 +560,34 @@ def test_rows_within_range_are_normalised_bit_for_bit_as_before():
     big = torch.tensor([[1e30, -2e30, 5e29, 0.0]], requires_grad=True)
     LayerNorm(4)(big).pow(2).sum().backward()
     assert torch.isfinite(big.grad).all()
+
+
+# --- issue 42: ordinary activations cost no rescaling pass on the CPU -------------------
+
+
+def _ops_behind(y: torch.Tensor) -> set[str]:
+    """The names of the autograd nodes between ``y`` and its leaves."""
+    names, visited, todo = set(), set(), [y.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or id(node) in visited:
+            continue
+        visited.add(id(node))
+        names.add(type(node).__name__)
+        todo += [next_node for next_node, _ in node.next_functions]
+    return names
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
+def test_ordinary_rows_are_not_rescaled_on_the_cpu(cls):
+    x = (100 * torch.randn(4, 16, 64)).requires_grad_(True)
+    ops = _ops_behind(cls(64)(x))
+    assert not any(name.startswith(("Div", "Clamp", "Amax")) for name in ops), ops
+    # a huge row still takes the division, and only then
+    big = torch.tensor([[1e30, -2e30, 5e29, 0.0]], requires_grad=True)
+    assert "DivBackward0" in _ops_behind(cls(4)(big))
+
+
+@pytest.mark.parametrize("cls", [LayerNorm, RMSNorm])
+def test_empty_input_is_normalised_to_empty(cls):
+    assert cls(8)(torch.empty(0, 3, 8)).shape == (0, 3, 8)
