@@ -22,6 +22,7 @@ of them:
 
     python tools/check_share.py            # a table, and the totals
     python tools/check_share.py --max-module 20 --max-total 14   # exit 1 above the limits
+    python tools/check_share.py --pages --max-page 10   # per page, the code the book shows
 
 ``tests/test_check_share.py`` holds ``lib`` to the limits CONTRIBUTING gives.
 """
@@ -189,11 +190,94 @@ def total(shares: list[Share]) -> Share:
     )
 
 
+#: Cell tags under which the book does not show a cell's code unless the reader opens it.
+FOLDED_TAGS = frozenset({"hide-input", "hide-cell", "remove-input", "remove-cell"})
+
+
+def page_cells(chapter: Path) -> tuple[list[str], list[str]]:
+    """The exported code cells of one chapter page: those the book shows, and those it
+    folds (or removes), each as the source the reader sees."""
+    import jupytext
+
+    from tools.tangle import cell_target
+
+    shown: list[str] = []
+    folded: list[str] = []
+    for cell in jupytext.read(chapter).cells:
+        if cell.cell_type != "code":
+            continue
+        tags = list(cell.metadata.get("tags", []))
+        if cell_target(tags, "page") is None:
+            continue
+        (folded if FOLDED_TAGS & set(tags) else shown).append(cell.source)
+    return shown, folded
+
+
+def measure_source(name: str, source: str) -> Share:
+    """:func:`measure` for a piece of source rather than a file."""
+    tree = ast.parse(source)
+    code = _code_lines(source, tree)
+    nonblank = sum(1 for line in source.splitlines() if line.strip())
+    return Share(name, len(code), len(_check_lines(tree) & code), nonblank)
+
+
+def measure_page(chapter: Path) -> Share:
+    """What a reader of the rendered page has to read past: the check lines of the
+    exported code the page shows (its folded cells left out). Its
+    :attr:`Share.percent_of_code` (checks per code line, docstrings and comments out)
+    is the page's measure, the stricter of the two."""
+    shown, _ = page_cells(chapter)
+    shares = [measure_source(chapter.stem, cell) for cell in shown]
+    return Share(
+        chapter.stem,
+        sum(s.code_lines for s in shares),
+        sum(s.check_lines for s in shares),
+        sum(s.nonblank_lines for s in shares),
+    )
+
+
+def chapter_pages() -> list[Path]:
+    """Every chapter page that exports code to ``lib``."""
+    from tools.tangle import chapter_files, export_cells_by_module
+
+    return [p for p in chapter_files() if export_cells_by_module(p)]
+
+
+def pages_main(max_page: float | None) -> int:
+    print(f"{'page':<22}{'shown':>7}{'checks':>8}{'of shown':>10}{'folded':>8}")
+    limit = "" if max_page is None else f" (limit {max_page} %)"
+    failed = False
+    for chapter in chapter_pages():
+        share = measure_page(chapter)
+        _, folded = page_cells(chapter)
+        folded_lines = sum(
+            1 for cell in folded for line in cell.splitlines() if line.strip()
+        )
+        print(
+            f"{share.module:<22}{share.code_lines:>7}{share.check_lines:>8}"
+            f"{share.percent_of_code:>9.1f}%{folded_lines:>8}"
+        )
+        if max_page is not None and share.percent_of_code > max_page:
+            failed = True
+    print("shown: code lines (docstrings and comments out) of the exported cells the")
+    print("page shows, folded cells left out; checks: argument-check lines among")
+    print(f"them; folded: non-blank lines of the folded exported cells{limit}")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-module", type=float, default=None)
     parser.add_argument("--max-total", type=float, default=None)
+    parser.add_argument(
+        "--pages",
+        action="store_true",
+        help="per chapter page: the share of the exported code the book shows",
+    )
+    parser.add_argument("--max-page", type=float, default=None)
     args = parser.parse_args(argv)
+    if args.pages:
+        return pages_main(args.max_page)
     shares = [measure(p) for p in measured_modules()]
     print(
         f"{'module':<14}{'lines':>7}{'code':>7}{'checks':>8}{'of lines':>10}{'of code':>9}"
