@@ -58,29 +58,6 @@ def step_generator(seed: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + step)
 
 
-def _token_stream(tokens, seq_len, batch_size, seed, objective) -> tuple[Any, Any]:
-    """The checked arguments of :func:`lm_batches`: the tokens as one long
-    tensor, and the objective (``causal_lm_batch`` by default)."""
-    if isinstance(tokens, str | bytes):
-        raise TypeError(
-            "tokens must be token ids, got text: encode it first, e.g. "
-            "lm_batches(tokenizer.encode(text), ...)"
-        )
-    check.positive_ints(batch_size=batch_size, seq_len=seq_len)
-    check.int_at_least("seed", seed, 0)
-    if objective is not None:
-        hint = "(windows, generator) -> batch"
-        check.function("objective", objective, hint=hint)
-    if isinstance(tokens, torch.Tensor) and tokens.is_floating_point():
-        raise TypeError(f"tokens must be integer ids, got dtype {tokens.dtype}")
-    tokens = torch.as_tensor(tokens, dtype=torch.long)
-    check.tensor("tokens", tokens, "n", hint="one stream of ids")
-    if len(tokens) < seq_len + 1:  # a context and the token after it
-        n, window = len(tokens), f"seq_len + 1 = {seq_len + 1}"
-        raise ValueError(f"it holds {n} tokens, fewer than one window of {window}")
-    return tokens, objective or (lambda windows, _: causal_lm_batch(windows))
-
-
 def lm_batches(
     tokens: torch.Tensor | list[int],
     batch_size: int,
@@ -128,3 +105,27 @@ def lm_eval_batches(
     windows = tokens[positions]
     chunks = enumerate(windows.split(batch_size))
     return [as_batch(objective(chunk, step_generator(seed, i))) for i, chunk in chunks]
+
+
+# From chapters/08-1-training.md, section "The training loop".
+def _token_stream(tokens, seq_len, batch_size, seed, objective) -> tuple[Any, Any]:
+    """The checked arguments of :func:`lm_batches`: the tokens as one long
+    tensor, and the objective (``causal_lm_batch`` by default)."""
+    if isinstance(tokens, str | bytes):
+        raise TypeError(
+            "tokens must be token ids, got text: encode it first, e.g. "
+            "lm_batches(tokenizer.encode(text), ...)"
+        )
+    check.positive_ints(batch_size=batch_size, seq_len=seq_len)
+    check.int_at_least("seed", seed, 0)
+    if objective is not None:
+        hint = "(windows, generator) -> batch"
+        check.function("objective", objective, hint=hint)
+    if isinstance(tokens, torch.Tensor) and tokens.is_floating_point():
+        raise TypeError(f"tokens must be integer ids, got dtype {tokens.dtype}")
+    tokens = torch.as_tensor(tokens, dtype=torch.long)
+    check.tensor("tokens", tokens, "n", hint="one stream of ids")
+    if len(tokens) < seq_len + 1:  # a context and the token after it
+        n, window = len(tokens), f"seq_len + 1 = {seq_len + 1}"
+        raise ValueError(f"it holds {n} tokens, fewer than one window of {window}")
+    return tokens, objective or (lambda windows, _: causal_lm_batch(windows))

@@ -9,11 +9,16 @@
 * Speed: :func:`training_flops_per_token` (``6·N`` plus attention),
   :func:`peak_flops` (a GPU's dense 16-bit peak), :func:`gpu_seconds` (time
   at an MFU).
+* Several GPUs: :func:`distributed_setup` (join the process group that
+  ``torchrun`` describes).
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.utils.checkpoint import checkpoint as checkpoint_call
 
@@ -29,9 +34,17 @@ __all__ = [
     "training_flops_per_token",
     "peak_flops",
     "gpu_seconds",
+    "distributed_setup",
 ]
 
 
+# From chapters/08-2-efficiency.md, section "Memory: activation checkpointing".
+def _check_has_blocks(model: nn.Module, blocks: list) -> None:
+    if not blocks:
+        raise ValueError(f"{type(model).__name__}: no TransformerBlock to checkpoint")
+
+
+# From chapters/08-2-efficiency.md, section "Memory: activation checkpointing".
 def _recomputing_block_forward(self: TransformerBlock, x: torch.Tensor, *args, **kw):
     plain = type(self).forward
     # generation, evaluation: nothing to save for a backward pass
@@ -43,8 +56,7 @@ def _recomputing_block_forward(self: TransformerBlock, x: torch.Tensor, *args, *
 def _blocks(model: nn.Module) -> list[TransformerBlock]:
     modules = unwrap_model(model).modules()
     blocks = [m for m in modules if isinstance(m, TransformerBlock)]
-    if not blocks:
-        raise ValueError(f"{type(model).__name__}: no TransformerBlock to checkpoint")
+    _check_has_blocks(model, blocks)
     return blocks
 
 
@@ -65,6 +77,25 @@ def disable_activation_checkpointing(model: nn.Module) -> int:
     for block in blocks:
         vars(block).pop("forward", None)
     return len(blocks)
+
+
+# From chapters/08-2-efficiency.md, section "Speed: compilation, fused kernels, and how busy the GPU is".
+def _check_gpu_seconds(
+    flops: float, steps: int, peak: float | str, mfu: float, step_overhead: float
+) -> None:
+    """``gpu_seconds``'s arguments, each error naming the one that is
+    wrong."""
+    known = dict(_PEAK_FLOPS)
+    if isinstance(peak, str) and peak not in known:
+        raise ValueError(f"unknown GPU {peak!r}; known: {list(known)} (or FLOP/s)")
+    amounts = dict(flops=flops, steps=steps, step_overhead=step_overhead)
+    for name, value in amounts.items():
+        check.finite_float(name, value, low=0.0, owner="gpu_seconds")
+    peak = known[peak] if isinstance(peak, str) else peak
+    if not peak > 0:
+        raise ValueError(f"peak must be positive FLOP/s, got {peak!r}")
+    if not 0.0 < mfu <= 1.0:
+        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
 
 
 # From chapters/08-2-efficiency.md, section "Speed: compilation, fused kernels, and how busy the GPU is".
@@ -127,16 +158,51 @@ def gpu_seconds(
     ("T4", "A100", "H100"...). The MFU and the overhead are assumptions the
     caller states.
     """
+    _check_gpu_seconds(flops, steps, peak, mfu, step_overhead)
     if isinstance(peak, str):
-        known = dict(_PEAK_FLOPS)
-        if peak not in known:
-            raise ValueError(f"unknown GPU {peak!r}; known: {list(known)} (or FLOP/s)")
-        peak = known[peak]
-    amounts = dict(flops=flops, steps=steps, step_overhead=step_overhead)
-    for name, value in amounts.items():
-        check.finite_float(name, value, low=0.0, owner="gpu_seconds")
-    if not peak > 0:
-        raise ValueError(f"peak must be positive FLOP/s, got {peak!r}")
-    if not 0.0 < mfu <= 1.0:
-        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
+        peak = dict(_PEAK_FLOPS)[peak]
     return flops / (peak * mfu) + steps * step_overhead
+
+
+# From chapters/08-2-efficiency.md, section "Several GPUs: data parallelism".
+def _environment_int(name: str, default: int, *, low: int) -> int:
+    """The whole number ``low`` or more in the environment variable
+    ``name`` (``default`` when it is unset), or an error naming it."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value.strip())
+    except ValueError:
+        number = None
+    if number is None or number < low:
+        raise ValueError(
+            f"the environment variable {name}={value!r} must be a whole "
+            f"number >= {low} (torchrun sets it; unset it to run one "
+            "process)"
+        )
+    return number
+
+
+# From chapters/08-2-efficiency.md, section "Several GPUs: data parallelism".
+def distributed_setup(backend: str | None = None) -> tuple[int, int, torch.device]:
+    """Join the process group that ``torchrun`` describes in the
+    environment, if any.
+
+    Returns ``(rank, world_size, device)``: ``(0, 1, get_device())`` without
+    torchrun; under torchrun, CUDA device ``LOCAL_RANK`` with NCCL, or the
+    CPU with gloo.
+    """
+    check.one_of("backend", backend, (None, "nccl", "gloo"), owner="distributed_setup")
+    world = _environment_int("WORLD_SIZE", 1, low=1)
+    if world == 1:
+        return 0, 1, get_device()
+    local_rank = _environment_int("LOCAL_RANK", 0, low=0)
+    if torch.cuda.is_available() and backend in (None, "nccl"):
+        device, backend = torch.device("cuda", local_rank), "nccl"
+        torch.cuda.set_device(device)
+    else:
+        device, backend = torch.device("cpu"), backend or "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend)
+    return dist.get_rank(), dist.get_world_size(), device

@@ -44,7 +44,12 @@ from torch.nn.utils.rnn import pad_sequence
 from lib import _checks as check
 from lib.batches import Batch, lm_batches, lm_eval_batches, step_generator
 from lib.datasets import load_gutenberg, load_tatoeba_pairs, load_tiny_shakespeare
-from lib.efficiency import gpu_seconds, peak_flops, training_flops_per_token
+from lib.efficiency import (
+    distributed_setup,
+    gpu_seconds,
+    peak_flops,
+    training_flops_per_token,
+)
 from lib.generation import generate, translate
 from lib.models import (
     BERT,
@@ -59,7 +64,6 @@ from lib.tokenizer import BPETokenizer, CharTokenizer
 from lib.training import (
     TrainHistory,
     WarmupCosineSchedule,
-    distributed_setup,
     evaluate,
     make_optimizer,
     make_scheduler,

@@ -1,6 +1,6 @@
 # This file is generated from chapters/08-1-training.md by tools/tangle.py. Do not edit it by hand:
 # edit the chapter's cells tagged "export", then run `python tools/tangle.py`.
-# From chapters/08-1-training.md, section "8. Training".
+# From chapters/08-1-training.md, section "A training loop in twenty lines".
 """Training (chapter 8 of the course): from a loss to three trained model
 families.
 
@@ -12,15 +12,17 @@ families.
 * Schedules: :class:`NoamSchedule`, :class:`WarmupCosineSchedule`,
   :func:`make_scheduler`.
 * Checkpoints: :func:`save_checkpoint` (atomic; one model file of
-  :func:`lib.pretrained.save_model` inside), :func:`load_checkpoint`
+  :func:`lib.model_file.save_model` inside, with the tokenizer when given
+  one), :func:`load_checkpoint`
   (``weights_only=True``, mismatches named, all or nothing),
   :func:`latest_checkpoint`, RNG states.
 * The loop: :func:`model_loss`, :func:`evaluate`, :func:`train` (mixed
   precision, accumulation, clipping, evaluation, checkpoints, DDP, compile)
   on :mod:`lib.batches`.
-* Several processes: :func:`distributed_setup`, :func:`shard_batch`.
+* Several processes: :func:`shard_batch` (joining them:
+  :func:`lib.efficiency.distributed_setup`).
 
-Memory and speed (activation checkpointing, FLOPs, GPU time):
+Memory and speed (activation checkpointing, FLOPs, GPU time, several GPUs):
 :mod:`lib.efficiency`; the chapter's three experiments (a character GPT, a
 BERT, a T5): :mod:`lib.runs`.
 """
@@ -50,8 +52,7 @@ from tqdm import tqdm
 
 from lib import _checks as check
 from lib.batches import Batch
-from lib.objectives import IGNORE_INDEX
-from lib.pretrained import (
+from lib.model_file import (
     ModelFileError,
     atomic_save,
     check_packed,
@@ -60,7 +61,9 @@ from lib.pretrained import (
     packed_differences,
     plain_values,
     remove_stale_temporaries,
+    tokenizer_from_state,
 )
+from lib.objectives import IGNORE_INDEX
 from lib.utils import Precision, autocast, get_device, get_precision, get_profile
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
@@ -87,8 +90,23 @@ __all__ = [
     "NonFiniteLossError",
     "tokens_in",
     "train",
-    "distributed_setup",
 ]
+
+
+# From chapters/08-1-training.md, section "The loss: cross-entropy from logits".
+def _check_cross_entropy(logits, targets, ignore_index, label_smoothing):
+    """:func:`cross_entropy`'s arguments. The ids are checked against the
+    vocabulary on the CPU only: on a GPU that would sync each step."""
+    check.tensor("logits", logits, floating=True, owner="cross_entropy")
+    check.tensor("targets", targets, integer=True, hint="(int64 ids)")
+    if targets.shape != logits.shape[:-1]:
+        shapes = f"{tuple(targets.shape)}, logits {tuple(logits.shape)}"
+        raise ValueError(f"targets must have the shape of logits minus vocab: {shapes}")
+    check.probability("label_smoothing", label_smoothing, owner="cross_entropy")
+    if targets.is_cpu:  # on a GPU: no sync to check
+        keep = targets != ignore_index
+        hint = f"a target to skip is ignore_index={ignore_index}"
+        check.ids_in_range("targets", targets[keep], logits.shape[-1], hint=hint)
 
 
 # From chapters/08-1-training.md, section "The loss: cross-entropy from logits".
@@ -110,16 +128,8 @@ def cross_entropy(
     checked against the vocabulary on the CPU only: on a GPU that would sync
     each step.
     """
-    check.tensor("logits", logits, floating=True, owner="cross_entropy")
-    check.tensor("targets", targets, integer=True, hint="(int64 ids)")
-    if targets.shape != logits.shape[:-1]:
-        shapes = f"{tuple(targets.shape)}, logits {tuple(logits.shape)}"
-        raise ValueError(f"targets must have the shape of logits minus vocab: {shapes}")
-    check.probability("label_smoothing", label_smoothing, owner="cross_entropy")
-    vocab, keep = logits.shape[-1], targets != ignore_index
-    if targets.is_cpu:  # on a GPU: no sync to check
-        hint = f"a target to skip is ignore_index={ignore_index}"
-        check.ids_in_range("targets", targets[keep], vocab, hint=hint)
+    _check_cross_entropy(logits, targets, ignore_index, label_smoothing)
+    keep = targets != ignore_index
     logits = logits.float()
     log_probs = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
     safe_targets = targets.long().masked_fill(~keep, 0).unsqueeze(-1)
@@ -130,6 +140,38 @@ def cross_entropy(
         per_position = per_position + label_smoothing * (uniform - per_position)
     n_kept = keep.sum().clamp(min=1)  # the loss is 0 if none is kept
     return (per_position * keep).sum() / n_kept
+
+
+# From chapters/08-1-training.md, section "The optimiser: Adam, AdamW and what to decay".
+def _check_adam(lr, betas, eps, weight_decay) -> list[float]:
+    """Adam's settings: ``lr`` and ``weight_decay`` >= 0, ``eps`` > 0,
+    ``betas`` a pair in [0, 1) (at 1 the bias correction divides by zero).
+    """
+    check.finite_float("lr", lr, low=0.0)
+    check.finite_float("weight_decay", weight_decay, low=0.0)
+    check.finite_float("eps", eps, low=0.0, low_open=True)
+    if not isinstance(betas, tuple | list) or len(betas) != 2:
+        raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+    beta = dict(low=0.0, high=1.0, high_open=True)
+    return [check.finite_float(f"betas[{i}]", b, **beta) for i, b in enumerate(betas)]
+
+
+def _check_max_norm(max_norm: float) -> None:
+    check.instance("max_norm", max_norm, numbers.Real, what="a number")
+    # (a negative max_norm would flip the gradients)
+    if isinstance(max_norm, bool) or not max_norm > 0:
+        raise ValueError(f"max_norm must be > 0 (inf: only measure), got {max_norm}")
+
+
+def _check_adamw_step(tensors, step, lr, betas, eps, weight_decay):
+    """:func:`adamw_step`'s arguments; the two betas."""
+    check.int_at_least("step", step, 1, owner="adamw_step", hint="(it counts from 1)")
+    beta1, beta2 = _check_adam(lr, betas, eps, weight_decay)
+    for name, x in tensors.items():
+        check.tensor(name, x, floating=True, owner="adamw_step")
+    if len(shapes := {tuple(x.shape) for x in tensors.values()}) > 1:
+        raise ValueError(f"adamw_step: the tensors must share a shape, got {shapes}")
+    return beta1, beta2
 
 
 # From chapters/08-1-training.md, section "The optimiser: Adam, AdamW and what to decay".
@@ -151,13 +193,8 @@ def adamw_step(
     ``step`` counts from 1. Shapes: all four tensors alike; returns the new
     ``(param, exp_avg, exp_avg_sq)``.
     """
-    check.int_at_least("step", step, 1, owner="adamw_step", hint="(it counts from 1)")
-    beta1, beta2 = _check_adam(lr, betas, eps, weight_decay)
     tensors = dict(param=param, grad=grad, exp_avg=exp_avg, exp_avg_sq=exp_avg_sq)
-    for name, x in tensors.items():
-        check.tensor(name, x, floating=True, owner="adamw_step")
-    if len(shapes := {tuple(x.shape) for x in tensors.values()}) > 1:
-        raise ValueError(f"adamw_step: the tensors must share a shape, got {shapes}")
+    beta1, beta2 = _check_adamw_step(tensors, step, lr, betas, eps, weight_decay)
     # decoupled: the moments never see the decay
     param = param * (1.0 - lr * weight_decay)
     exp_avg = beta1 * exp_avg + (1.0 - beta1) * grad
@@ -165,26 +202,6 @@ def adamw_step(
     m_hat = exp_avg / (1.0 - beta1**step)
     v_hat = exp_avg_sq / (1.0 - beta2**step)
     return param - lr * m_hat / (v_hat.sqrt() + eps), exp_avg, exp_avg_sq
-
-
-def _check_adam(lr, betas, eps, weight_decay) -> list[float]:
-    """Adam's settings: ``lr`` and ``weight_decay`` >= 0, ``eps`` > 0,
-    ``betas`` a pair in [0, 1) (at 1 the bias correction divides by zero).
-    """
-    check.finite_float("lr", lr, low=0.0)
-    check.finite_float("weight_decay", weight_decay, low=0.0)
-    check.finite_float("eps", eps, low=0.0, low_open=True)
-    if not isinstance(betas, tuple | list) or len(betas) != 2:
-        raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-    beta = dict(low=0.0, high=1.0, high_open=True)
-    return [check.finite_float(f"betas[{i}]", b, **beta) for i, b in enumerate(betas)]
-
-
-def _check_max_norm(max_norm: float) -> None:
-    check.instance("max_norm", max_norm, numbers.Real, what="a number")
-    # (a negative max_norm would flip the gradients)
-    if isinstance(max_norm, bool) or not max_norm > 0:
-        raise ValueError(f"max_norm must be > 0 (inf: only measure), got {max_norm}")
 
 
 # From chapters/08-1-training.md, section "The optimiser: Adam, AdamW and what to decay".
@@ -310,10 +327,10 @@ class CheckpointError(ModelFileError):
     """A checkpoint cannot be used: unreadable, damaged or not a checkpoint
     of lib.training (then ``damaged`` is True, and resuming skips it), saved
     from another model or configuration, or asked to hold what it cannot.
-    A :class:`~lib.pretrained.ModelFileError`."""
+    A :class:`~lib.model_file.ModelFileError`."""
 
 
-_FORMAT = "lib.training/3"  # 3: the model as a model file of lib.pretrained
+_FORMAT = "lib.training/3"  # 3: the model (and tokenizer) as a model file
 _FORMAT_2 = "lib.training/2"  # the weights alone; still read
 # the fields of NumPy's generator state that follow its keys
 _NUMPY_STATE = ("position", "has_gauss", "cached_gaussian")
@@ -366,7 +383,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 def _plain_state(value: Any, where: str) -> Any:
     """``value`` made of what ``torch.load(weights_only=True)`` reads back
-    (:func:`lib.pretrained.plain_values`): anything else is refused now,
+    (:func:`lib.model_file.plain_values`): anything else is refused now,
     naming where it is, rather than making a checkpoint that cannot be
     loaded."""
     try:
@@ -384,14 +401,17 @@ def save_checkpoint(
     scheduler: Any = None,
     scaler: torch.amp.GradScaler | None = None,
     extra: Mapping[str, Any] | None = None,
+    tokenizer: Any = None,
 ) -> Path:
     """Write a checkpoint atomically: a temporary file in the same folder,
-    then rename (:func:`lib.pretrained.atomic_save`, which first removes
+    then rename (:func:`lib.model_file.atomic_save`, which first removes
     the temporaries a killed save left there).
 
-    Holds one model file (:func:`lib.pretrained.pack_model`: the kind, the
-    configuration, the weights and their sha256, which
-    :func:`lib.pretrained.load_model` reads too), and around it the
+    Holds one model file (:func:`lib.model_file.pack_model`: the kind, the
+    configuration, the weights and their sha256, and ``tokenizer``, a
+    :class:`~lib.tokenizer.CharTokenizer` or
+    :class:`~lib.tokenizer.BPETokenizer`, if given; all of which
+    :func:`lib.model_file.load_model` reads too), and around it the
     optimiser, scheduler and scaler states, ``step`` (the next step to run,
     which is also the position in the data), every RNG state, ``extra``
     (plain values and tensors only: NumPy values and paths are converted,
@@ -401,7 +421,7 @@ def save_checkpoint(
     path = Path(path)
     check.int_at_least("step", step, 0, owner="save_checkpoint")
     extra = _plain_state(dict(extra or {}), "extra")
-    packed = pack_model(unwrap_model(model))
+    packed = pack_model(unwrap_model(model), tokenizer)
     state = dict(format=_FORMAT, step=int(step), model=packed)
     parts = dict(optimizer=optimizer, scheduler=scheduler, scaler=scaler)
     state |= {k: None if v is None else v.state_dict() for k, v in parts.items()}
@@ -580,7 +600,8 @@ def load_checkpoint(
     scheduler keep the caller's settings (rates, betas, weight decay,
     schedule) and take the saved state and position. Returns the whole
     state (``state["step"]``, ``state["extra"]``, ``state["model"]``: the
-    model file).
+    model file), and ``state["tokenizer"]``: the tokenizer it carries,
+    rebuilt (None: it carries none).
     """
     path, target = Path(path), unwrap_model(model)
     check.booleans(
@@ -591,6 +612,11 @@ def load_checkpoint(
     others = sorted(p.name for p in path.parent.glob("step-*.pt") if p != path)
     hint = f" Other checkpoints in {path.parent}: {', '.join(others)}." * bool(others)
     state = _read_checkpoint(path, map_location, hint)
+    try:  # before anything loads, like the rest
+        saved_tokenizer = state["model"].get("tokenizer")
+        tokenizer = tokenizer_from_state(saved_tokenizer, str(path))
+    except ModelFileError as err:
+        raise CheckpointError(str(err)) from None
     objects = dict(optimizer=optimizer, scheduler=scheduler, scaler=scaler)
     if problems := _problems(state, target, strict_config, **objects):
         raise CheckpointError(f"{path} does not fit: {' | '.join(problems)}")
@@ -607,7 +633,7 @@ def load_checkpoint(
         )
     if restore_rng:
         set_rng_states(state["rng"])
-    return state
+    return state | dict(tokenizer=tokenizer)
 
 
 def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
@@ -621,6 +647,50 @@ def _saved_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
     first."""
     steps = {p: p.stem.removeprefix("step-") for p in Path(directory).glob("step-*.pt")}
     return sorted((int(digits), p) for p, digits in steps.items() if digits.isdigit())
+
+
+# From chapters/08-1-training.md, section "The training loop".
+def _rows(batch: Batch) -> int:
+    sizes = {v.shape[0] for v in batch.values()}
+    if len(sizes) != 1:
+        shapes = {k: tuple(v.shape) for k, v in batch.items()}
+        raise ValueError(f"a batch's tensors must share their first axis, got {shapes}")
+    return sizes.pop()
+
+
+def _check_shard(batch, rank, world_size, even) -> tuple[int, int, int]:
+    """:func:`shard_batch`'s arguments: the batch's rows, the rank and the
+    number of processes."""
+    n = _rows(batch)
+    world = check.positive_int("world_size", world_size, owner="shard_batch")
+    rank = check.int_in_range("rank", rank, 0, world - 1, owner="shard_batch")
+    if even and n % world:  # (even=False: shards that differ by a row)
+        raise ValueError(f"batch: {n} rows does not divide across {world} processes")
+    return n, rank, world
+
+
+def _check_n_batches(n_batches, batches, name: str) -> None:
+    """``n_batches`` batches must exist in the list ``batches``."""
+    if isinstance(batches, list | tuple) and isinstance(n_batches, int):
+        if n_batches > (held := len(batches)):
+            raise ValueError(
+                f"{name}={n_batches} batches asked for, but the list holds "
+                f"{held}: ask for at most {held}, or pass a function step "
+                "-> batch"
+            )
+
+
+def _check_evaluate(model, batches, n_batches) -> int:
+    """:func:`evaluate`'s arguments; the number of batches to take."""
+    check.instance("model", model, nn.Module, what="a torch.nn.Module")
+    if n_batches is None:
+        if callable(batches) or not isinstance(batches, list | tuple) or not batches:
+            raise ValueError("evaluate takes a non-empty list, or with n_batches")
+        n_batches = len(batches)
+    check.positive_int("n_batches", n_batches, owner="evaluate")
+    if not callable(batches):
+        _check_n_batches(n_batches, batches, "n_batches")
+    return n_batches
 
 
 # From chapters/08-1-training.md, section "The training loop".
@@ -647,14 +717,6 @@ def model_loss(
     return cross_entropy(logits, batch["targets"], label_smoothing=label_smoothing)
 
 
-def _rows(batch: Batch) -> int:
-    sizes = {v.shape[0] for v in batch.values()}
-    if len(sizes) != 1:
-        shapes = {k: tuple(v.shape) for k, v in batch.items()}
-        raise ValueError(f"a batch's tensors must share their first axis, got {shapes}")
-    return sizes.pop()
-
-
 def _n_targets(batch: Batch) -> int:
     """How many targets a batch's mean loss is over (``IGNORE_INDEX`` left
     out), its weight in a larger batch; rows when it has no ``targets``.
@@ -673,11 +735,7 @@ def shard_batch(
     empty): :func:`train` and :func:`evaluate` weight each by its number of
     targets.
     """
-    n = _rows(batch)
-    world = check.positive_int("world_size", world_size, owner="shard_batch")
-    rank = check.int_in_range("rank", rank, 0, world - 1, owner="shard_batch")
-    if even and n % world:  # (even=False: shards that differ by a row)
-        raise ValueError(f"batch: {n} rows does not divide across {world} processes")
+    n, rank, world = _check_shard(batch, rank, world_size, even)
     return {k: v[n * rank // world : n * (rank + 1) // world] for k, v in batch.items()}
 
 
@@ -700,17 +758,6 @@ def _distributed() -> tuple[int, int]:
     return 0, 1
 
 
-def _check_n_batches(n_batches, batches, name: str) -> None:
-    """``n_batches`` batches must exist in the list ``batches``."""
-    if isinstance(batches, list | tuple) and isinstance(n_batches, int):
-        if n_batches > (held := len(batches)):
-            raise ValueError(
-                f"{name}={n_batches} batches asked for, but the list holds "
-                f"{held}: ask for at most {held}, or pass a function step "
-                "-> batch"
-            )
-
-
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -729,14 +776,7 @@ def evaluate(
     shard of every batch (the shards may differ by a row, or be empty),
     weighted the same way, so the result equals one process's.
     """
-    check.instance("model", model, nn.Module, what="a torch.nn.Module")
-    if n_batches is None:
-        if callable(batches) or not isinstance(batches, list | tuple) or not batches:
-            raise ValueError("evaluate takes a non-empty list, or with n_batches")
-        n_batches = len(batches)
-    check.positive_int("n_batches", n_batches, owner="evaluate")
-    if not callable(batches):
-        _check_n_batches(n_batches, batches, "n_batches")
+    n_batches = _check_evaluate(model, batches, n_batches)
     device = next(model.parameters()).device
     precision = precision or get_precision(device)
     rank, world = _distributed()
@@ -760,6 +800,121 @@ def evaluate(
     if not n_targets:
         raise ValueError("evaluate: no targets in the batches (all ignored)")
     return loss_sum / n_targets
+
+
+# From chapters/08-1-training.md, section "The training loop".
+def _check_train(model, batches, optimizer, loss_fn, o: dict[str, Any]) -> None:
+    """:func:`train`'s arguments ``o``, checked once at its front door."""
+    check.instance("model", model, nn.Module, what="a torch.nn.Module")
+    check.instance("optimizer", optimizer, torch.optim.Optimizer, what="an optimizer")
+    if not callable(batches) or not callable(loss_fn):
+        raise TypeError("batches (step -> batch) and loss_fn must be callable")
+    for name in ("n_steps", "grad_accum", "log_every", "keep_checkpoints"):
+        check.positive_int(name, o[name], owner="train")
+    for name in ("eval_every", "checkpoint_every"):
+        check.int_at_least(name, o[name], 0, owner="train")
+    check.booleans(
+        resume=o["resume"],
+        compile=o["compile"],
+        strict_config=o["strict_config"],
+        keep_best=o["keep_best"],
+        owner="train",
+    )
+    if o["keep_best"] and not o["eval_every"]:
+        raise ValueError("keep_best needs eval_every: the best of what?")
+    _check_scheduler(o["scheduler"], optimizer, saving=o["checkpoint_dir"])
+    _check_max_norm(math.inf if o["max_grad_norm"] is None else o["max_grad_norm"])
+    saving = o["checkpoint_every"] or o["resume"]
+    if saving and o["checkpoint_dir"] is None:
+        raise ValueError("checkpoint_every and resume need a checkpoint_dir")
+    no_list = callable(o["eval_batches"]) or o["eval_batches"] is None
+    if o["eval_every"] and no_list and o["eval_iters"] is None:
+        raise ValueError("eval_every needs eval_batches (a list, or with eval_iters)")
+    if o["eval_every"] and not no_list:
+        _check_n_batches(o["eval_iters"], o["eval_batches"], "eval_iters")
+
+
+def _check_scheduler(scheduler, optimizer, saving) -> None:
+    """A scheduler ``train`` can step (and save, with a checkpoint folder):
+    a learning-rate scheduler of ``optimizer``, not a schedule function."""
+    if scheduler is None:
+        return
+    needed = ("step", "state_dict", "load_state_dict") if saving else ("step",)
+    lacking = [m for m in needed if not callable(getattr(scheduler, m, None))]
+    if lacking:
+        hint = " (a schedule: wrap it, make_scheduler(optimizer, schedule))"
+        raise TypeError(
+            f"scheduler must be a learning-rate scheduler with "
+            f"{', '.join(m + '()' for m in needed)}; a "
+            f"{type(scheduler).__name__} has no {', '.join(lacking)}"
+            + hint
+            * callable(scheduler)
+        )
+    if getattr(scheduler, "optimizer", optimizer) is not optimizer:
+        raise ValueError(
+            "scheduler drives another optimizer than the one train steps: "
+            "build it with make_scheduler(optimizer, schedule)"
+        )
+
+
+def _check_step_batch(whole, step: int, world: int) -> int:
+    """The batch ``batches(step)`` returned: a dict with a row for every
+    process (its type only: no tensor is read); its rows."""
+    if not isinstance(whole, Mapping):
+        raise TypeError(
+            f"batches({step}) returned {type(whole).__name__}: a batch "
+            "is a dict with 'inputs' and 'targets'"
+        )
+    if (n_rows := _rows(whole)) < world:
+        raise ValueError(f"a batch of {n_rows} rows cannot feed {world} processes")
+    return n_rows
+
+
+# From chapters/08-1-training.md, section "The training loop".
+def _resume(directory: Path, **objects: Any) -> tuple[dict | None, Path | None]:
+    """Load the newest intact checkpoint of ``directory`` into ``objects``;
+    a damaged one, or a ``step-*.pt`` that lib.training did not write, is
+    skipped with a warning. ``(None, None)`` when there is none."""
+    errors = []
+    for _, path in reversed(_saved_checkpoints(directory)):
+        try:
+            return load_checkpoint(path, **objects), path
+        except CheckpointError as err:
+            if not err.damaged:
+                raise
+            warnings.warn(f"resuming from an older checkpoint: {err}", stacklevel=3)
+            errors.append(str(err))
+    if errors:
+        raise CheckpointError(f"no intact checkpoint in {directory}: {errors}")
+    return None, None
+
+
+def _saved_best(
+    checkpoint_dir: Path | None, model: nn.Module, step: int
+) -> dict[str, torch.Tensor]:
+    """The weights of ``checkpoint_dir/best.pt`` (step ``step``), for a
+    resumed ``keep_best`` run, as a CPU copy; ``model`` is not changed."""
+    path = None if checkpoint_dir is None else checkpoint_dir / "best.pt"
+    if path is None or not path.is_file():
+        raise CheckpointError(
+            f"the resumed history's best weights (step {step}) are not in "
+            f"{path}: resume with keep_best=False, or restore the file"
+        )
+    holder = copy.deepcopy(unwrap_model(model)).cpu()
+    found = load_checkpoint(path, model=holder, restore_rng=False)["step"]
+    if found != step:
+        raise CheckpointError(f"{path} is step {found}, the history's {step}")
+    return holder.state_dict()
+
+
+def _prune(directory: Path, keep: int, upto: int) -> None:
+    """Delete all but the ``keep`` newest ``step-*.pt`` checkpoints of steps
+    up to ``upto`` (the one just written). Those of later steps are not this
+    run's (another run's, or a file lib.training did not write): they stay,
+    and cannot push this run's own out."""
+    saved = [(s, p) for s, p in _saved_checkpoints(directory) if s <= upto]
+    for _, old in saved[:-keep]:  # keep >= 1 (train checks it)
+        old.unlink(missing_ok=True)
 
 
 # From chapters/08-1-training.md, section "The training loop".
@@ -829,78 +984,6 @@ def tokens_in(batch: Batch) -> int:
     return sum(batch[k].numel() for k in ("inputs", "decoder_inputs") if k in batch)
 
 
-def _check_train(model, batches, optimizer, loss_fn, o: dict[str, Any]) -> None:
-    """:func:`train`'s arguments ``o``, checked once at its front door."""
-    check.instance("model", model, nn.Module, what="a torch.nn.Module")
-    check.instance("optimizer", optimizer, torch.optim.Optimizer, what="an optimizer")
-    if not callable(batches) or not callable(loss_fn):
-        raise TypeError("batches (step -> batch) and loss_fn must be callable")
-    for name in ("n_steps", "grad_accum", "log_every", "keep_checkpoints"):
-        check.positive_int(name, o[name], owner="train")
-    for name in ("eval_every", "checkpoint_every"):
-        check.int_at_least(name, o[name], 0, owner="train")
-    check.booleans(
-        resume=o["resume"],
-        compile=o["compile"],
-        strict_config=o["strict_config"],
-        keep_best=o["keep_best"],
-        owner="train",
-    )
-    if o["keep_best"] and not o["eval_every"]:
-        raise ValueError("keep_best needs eval_every: the best of what?")
-    _check_scheduler(o["scheduler"], optimizer, saving=o["checkpoint_dir"])
-    _check_max_norm(math.inf if o["max_grad_norm"] is None else o["max_grad_norm"])
-    saving = o["checkpoint_every"] or o["resume"]
-    if saving and o["checkpoint_dir"] is None:
-        raise ValueError("checkpoint_every and resume need a checkpoint_dir")
-    no_list = callable(o["eval_batches"]) or o["eval_batches"] is None
-    if o["eval_every"] and no_list and o["eval_iters"] is None:
-        raise ValueError("eval_every needs eval_batches (a list, or with eval_iters)")
-    if o["eval_every"] and not no_list:
-        _check_n_batches(o["eval_iters"], o["eval_batches"], "eval_iters")
-
-
-def _check_scheduler(scheduler, optimizer, saving) -> None:
-    """A scheduler ``train`` can step (and save, with a checkpoint folder):
-    a learning-rate scheduler of ``optimizer``, not a schedule function."""
-    if scheduler is None:
-        return
-    needed = ("step", "state_dict", "load_state_dict") if saving else ("step",)
-    lacking = [m for m in needed if not callable(getattr(scheduler, m, None))]
-    if lacking:
-        hint = " (a schedule: wrap it, make_scheduler(optimizer, schedule))"
-        raise TypeError(
-            f"scheduler must be a learning-rate scheduler with "
-            f"{', '.join(m + '()' for m in needed)}; a "
-            f"{type(scheduler).__name__} has no {', '.join(lacking)}"
-            + hint
-            * callable(scheduler)
-        )
-    if getattr(scheduler, "optimizer", optimizer) is not optimizer:
-        raise ValueError(
-            "scheduler drives another optimizer than the one train steps: "
-            "build it with make_scheduler(optimizer, schedule)"
-        )
-
-
-def _resume(directory: Path, **objects: Any) -> tuple[dict | None, Path | None]:
-    """Load the newest intact checkpoint of ``directory`` into ``objects``;
-    a damaged one, or a ``step-*.pt`` that lib.training did not write, is
-    skipped with a warning. ``(None, None)`` when there is none."""
-    errors = []
-    for _, path in reversed(_saved_checkpoints(directory)):
-        try:
-            return load_checkpoint(path, **objects), path
-        except CheckpointError as err:
-            if not err.damaged:
-                raise
-            warnings.warn(f"resuming from an older checkpoint: {err}", stacklevel=3)
-            errors.append(str(err))
-    if errors:
-        raise CheckpointError(f"no intact checkpoint in {directory}: {errors}")
-    return None, None
-
-
 def train(
     model: nn.Module,
     batches: Callable[[int], Batch],
@@ -928,7 +1011,8 @@ def train(
     """Train ``model`` (already on its device) for steps ``0 .. n_steps-1``.
 
     ``batches(step)`` gives the whole (global) batch of a step, on the CPU;
-    under DDP (a process group started by :func:`distributed_setup`) each
+    under DDP (a process group started by
+    :func:`lib.efficiency.distributed_setup`) each
     process trains on its :func:`shard_batch` (shards may differ by a row).
     The loss of a step is the mean over all its targets, whatever the
     processes and ``grad_accum`` micro-batches: ``loss_fn`` returns the mean
@@ -948,7 +1032,7 @@ def train(
     evaluation with the lowest held-out loss, not the last step's; the
     history says which (``best_step``, ``best_eval_loss``), and with a
     ``checkpoint_dir`` they are saved there as ``best.pt`` too (a model file
-    that :func:`lib.pretrained.load_model` reads), which a resumed run
+    that :func:`lib.model_file.load_model` reads), which a resumed run
     reloads. Raises :class:`NonFiniteLossError` on a NaN or infinite loss or
     gradient norm.
     """
@@ -995,14 +1079,8 @@ def train(
     for step in bar:
         began = time.perf_counter()
         whole = batches(step)
-        if not isinstance(whole, Mapping):  # the type only: no tensor read
-            raise TypeError(
-                f"batches({step}) returned {type(whole).__name__}: a batch "
-                "is a dict with 'inputs' and 'targets'"
-            )
-        n_targets, n_rows = max(_n_targets(whole), 1), _rows(whole)
-        if n_rows < world:
-            raise ValueError(f"a batch of {n_rows} rows cannot feed {world} processes")
+        _check_step_batch(whole, step, world)
+        n_targets = max(_n_targets(whole), 1)
         parts = _micro_batches(shard_batch(whole, rank, world, even=False), grad_accum)
         loss_sum = torch.zeros((), device=device)
         for i, micro in enumerate(parts):
@@ -1094,74 +1172,3 @@ def train(
     if best_weights is not None:
         model.load_state_dict(best_weights)
     return history
-
-
-def _saved_best(
-    checkpoint_dir: Path | None, model: nn.Module, step: int
-) -> dict[str, torch.Tensor]:
-    """The weights of ``checkpoint_dir/best.pt`` (step ``step``), for a
-    resumed ``keep_best`` run, as a CPU copy; ``model`` is not changed."""
-    path = None if checkpoint_dir is None else checkpoint_dir / "best.pt"
-    if path is None or not path.is_file():
-        raise CheckpointError(
-            f"the resumed history's best weights (step {step}) are not in "
-            f"{path}: resume with keep_best=False, or restore the file"
-        )
-    holder = copy.deepcopy(unwrap_model(model)).cpu()
-    found = load_checkpoint(path, model=holder, restore_rng=False)["step"]
-    if found != step:
-        raise CheckpointError(f"{path} is step {found}, the history's {step}")
-    return holder.state_dict()
-
-
-def _prune(directory: Path, keep: int, upto: int) -> None:
-    """Delete all but the ``keep`` newest ``step-*.pt`` checkpoints of steps
-    up to ``upto`` (the one just written). Those of later steps are not this
-    run's (another run's, or a file lib.training did not write): they stay,
-    and cannot push this run's own out."""
-    saved = [(s, p) for s, p in _saved_checkpoints(directory) if s <= upto]
-    for _, old in saved[:-keep]:  # keep >= 1 (train checks it)
-        old.unlink(missing_ok=True)
-
-
-# From chapters/08-1-training.md, section "Data parallelism".
-def _environment_int(name: str, default: int, *, low: int) -> int:
-    """The whole number ``low`` or more in the environment variable
-    ``name`` (``default`` when it is unset), or an error naming it."""
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    try:
-        number = int(value.strip())
-    except ValueError:
-        number = None
-    if number is None or number < low:
-        raise ValueError(
-            f"the environment variable {name}={value!r} must be a whole "
-            f"number >= {low} (torchrun sets it; unset it to run one "
-            "process)"
-        )
-    return number
-
-
-def distributed_setup(backend: str | None = None) -> tuple[int, int, torch.device]:
-    """Join the process group that ``torchrun`` describes in the
-    environment, if any.
-
-    Returns ``(rank, world_size, device)``: ``(0, 1, get_device())`` without
-    torchrun; under torchrun, CUDA device ``LOCAL_RANK`` with NCCL, or the
-    CPU with gloo.
-    """
-    check.one_of("backend", backend, (None, "nccl", "gloo"), owner="distributed_setup")
-    world = _environment_int("WORLD_SIZE", 1, low=1)
-    if world == 1:
-        return 0, 1, get_device()
-    local_rank = _environment_int("LOCAL_RANK", 0, low=0)
-    if torch.cuda.is_available() and backend in (None, "nccl"):
-        device, backend = torch.device("cuda", local_rank), "nccl"
-        torch.cuda.set_device(device)
-    else:
-        device, backend = torch.device("cpu"), backend or "gloo"
-    if not dist.is_initialized():
-        dist.init_process_group(backend)
-    return dist.get_rank(), dist.get_world_size(), device

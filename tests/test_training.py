@@ -20,6 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 from lib.batches import as_batch, lm_batches, lm_eval_batches
 from lib.efficiency import (
     disable_activation_checkpointing,
+    distributed_setup,
     enable_activation_checkpointing,
     gpu_seconds,
     peak_flops,
@@ -35,7 +36,6 @@ from lib.training import (
     adamw_step,
     clip_grad_norm,
     cross_entropy,
-    distributed_setup,
     evaluate,
     latest_checkpoint,
     load_checkpoint,
@@ -1121,7 +1121,7 @@ def test_strict_config_false_resumes_another_configuration_on_purpose(tmp_path):
 
 
 def test_a_checkpoint_holds_a_model_file_that_load_model_reads(tmp_path):
-    from lib.pretrained import load_model
+    from lib.model_file import load_model
 
     model, optimizer, _ = fresh()
     train(model, BATCHES, optimizer=optimizer, n_steps=2,
@@ -1133,6 +1133,80 @@ def test_a_checkpoint_holds_a_model_file_that_load_model_reads(tmp_path):
         assert torch.equal(saved.model(ids), model.eval()(ids))
 
 
+def _tokenizers() -> dict[str, object]:
+    from lib.tokenizer import BPETokenizer, CharTokenizer
+
+    bpe = BPETokenizer().train("low lower lowest newer newest " * 4, 262, ["<eos>"])
+    return {"none": None, "char": CharTokenizer("to be or not"), "bpe": bpe}
+
+
+@pytest.mark.parametrize("which", ["none", "char", "bpe"])
+def test_a_checkpoint_carries_its_tokenizer(tmp_path, which):
+    """Issue 40: save_checkpoint(tokenizer=...) stores it in the checkpoint's model
+    file; load_checkpoint gives it back, rebuilt, as ``state["tokenizer"]``, and
+    lib.model_file.load_model reads it from the same file."""
+    from lib.model_file import load_model
+
+    tokenizer = _tokenizers()[which]
+    path = save_checkpoint(tmp_path / "step-00000001.pt", model=tiny_gpt(), step=1,
+                           tokenizer=tokenizer)  # fmt: skip
+    state = load_checkpoint(path, model=tiny_gpt(seed=1), restore_rng=False)
+    again = load_model(path).tokenizer
+    if tokenizer is None:
+        assert state["tokenizer"] is None and again is None
+        return
+    sample = "to be" if which == "char" else "lowest newer<eos>"
+    for back in (state["tokenizer"], again):
+        assert type(back) is type(tokenizer)
+        assert back.encode(sample) == tokenizer.encode(sample)
+        assert back.vocab_size == tokenizer.vocab_size
+
+
+def test_a_checkpoint_refuses_what_is_not_a_tokenizer_before_writing(tmp_path):
+    with pytest.raises(TypeError, match="tokenizer must be a CharTokenizer"):
+        save_checkpoint(tmp_path / "c.pt", model=tiny_gpt(), step=1, tokenizer="abc")
+    assert not (tmp_path / "c.pt").exists()
+
+
+def test_a_checkpoint_with_a_tokenizer_of_another_format_is_named(tmp_path):
+    from lib.model_file import content_sha256
+
+    path = save_checkpoint(tmp_path / "c.pt", model=tiny_gpt(), step=1,
+                           tokenizer=_tokenizers()["bpe"])  # fmt: skip
+    state = torch.load(path, weights_only=True)
+    packed = state["model"]
+    packed["tokenizer"]["version"] = -1  # a BPE this library cannot read
+    packed["sha256"] = content_sha256(
+        {k: v for k, v in packed.items() if k != "sha256"}
+    )
+    state["sha256"] = content_sha256(
+        {k: v for k, v in state.items() if k != "sha256"} | {"model": packed["sha256"]}
+    )
+    torch.save(state, path)
+    target = tiny_gpt(seed=1)
+    before = copy.deepcopy(target.state_dict())
+    with pytest.raises(CheckpointError, match=r"c\.pt: its BPE tokenizer has another"):
+        load_checkpoint(path, model=target)
+    assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
+
+
+def test_lib_training_imports_the_model_file_not_the_hub():
+    """Issue 40: the model file is a module of its own; lib.training needs it, and
+    nothing of lib.pretrained (the hub, the shipped checkpoints)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, lib.training\n"
+        "assert 'lib.model_file' in sys.modules\n"
+        "assert 'lib.pretrained' not in sys.modules, 'lib.training imports the hub'\n"
+    )
+    root = str(Path(__file__).resolve().parent.parent)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": root}, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def replace_cfg(cfg, **changes):
     from dataclasses import replace
 
@@ -1142,7 +1216,7 @@ def replace_cfg(cfg, **changes):
 def test_a_checkpoint_of_the_previous_format_still_loads(tmp_path):
     from dataclasses import asdict
 
-    from lib.pretrained import content_sha256
+    from lib.model_file import content_sha256
     from lib.training import rng_states
 
     model = tiny_gpt(seed=4)
