@@ -792,14 +792,18 @@ def bert_data(
     tokenizer: BPETokenizer, sizes: Mapping[str, Any], seed: int
 ) -> dict[str, Any]:
     """What the BERT recipe trains and measures on, in ``tokenizer``'s ids:
-    masked-LM windows of the training chapters (``train_windows``) and of
-    the held-out ones (``eval_windows``, which pick the best step;
-    ``mlm_test``, other windows, which measure it), the ``unigram`` of the
-    training chapters, the few ``labelled`` passages and the ``test``
+    masked-LM windows of the training chapters (``train_windows``), of a
+    validation slice, the last 5 % of each book's training chapters
+    (``eval_windows``, which pick the best step) and of the held-out
+    chapters (``mlm_test``, which measure it), the ``unigram`` of the
+    training windows' text, the few ``labelled`` passages and the ``test``
     passages, and the books' ``names``."""
     names, seen_texts, held_texts = gutenberg_split()
     seen = [torch.tensor(tokenizer.encode(t)) for t in seen_texts]
     held_out = [torch.tensor(tokenizer.encode(t)) for t in held_texts]
+    cuts = [int(0.95 * len(book)) for book in seen]
+    trained = [book[:cut] for book, cut in zip(seen, cuts)]
+    validation = [book[cut:] for book, cut in zip(seen, cuts)]
     mlm = bert_mlm_objective(tokenizer)
 
     def windows(books: list[torch.Tensor], seed: int):
@@ -816,10 +820,10 @@ def bert_data(
     return {
         "names": names,
         "mask_id": tokenizer.special_tokens["<mask>"],
-        "train_windows": windows(seen, seed),
-        "eval_windows": windows(held_out, seed + 1),
+        "train_windows": windows(trained, seed),
+        "eval_windows": windows(validation, seed + 1),
         "mlm_test": [test_windows(i) for i in range(sizes["mlm_test_batches"])],
-        "unigram": unigram_log_probs(torch.cat(seen), tokenizer.vocab_size),
+        "unigram": unigram_log_probs(torch.cat(trained), tokenizer.vocab_size),
         "labelled": book_passages(seen, sizes["labelled_per_book"], passage, 10**9)[0],
         "test": book_passages(
             held_out, sizes["test_per_book"], passage, 4 * batch_size
