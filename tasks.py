@@ -9,7 +9,7 @@
     python3 tasks.py compat   # the transformers comparisons under its lowest and newest versions
     python3 tasks.py dry      # every chapter in the colab profile's shapes, loops cut (CPU)
     python3 tasks.py install test  # only install what a command needs (CI's first phase)
-    python3 tasks.py pages    # code blocks wider than the column, in headless Chromium
+    python3 tasks.py pages    # the built book on a phone and a laptop, in Chromium
     python3 tasks.py lint     # ruff: lint and format check of lib/, tests/ and the chapters
     python3 tasks.py fmt      # ruff: format lib/, tests/ and the chapters' code cells
 
@@ -102,7 +102,7 @@ PROGRESS_EVERY = 10.0  # seconds between two progress lines of a long install
 # A first install's minutes, rounded up: on 2 cores with a local mirror of PyPI torch took
 # 17 s and the test extra after it 41 s (95 packages, 330 MB), the notebooks extra 3.5 min
 # on a busy machine; a slow connection takes longer, an update of an installed one seconds.
-INSTALL_MINUTES = {"chapters": 2, "test": 2, "book": 3, "notebooks": 4}
+INSTALL_MINUTES = {"chapters": 2, "test": 2, "book": 3, "notebooks": 4, "pages": 1}
 
 
 class PipProgress:
@@ -823,9 +823,21 @@ def cmd_dry(profile: str, chapters: list[str], pytest_args: list[str]) -> None:
 
 
 def cmd_pages(extra: list[str]) -> None:
-    """Count code and output blocks wider than the column, in headless Chromium at the
-    widths readers use (tools/page_overflow.py), on the book ``tasks.py book`` built."""
-    ensure_installed("test")
+    """Measure the book ``tasks.py book`` built in Chromium, as a phone (390 px) and a
+    laptop (1280 px) show it (tools/page_overflow.py): pages wider than the screen, blocks
+    that scroll, display equations cut off, the size of the figures' text. The browser is
+    the system's Chromium, driven by Playwright (the ``pages`` extra)."""
+    from tools.page_overflow import CHROMIUM_NAMES
+
+    if not any(shutil.which(name) for name in CHROMIUM_NAMES) and not any(
+        arg == "--chromium" or arg.startswith("--chromium=") for arg in extra
+    ):
+        sys.exit(
+            "[tasks] pages needs Chromium, and none is on the PATH: install it "
+            "(Debian/Ubuntu: sudo apt install chromium), or name one with "
+            "--chromium PATH"
+        )
+    ensure_installed("pages")
     run(sys.executable, "tools/page_overflow.py", *extra)
 
 
@@ -937,8 +949,9 @@ def main() -> None:
     compat.add_argument("which", nargs="*", help="lowest, newest (default: both)")
     sub.add_parser(
         "pages",
-        help="count code blocks wider than the book's column, in headless Chromium "
-        "(after `book`; extra args go to tools/page_overflow.py)",
+        help="measure the built book in Chromium at 390 and 1280 px: pages wider than "
+        "the screen, equations cut off, figure text (after `book`; extra args go to "
+        "tools/page_overflow.py)",
     )
     dry = sub.add_parser(
         "dry",
@@ -951,7 +964,9 @@ def main() -> None:
         "install", help="only install what a command needs (an extra: test, book, ...)"
     )
     install.add_argument(
-        "extra", choices=["test", "book", "notebooks", "chapters"], default="test"
+        "extra",
+        choices=["test", "book", "notebooks", "chapters", "pages"],
+        default="test",
     )
     sub.add_parser("lint", help="ruff lint and format check")
     fmt = sub.add_parser("fmt", help="ruff format, chapters included")

@@ -10,12 +10,15 @@ Each module is generated from the chapter that explains it (``tools/tangle.py``)
 * :mod:`lib.norms` (chapter 6): LayerNorm, RMSNorm, pre-LN and post-LN residual blocks.
 * :mod:`lib.models`, :mod:`lib.hf_weights`, :mod:`lib.objectives`, :mod:`lib.generation`
   (chapter 7): the model families, loading reference weights, the training objectives,
-  decoding; :mod:`lib.pretrained` (chapter 7): published weights from the Hugging Face
-  hub in our classes (random weights of the same configuration offline), and the
-  checkpoints the course ships.
+  decoding; :mod:`lib.model_file` (chapter 7): one file for a trained model (its kind,
+  configuration, weights, tokenizer), which training checkpoints hold too, and
+  ``LoadedModel``, what every loader returns; :mod:`lib.pretrained` (chapter 7):
+  published weights from the Hugging Face hub in our classes (random weights of the same
+  configuration offline), and the checkpoints the course ships.
 * :mod:`lib.training` (chapter 8): loss, optimiser, schedules, checkpoints, the training
-  loop, data parallelism; :mod:`lib.batches` (chapter 8): batches of token windows;
-  :mod:`lib.efficiency` (chapter 8): activation checkpointing, FLOPs, GPU time;
+  loop; :mod:`lib.batches` (chapter 8): batches of token windows;
+  :mod:`lib.efficiency` (chapter 8): activation checkpointing, FLOPs, GPU time,
+  several GPUs;
   :mod:`lib.runs` (chapter 8): the chapter's GPT, BERT and T5 runs (``python -m lib.runs``);
   :mod:`lib.shipped` (chapter 8): their CPU sizes for the models the course ships.
   :mod:`lib.ledger` (chapter 8): Muon, warm-up-stable-decay, z-loss and the ledger of
@@ -53,6 +56,7 @@ _SUBMODULES = (
     "hf_weights",
     "objectives",
     "generation",
+    "model_file",
     "pretrained",
     "training",
     "batches",
@@ -91,9 +95,10 @@ _NAMES = {
     "generate": "generation",
     "beam_search": "generation",
     "translate": "generation",
+    "load_model": "model_file",
+    "save_model": "model_file",
+    "LoadedModel": "model_file",
     "load_pretrained": "pretrained",
-    "load_model": "pretrained",
-    "save_model": "pretrained",
     "load_shipped": "pretrained",
     "train": "training",
     "evaluate": "training",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -56,16 +56,9 @@ __all__ = [
 _MASK_HINT = "True = may attend"
 
 
-def padding_mask(
-    lengths: torch.Tensor | Sequence[int], max_len: int | None = None
-) -> torch.Tensor:
-    """Boolean key mask from sequence lengths: ``True`` where the key is a
-    real token.
-
-    Shapes: ``lengths`` is ``(batch,)`` (integers); the result is
-    ``(batch 1 1 k_pos)`` with ``k_pos = max_len`` (default: the largest
-    length), ready to broadcast over heads and queries.
-    """
+def _check_lengths(lengths, max_len) -> tuple[torch.Tensor, int]:
+    """:func:`padding_mask`'s ``lengths`` as a tensor of ints ``>= 0``, and
+    ``max_len`` (default: the largest length) an int none exceeds."""
     owner = "padding_mask()"
     if not isinstance(lengths, torch.Tensor):
         try:
@@ -82,12 +75,43 @@ def padding_mask(
     max_len = check.int_at_least("max_len", max_len, 0, owner=owner)
     hint = f"a length exceeds max_len={max_len}"
     check.ids_in_range("lengths", lengths, max_len + 1, owner=owner, hint=hint)
+    return lengths, max_len
+
+
+# From chapters/04-attention.md, section "Masks: who may look at whom".
+def padding_mask(
+    lengths: torch.Tensor | Sequence[int], max_len: int | None = None
+) -> torch.Tensor:
+    """Boolean key mask from sequence lengths: ``True`` where the key is a
+    real token.
+
+    Shapes: ``lengths`` is ``(batch,)`` (integers); the result is
+    ``(batch 1 1 k_pos)`` with ``k_pos = max_len`` (default: the largest
+    length), ready to broadcast over heads and queries.
+    """
+    lengths, max_len = _check_lengths(lengths, max_len)
     key_positions = torch.arange(max_len, device=lengths.device)
     mask = key_positions < rearrange(lengths, "batch -> batch 1")
     return rearrange(mask, "batch k_pos -> batch 1 1 k_pos")
 
 
 # From chapters/04-attention.md, section "Masks: who may look at whom".
+def _check_causal_mask(q_len, k_len=None, offset=None, *, device=None):
+    """:func:`causal_mask`'s checks: sizes ``>= 1``, an int ``offset``;
+    without one, no more queries than keys."""
+    owner = "causal_mask()"
+    q_len = check.positive_int("q_len", q_len, owner=owner)
+    k_len = q_len if k_len is None else k_len
+    k_len = check.positive_int("k_len", k_len, owner=owner)
+    if offset is None:
+        hint = "pass offset= to place the queries"
+        check.causal_fits(q_len, k_len, owner=owner, hint=hint)
+    else:
+        check.integer("offset", offset, owner=owner)
+
+
+# From chapters/04-attention.md, section "Masks: who may look at whom".
+@check.front_door(_check_causal_mask)
 def causal_mask(
     q_len: int,
     k_len: int | None = None,
@@ -103,22 +127,8 @@ def causal_mask(
     ``offset = k_len - q_len`` (the queries are the last ``q_len``
     positions, as when decoding with a key/value cache).
     """
-    owner = "causal_mask()"
-    q_len = check.positive_int("q_len", q_len, owner=owner)
-    if k_len is None:
-        k_len = q_len
-    k_len = check.positive_int("k_len", k_len, owner=owner)
-    if offset is None:
-        hint = "pass offset= to place the queries"
-        check.causal_fits(q_len, k_len, owner=owner, hint=hint)
-        offset = k_len - q_len
-    offset = check.integer("offset", offset, owner=owner)
-    return _causal_mask(q_len, k_len, offset, device)
-
-
-def _causal_mask(q_len: int, k_len: int, offset: int, device) -> torch.Tensor:
-    """:func:`causal_mask` for checked sizes (the attention functions'
-    path)."""
+    k_len = q_len if k_len is None else k_len
+    offset = k_len - q_len if offset is None else offset
     query_positions = torch.arange(q_len, device=device) + offset
     key_positions = torch.arange(k_len, device=device)
     query_positions = rearrange(query_positions, "q_pos -> q_pos 1")
@@ -228,7 +238,7 @@ def _prepare(q, k, v, mask, bias, causal):
     q_len, k_len = q.shape[2], k.shape[2]
     group = q.shape[1] // k.shape[1]
     if group > 1:
-        k, v = _repeat_kv(k, group), _repeat_kv(v, group)
+        k, v = repeat_kv_heads(k, group), repeat_kv_heads(v, group)
     if mask is not None:
         # keys no query may see: zeros, so that they add 0, never NaN
         seen = mask.any(dim=-2) if mask.dim() > 1 else mask
@@ -236,7 +246,7 @@ def _prepare(q, k, v, mask, bias, causal):
         k, v = k.masked_fill(hidden, 0.0), v.masked_fill(hidden, 0.0)
     # one query, at the last position, sees every key: no mask needed
     if causal and q_len > 1:
-        causal = _causal_mask(q_len, k_len, k_len - q_len, q.device)
+        causal = causal_mask(q_len, k_len, device=q.device)
         mask = causal if mask is None else mask & causal
     if bias is not None:
         bias = bias.to(q.dtype)
@@ -244,6 +254,15 @@ def _prepare(q, k, v, mask, bias, causal):
 
 
 # From chapters/04-attention.md, section "The attention function".
+def _check_repeat_kv(x, n_rep) -> None:
+    """:func:`repeat_kv_heads`'s checks (folded)."""
+    owner = "repeat_kv_heads()"
+    check.positive_int("n_rep", n_rep, owner=owner)
+    check.tensor("x", x, "batch kv_heads seq d_head", owner=owner)
+
+
+# From chapters/04-attention.md, section "The attention function".
+@check.front_door(_check_repeat_kv)
 def repeat_kv_heads(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     """Repeat each key/value head ``n_rep`` times, so query head ``h`` meets
     kv head ``h // n_rep``.
@@ -251,14 +270,6 @@ def repeat_kv_heads(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     Shapes: ``x`` is ``(batch kv_heads seq d_head)``, the result
     ``(batch (kv_heads n_rep) seq d_head)``.
     """
-    owner = "repeat_kv_heads()"
-    n_rep = check.positive_int("n_rep", n_rep, owner=owner)
-    check.tensor("x", x, "batch kv_heads seq d_head", owner=owner)
-    return _repeat_kv(x, n_rep)
-
-
-def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """:func:`repeat_kv_heads` for arguments already checked."""
     if n_rep == 1:
         return x
     each_n_rep_times = "batch kv_heads seq d_head -> batch (kv_heads group) seq d_head"
@@ -383,6 +394,22 @@ ATTENTION_BACKENDS: dict[str, Callable[..., torch.Tensor]] = {
 
 
 # From chapters/04-attention.md, section "A second backend: PyTorch's fused kernel".
+def _check_register(name, fn, *, replace=False) -> None:
+    """:func:`register_attention_backend`'s checks: a name, a function, and
+    no other function under that name unless ``replace``."""
+    owner = "register_attention_backend()"
+    check.string("name", name, nonempty=True, owner=owner)
+    check.boolean("replace", replace, owner=owner)
+    check.function("fn", fn, owner=owner)
+    existing = ATTENTION_BACKENDS.get(name)
+    taken = existing is not None and existing is not fn
+    if taken and not replace:
+        exists = f"attention backend {name!r} exists"
+        raise ValueError(f"{exists}; pass replace=True to replace it")
+
+
+# From chapters/04-attention.md, section "A second backend: PyTorch's fused kernel".
+@check.front_door(_check_register)
 def register_attention_backend(
     name: str, fn: Callable[..., torch.Tensor], *, replace: bool = False
 ) -> None:
@@ -399,15 +426,6 @@ def register_attention_backend(
     weights. It returns ``(batch heads q_pos d_v)``, with zeros for a query
     whose keys are all masked.
     """
-    owner = "register_attention_backend()"
-    check.string("name", name, nonempty=True, owner=owner)
-    check.boolean("replace", replace, owner=owner)
-    check.function("fn", fn, owner=owner)
-    existing = ATTENTION_BACKENDS.get(name)
-    taken = existing is not None and existing is not fn
-    if taken and not replace:
-        exists = f"attention backend {name!r} exists"
-        raise ValueError(f"{exists}; pass replace=True to replace it")
     ATTENTION_BACKENDS[name] = fn
 
 
@@ -457,81 +475,6 @@ def set_attention_backend(model: nn.Module, name: str) -> nn.Module:
 
 
 # From chapters/04-attention.md, section "The key/value cache".
-@dataclass(frozen=True)
-class KVCache:
-    """The keys and values of the tokens seen so far, for one attention
-    layer.
-
-    Shapes: ``keys`` is ``(batch kv_heads seq d_head)``, ``values``
-    ``(batch kv_heads seq d_v)``. For self-attention the keys are stored
-    after any rotary embedding (at their absolute positions ``0 .. seq-1``);
-    for cross-attention the cache holds the context's keys and values.
-    """
-
-    keys: torch.Tensor
-    values: torch.Tensor
-
-    def __post_init__(self) -> None:
-        # a cache the attention module makes from checked inputs is trusted
-        if not check.trusted():
-            _check_cache(self.keys, self.values, "KVCache")
-
-    @property
-    def seq_len(self) -> int:
-        """How many positions the cache holds."""
-        return self.keys.shape[2]
-
-    def extend(self, keys: torch.Tensor, values: torch.Tensor) -> KVCache:
-        """A new cache with ``keys`` and ``values``
-        ``(batch kv_heads new d_head)`` appended.
-        """
-        if not check.trusted():
-            _check_cache(keys, values, "KVCache.extend()", like=self)
-        return KVCache(
-            torch.cat([self.keys, keys], dim=2), torch.cat([self.values, values], dim=2)
-        )
-
-    def select(self, indices: torch.Tensor) -> KVCache:
-        """The cache with its batch rows gathered by ``indices``
-        ``(new_batch,)``.
-
-        Beam search reorders (and duplicates) the rows this way when beams
-        are re-ranked. Indices on the CPU are checked to be in range;
-        indices on a GPU are not read (that would wait for the GPU at every
-        decoding step).
-        """
-        owner, batch = "KVCache.select()", self.keys.shape[0]
-        if not isinstance(indices, torch.Tensor):
-            try:
-                indices = torch.as_tensor(indices)
-            except (TypeError, ValueError, RuntimeError):
-                what = "indices must be a tensor or a list of ints"
-                got = type(indices).__name__
-                raise TypeError(f"{owner}: {what}, got {got}") from None
-        if not check.trusted():  # a beam search's own indices are trusted
-            check.tensor("indices", indices, "new_batch", integer=True, owner=owner)
-        # read only indices on the CPU: no device sync
-        cpu = indices.device.type == "cpu" and not check.trusted()
-        if cpu and indices.numel():
-            low, high = (int(i) for i in torch.aminmax(indices))
-            if low < 0 or high >= batch:
-                rows = f"a batch of {batch} (rows 0..{batch - 1})"
-                got = f"indices {indices.tolist()}"
-                raise IndexError(f"{owner}: {got} out of range for {rows}")
-        indices = indices.to(self.keys.device)
-        return KVCache(
-            self.keys.index_select(0, indices), self.values.index_select(0, indices)
-        )
-
-    def crop(self, length: int) -> KVCache:
-        """The cache of the first ``length`` positions (to roll back
-        rejected draft tokens).
-        """
-        owner, seq_len = "KVCache.crop()", self.seq_len
-        length = check.int_in_range("length", length, 0, seq_len, owner=owner)
-        return KVCache(self.keys[:, :, :length], self.values[:, :, :length])
-
-
 def _check_cache(keys, values, owner, like=None, layer=None) -> None:
     """Keys ``(batch kv_heads seq d_head)`` and values ``(batch kv_heads
     seq d_v)`` of one floating dtype on one device. With ``like``, the
@@ -568,6 +511,124 @@ def _check_cache(keys, values, owner, like=None, layer=None) -> None:
     check.same_dtype_and_device(autocast=autocast, owner=owner, **tensors)
 
 
+def _check_indices(indices, batch: int) -> torch.Tensor:
+    """:meth:`KVCache.select`'s ``indices`` as a tensor of ints, and in
+    ``0 .. batch - 1`` when on the CPU (unless trusted)."""
+    owner = "KVCache.select()"
+    if not isinstance(indices, torch.Tensor):
+        try:
+            indices = torch.as_tensor(indices)
+        except (TypeError, ValueError, RuntimeError):
+            what = "indices must be a tensor or a list of ints"
+            got = type(indices).__name__
+            raise TypeError(f"{owner}: {what}, got {got}") from None
+    if check.trusted():  # a beam search's own indices are trusted
+        return indices
+    check.tensor("indices", indices, "new_batch", integer=True, owner=owner)
+    # read only indices on the CPU: no device sync
+    if indices.device.type == "cpu" and indices.numel():
+        low, high = (int(i) for i in torch.aminmax(indices))
+        if low < 0 or high >= batch:
+            rows = f"a batch of {batch} (rows 0..{batch - 1})"
+            got = f"indices {indices.tolist()}"
+            raise IndexError(f"{owner}: {got} out of range for {rows}")
+    return indices
+
+
+# From chapters/04-attention.md, section "The key/value cache".
+# the positions a cache's buffer grows by
+_CACHE_BLOCK = 256
+
+
+@dataclass(frozen=True)
+class KVCache:
+    """The keys and values of the tokens seen so far, for one attention
+    layer.
+
+    Shapes: ``keys`` is ``(batch kv_heads seq d_head)``, ``values``
+    ``(batch kv_heads seq d_v)``. For self-attention the keys are stored
+    after any rotary embedding (at their absolute positions ``0 .. seq-1``);
+    for cross-attention the cache holds the context's keys and values.
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    # (key buffer, value buffer, [positions written]): shared by the caches
+    # cut from one buffer; None for a cache made from tensors
+    _room: tuple | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # a cache the attention module makes from checked inputs is trusted
+        if not check.trusted():
+            _check_cache(self.keys, self.values, "KVCache")
+
+    @property
+    def seq_len(self) -> int:
+        """How many positions the cache holds."""
+        return self.keys.shape[2]
+
+    def extend(self, keys: torch.Tensor, values: torch.Tensor) -> KVCache:
+        """A new cache with ``keys`` and ``values``
+        ``(batch kv_heads new d_head)`` appended: written in place into the
+        buffer this cache was cut from when it is the buffer's newest and
+        there is room; else into a new buffer (or, under autograd or while
+        compiling, concatenated).
+        """
+        if not check.trusted():
+            _check_cache(keys, values, "KVCache.extend()", like=self)
+        n, new = self.seq_len, keys.shape[2]
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return KVCache(
+                torch.cat([self.keys, keys], dim=2),
+                torch.cat([self.values, values], dim=2),
+            )
+        room = self._room
+        if room is None or room[2][0] != n or n + new > room[0].shape[2]:
+            room = self._new_room(n + new)
+        key_buffer, value_buffer, filled = room
+        key_buffer[:, :, n : n + new] = keys
+        value_buffer[:, :, n : n + new] = values
+        filled[0] = n + new  # older caches of this buffer may not write now
+        end = n + new
+        return KVCache(key_buffer[:, :, :end], value_buffer[:, :, :end], room)
+
+    def _new_room(self, needed: int) -> tuple:
+        """Buffers for at least ``needed`` positions (a multiple of 256),
+        holding this cache's, and how many positions are written."""
+        batch, heads, n, _ = self.keys.shape
+        capacity = -(-needed // _CACHE_BLOCK) * _CACHE_BLOCK
+        buffers = []
+        for tensor in (self.keys, self.values):
+            width = tensor.shape[-1]
+            buffer = tensor.new_empty(batch, heads, capacity, width)
+            buffer[:, :, :n] = tensor
+            buffers.append(buffer)
+        return (*buffers, [n])
+
+    def select(self, indices: torch.Tensor) -> KVCache:
+        """The cache with its batch rows gathered by ``indices``
+        ``(new_batch,)``.
+
+        Beam search reorders (and duplicates) the rows this way when beams
+        are re-ranked. Indices on the CPU are checked to be in range;
+        indices on a GPU are not read (that would wait for the GPU at every
+        decoding step).
+        """
+        indices = _check_indices(indices, self.keys.shape[0])
+        indices = indices.to(self.keys.device)
+        return KVCache(
+            self.keys.index_select(0, indices), self.values.index_select(0, indices)
+        )
+
+    def crop(self, length: int) -> KVCache:
+        """The cache of the first ``length`` positions (to roll back
+        rejected draft tokens).
+        """
+        owner, seq_len = "KVCache.crop()", self.seq_len
+        length = check.int_in_range("length", length, 0, seq_len, owner=owner)
+        return KVCache(self.keys[:, :, :length], self.values[:, :, :length])
+
+
 # From chapters/04-attention.md, section "The module".
 _ROPE_NOT_CROSS = (
     "rope rotates positions of one sequence; it does not apply to cross-attention"
@@ -577,6 +638,39 @@ _CROSS_NEEDS_KV = (
     "context (the encoder output) or past (a KVCache made from it)"
 )
 _MHA_FLAGS = ("use_cache", "causal", "need_weights", "cross_attention")
+
+
+def _check_mha_sizes(d_model, n_heads, n_kv_heads, d_head) -> tuple:
+    """:class:`MultiHeadAttention`'s sizes as ints (``n_kv_heads`` defaults
+    to ``n_heads``): heads of ``d_head`` or ``d_model / n_heads``
+    dimensions, each key/value head serving a whole group of query heads.
+    """
+    owner = "MultiHeadAttention"
+    d_model = check.positive_int("d_model", d_model, owner=owner)
+    n_heads = check.positive_int("n_heads", n_heads, owner=owner)
+    n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+    n_kv_heads = check.positive_int("n_kv_heads", n_kv_heads, owner=owner)
+    if d_head is not None:
+        d_head = check.positive_int("d_head", d_head, owner=owner)
+    else:
+        why = "each head needs d_model / n_heads dimensions"
+        why += " (or pass d_head)"
+        check.divisible(d_model=d_model, n_heads=n_heads, owner=owner, hint=why)
+    why = "each key/value head must serve a whole group of query heads"
+    check.divisible(n_heads=n_heads, n_kv_heads=n_kv_heads, owner=owner, hint=why)
+    return d_model, n_heads, n_kv_heads, d_head
+
+
+def _check_mha_options(bias, dropout, backend, scale, qk_norm) -> tuple:
+    """:class:`MultiHeadAttention`'s flags, a known backend, and ``dropout``
+    and ``scale`` (or None) as floats."""
+    owner = "MultiHeadAttention"
+    check.booleans(bias=bias, qk_norm=qk_norm, owner=owner)
+    dropout = check.probability("dropout", dropout, owner=owner)
+    _load_backend(backend, owner)
+    if scale is not None:
+        scale = check.finite_float("scale", scale, **_POSITIVE, owner=owner)
+    return dropout, scale
 
 
 def _check_mha_call(mha, x, context=None, **options) -> None:
@@ -687,25 +781,11 @@ class MultiHeadAttention(nn.Module):
         qk_norm: bool = False,
     ) -> None:
         super().__init__()
-        owner = "MultiHeadAttention"
-        d_model = check.positive_int("d_model", d_model, owner=owner)
-        n_heads = check.positive_int("n_heads", n_heads, owner=owner)
-        if n_kv_heads is None:
-            n_kv_heads = n_heads
-        n_kv_heads = check.positive_int("n_kv_heads", n_kv_heads, owner=owner)
-        if d_head is not None:
-            d_head = check.positive_int("d_head", d_head, owner=owner)
-        else:
-            why = "each head needs d_model / n_heads dimensions"
-            why += " (or pass d_head)"
-            check.divisible(d_model=d_model, n_heads=n_heads, owner=owner, hint=why)
-        why = "each key/value head must serve a whole group of query heads"
-        check.divisible(n_heads=n_heads, n_kv_heads=n_kv_heads, owner=owner, hint=why)
-        check.booleans(bias=bias, qk_norm=qk_norm, owner=owner)
-        dropout = check.probability("dropout", dropout, owner=owner)
-        _load_backend(backend, owner)
-        if scale is not None:
-            scale = check.finite_float("scale", scale, **_POSITIVE, owner=owner)
+        # checked (folded above); n_kv_heads defaults to n_heads
+        d_model, n_heads, n_kv_heads, d_head = _check_mha_sizes(
+            d_model, n_heads, n_kv_heads, d_head
+        )
+        dropout, scale = _check_mha_options(bias, dropout, backend, scale, qk_norm)
         self.d_model = d_model
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.d_head = d_model // n_heads if d_head is None else d_head
@@ -762,26 +842,32 @@ class MultiHeadAttention(nn.Module):
         ``(batch heads q_pos k_pos)`` after it.
         """
         cross = cross_attention or context is not None
-        if not cross:
-            # self-attention: one fused projection for q, k and v
+        split = "batch seq (heads d_head) -> batch heads seq d_head"
+        if not cross and self.q_dim == self.kv_dim:
+            # self-attention, a key/value head per query head: one fused
+            # projection and one rearrange give q, k and v
+            fused = "batch seq (three heads d_head) -> three batch heads seq d_head"
+            qkv = rearrange(self.qkv_proj(x), fused, three=3, heads=self.n_heads)
+            q, k, v = qkv.unbind(0)
+        elif not cross:
+            # grouped keys and values: q is wider than k and v
             widths = [self.q_dim, self.kv_dim, self.kv_dim]
             q, k, v = self.qkv_proj(x).split(widths, dim=-1)
+            q = rearrange(q, split, heads=self.n_heads)
+            k = rearrange(k, split, heads=self.n_kv_heads)
+            v = rearrange(v, split, heads=self.n_kv_heads)
         else:
             # cross-attention: query rows on x, key/value rows on the
             # context
             weight = self.qkv_proj.weight[: self.q_dim]
             bias = self.qkv_proj.bias
             bias = None if bias is None else bias[: self.q_dim]
-            q = F.linear(x, weight, bias)
+            q = rearrange(F.linear(x, weight, bias), split, heads=self.n_heads)
             k = v = None
             if past is None:
                 k, v = self._project_kv(context)
-
-        split = "batch seq (heads d_head) -> batch heads seq d_head"
-        q = rearrange(q, split, heads=self.n_heads)
-        if k is not None:
-            k = rearrange(k, split, heads=self.n_kv_heads)
-            v = rearrange(v, split, heads=self.n_kv_heads)
+                k = rearrange(k, split, heads=self.n_kv_heads)
+                v = rearrange(v, split, heads=self.n_kv_heads)
         if self.qk_norm:  # before RoPE, which keeps lengths
             q = _rms_norm_heads(q, self.q_norm_gain)
             if k is not None:  # not when a cross cache holds them

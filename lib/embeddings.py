@@ -30,6 +30,15 @@ __all__ = ["init_embedding_", "TokenEmbedding", "Unembedding", "embedding_param_
 
 
 # From chapters/02-embeddings.md, section "The module".
+def _check_init(weight, std, *, padding_idx=None, generator=None) -> None:
+    check.tensor("weight", weight, "vocab d_model", floating=True)
+    check.finite_float("std", std, low=0)
+    if padding_idx is not None:  # checked before the weight is touched
+        check.int_in_range("padding_idx", padding_idx, 0, len(weight) - 1)
+
+
+# From chapters/02-embeddings.md, section "The module".
+@check.front_door(_check_init)
 @torch.no_grad()
 def init_embedding_(
     weight: torch.Tensor,
@@ -43,10 +52,6 @@ def init_embedding_(
 
     Shapes: ``weight`` is ``(vocab d_model)``.
     """
-    check.tensor("weight", weight, "vocab d_model", floating=True)
-    std = check.finite_float("std", std, low=0)
-    if padding_idx is not None:  # checked before the weight is touched
-        padding_idx = check.int_in_range("padding_idx", padding_idx, 0, len(weight) - 1)
     weight.normal_(0.0, std, generator=generator)
     if padding_idx is not None:
         weight[padding_idx].zero_()
@@ -56,21 +61,30 @@ def init_embedding_(
 # From chapters/02-embeddings.md, section "The module".
 _IDS_HINT = "token ids are indices: convert them with .long()"
 _RANGE_HINT = "was the tokenizer's vocabulary larger than the model's?"
+_OWNER = dict(owner="TokenEmbedding")
+_AS_IDS = dict(_OWNER, hint=_IDS_HINT)
 # for ids out of range
-_IN_VOCAB = dict(owner="TokenEmbedding", hint=_RANGE_HINT)
+_IN_VOCAB = dict(_OWNER, hint=_RANGE_HINT)
+
+
+def _check_sizes(owner, vocab_size, d_model, init_std) -> tuple:
+    """The checked ``vocab_size``, ``d_model`` and ``init_std`` (``None``
+    stays ``None``)."""
+    sizes = check.positive_ints(vocab_size=vocab_size, d_model=d_model, owner=owner)
+    if init_std is not None:
+        init_std = check.finite_float("init_std", init_std, low=0, owner=owner)
+    return (*sizes, init_std)
 
 
 def _check_lookup(embedding, token_ids) -> None:
-    owner = "TokenEmbedding"
-    hint, weight = _IDS_HINT, embedding.weight
-    check.tensor("token_ids", token_ids, integer=True, owner=owner, hint=hint)
-    check.same_device(token_ids=token_ids, weight=weight, owner=owner)
+    check.tensor("token_ids", token_ids, integer=True, **_AS_IDS)
+    check.same_device(token_ids=token_ids, weight=embedding.weight, **_OWNER)
     # reads the ids: only on the CPU, where that costs no GPU sync
     if embedding.check_ids and token_ids.device.type == "cpu":
-        size = embedding.vocab_size
-        check.ids_in_range("token_ids", token_ids, size, **_IN_VOCAB)
+        check.ids_in_range("token_ids", token_ids, embedding.vocab_size, **_IN_VOCAB)
 
 
+# From chapters/02-embeddings.md, section "The module".
 class TokenEmbedding(nn.Module):
     """A learned vector per token id: ``(...)`` int ids to ``(... d_model)``
     vectors.
@@ -99,16 +113,13 @@ class TokenEmbedding(nn.Module):
         check_ids: bool = True,
     ) -> None:
         super().__init__()
-        owner = "TokenEmbedding"
-        self.vocab_size = check.positive_int("vocab_size", vocab_size, owner=owner)
-        self.d_model = check.positive_int("d_model", d_model, owner=owner)
-        check.booleans(scale=scale, check_ids=check_ids, owner=owner)
+        args = _check_sizes("TokenEmbedding", vocab_size, d_model, init_std)
+        self.vocab_size, self.d_model, init_std = args
+        check.booleans(scale=scale, check_ids=check_ids, **_OWNER)
         # init_embedding_ (called by reset_parameters) checks padding_idx
         self.padding_idx = padding_idx
         self.scale, self.check_ids = scale, check_ids
-        if init_std is None:
-            init_std = d_model**-0.5
-        self.init_std = check.finite_float("init_std", init_std, low=0, owner=owner)
+        self.init_std = d_model**-0.5 if init_std is None else init_std
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         self.reset_parameters()
 
@@ -136,6 +147,22 @@ class TokenEmbedding(nn.Module):
         if self.padding_idx is not None:
             extras += f", padding_idx={self.padding_idx}"
         return f"vocab_size={self.vocab_size}, d_model={self.d_model}{extras}"
+
+
+# From chapters/02-embeddings.md, section "The un-embedding: from vectors back to tokens".
+def _check_tie(tie_to, vocab_size, d_model) -> None:
+    """``tie_to`` holds a weight parameter ``(vocab_size, d_model)``."""
+    tied_weight, got = (getattr(tie_to, "weight", None), type(tie_to).__name__)
+    if not isinstance(tied_weight, nn.Parameter):
+        what = "an embedding module (with a weight)"
+        raise TypeError(f"tie_to must be {what}, got {got}")
+    shape, wanted = tuple(tied_weight.shape), (vocab_size, d_model)
+    if shape != wanted:
+        got = f"cannot tie: the embedding's weight has shape {shape}"
+        raise ValueError(f"{got}, not (vocab_size, d_model) = {wanted}")
+
+
+_check_hidden = check.layer_forward("... d_model", "weight", name="hidden")
 
 
 # From chapters/02-embeddings.md, section "The un-embedding: from vectors back to tokens".
@@ -169,31 +196,23 @@ class Unembedding(nn.Module):
         init_std: float | None = None,
     ) -> None:
         super().__init__()
-        owner = "Unembedding"
-        self.d_model = check.positive_int("d_model", d_model, owner=owner)
-        self.vocab_size = check.positive_int("vocab_size", vocab_size, owner=owner)
-        check.boolean("bias", bias, owner=owner)
-        if init_std is None:
-            init_std = d_model**-0.5
-        init_std = check.finite_float("init_std", init_std, low=0, owner=owner)
+        args = _check_sizes("Unembedding", vocab_size, d_model, init_std)
+        vocab_size, d_model, init_std = args
+        check.boolean("bias", bias, owner="Unembedding")
+        self.d_model, self.vocab_size = d_model, vocab_size
         if tie_to is not None:
-            tied_weight, got = (getattr(tie_to, "weight", None), type(tie_to).__name__)
-            if not isinstance(tied_weight, nn.Parameter):
-                what = "an embedding module (with a weight)"
-                raise TypeError(f"tie_to must be {what}, got {got}")
-            shape, wanted = tuple(tied_weight.shape), (vocab_size, d_model)
-            if shape != wanted:
-                got = f"cannot tie: the embedding's weight has shape {shape}"
-                raise ValueError(f"{got}, not (vocab_size, d_model) = {wanted}")
+            _check_tie(tie_to, vocab_size, d_model)
             # The same Parameter object: one tensor, two roles.
-            self.weight = tied_weight
+            self.weight = tie_to.weight
         else:
             self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
+            if init_std is None:
+                init_std = d_model**-0.5
             init_embedding_(self.weight, init_std)
         self.is_tied = tie_to is not None
         self.bias = nn.Parameter(torch.zeros(vocab_size)) if bias else None
 
-    @check.front_door(check.layer_forward("... d_model", "weight", name="hidden"))
+    @check.front_door(_check_hidden)
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Score every token of the vocabulary.
 
@@ -214,6 +233,24 @@ class Unembedding(nn.Module):
 
 
 # From chapters/02-embeddings.md, section "How many parameters is that?".
+def _check_param_count(
+    vocab_size,
+    d_model,
+    *,
+    tied=True,
+    n_positions=0,
+    n_segment_types=0,
+    output_bias=False,
+) -> None:
+    owner = "embedding_param_count()"
+    check.positive_ints(vocab_size=vocab_size, d_model=d_model, owner=owner)
+    check.int_at_least("n_positions", n_positions, 0, owner=owner)
+    check.int_at_least("n_segment_types", n_segment_types, 0, owner=owner)
+    check.booleans(tied=tied, output_bias=output_bias, owner=owner)
+
+
+# From chapters/02-embeddings.md, section "How many parameters is that?".
+@check.front_door(_check_param_count)
 def embedding_param_count(
     vocab_size: int,
     d_model: int,
@@ -231,11 +268,6 @@ def embedding_param_count(
     sinusoidal positions or no segments); a bias per token if
     ``output_bias``.
     """
-    owner = "embedding_param_count()"
-    check.positive_ints(vocab_size=vocab_size, d_model=d_model, owner=owner)
-    check.int_at_least("n_positions", n_positions, 0, owner=owner)
-    check.int_at_least("n_segment_types", n_segment_types, 0, owner=owner)
-    check.booleans(tied=tied, output_bias=output_bias, owner=owner)
     token_tables = 1 if tied else 2
     return (
         token_tables * vocab_size * d_model

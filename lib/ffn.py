@@ -76,8 +76,35 @@ FFN_ACTIVATIONS = {
 # Both FFNs' front door: ``x`` ``(... d_model)`` in the dtype and on the
 # device of the weights (any dtype under autocast).
 _check_ffn_input = check.layer_forward("... d_model", "w_in.weight")
+_PLAIN = object()  # no multiple_of: the plain FFN's arguments
 
 
+def _check_ffn(d_model, d_ff, activation, bias, dropout, multiple_of=_PLAIN):
+    """The arguments of :class:`FeedForward` or, given ``multiple_of``, of
+    :class:`GatedFeedForward`. Returns ``d_model``, ``d_ff`` (None stays
+    None: the class's default) and ``dropout``, checked."""
+    gated = multiple_of is not _PLAIN
+    owner = "GatedFeedForward" if gated else "FeedForward"
+    d_model = check.positive_int("d_model", d_model, owner=owner)
+    if gated:
+        check.positive_int("multiple_of", multiple_of, owner=owner)
+    if d_ff is not None:
+        d_ff = check.positive_int("d_ff", d_ff, owner=owner)
+    # a name of the other kind of FFN gets a hint
+    if gated:
+        other = activation in FFN_ACTIVATIONS
+        hint, names = "a plain FFN is FeedForward's", GATED_FFN_ACTIVATIONS
+    else:
+        other = activation in ("glu", "reglu", "geglu", "swiglu")
+        hint, names = ("gated variants are GatedFeedForward's", FFN_ACTIVATIONS)
+    hint = hint if other else None
+    check.one_of("activation", activation, names, owner=owner, hint=hint)
+    check.boolean("bias", bias, owner=owner)
+    dropout = check.probability("dropout", dropout, owner=owner)
+    return d_model, d_ff, dropout
+
+
+# From chapters/05-ffn.md, section "The module".
 class FeedForward(nn.Module):
     """The position-wise feed-forward network
     ``W_out · act(W_in · x + b_in) + b_out``.
@@ -99,17 +126,10 @@ class FeedForward(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        owner = "FeedForward"
-        d_model = check.positive_int("d_model", d_model, owner=owner)
+        args = (d_model, d_ff, activation, bias, dropout)
+        d_model, d_ff, dropout = _check_ffn(*args)
         if d_ff is None:
             d_ff = 4 * d_model
-        d_ff = check.positive_int("d_ff", d_ff, owner=owner)
-        gated = activation in ("glu", "reglu", "geglu", "swiglu")
-        hint = "gated variants are GatedFeedForward's" if gated else None
-        names = FFN_ACTIVATIONS
-        check.one_of("activation", activation, names, owner=owner, hint=hint)
-        check.boolean("bias", bias, owner=owner)
-        dropout = check.probability("dropout", dropout, owner=owner)
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
         # rows of w_in.weight: the "keys"
         self.w_in = nn.Linear(d_model, d_ff, bias=bias)
@@ -127,7 +147,9 @@ class FeedForward(nn.Module):
         """
         activation = FFN_ACTIVATIONS[self.activation]
         hidden = activation(self.w_in(x))  # (... d_ff)
-        return self.w_out(self.dropout(hidden))  # (... d_model)
+        if self.training:  # (in eval, dropout is the identity: no call)
+            hidden = self.dropout(hidden)
+        return self.w_out(hidden)  # (... d_model)
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
@@ -157,6 +179,15 @@ GATED_FFN_ACTIVATIONS = {
 
 
 # From chapters/05-ffn.md, section "The 8/3 rule".
+def _check_hidden_size(d_model, multiple_of) -> tuple[int, int]:
+    """:func:`gated_ffn_hidden_size`'s sizes, as ints ``>= 1``."""
+    owner = "gated_ffn_hidden_size()"
+    d_model = check.positive_int("d_model", d_model, owner=owner)
+    multiple_of = check.positive_int("multiple_of", multiple_of, owner=owner)
+    return d_model, multiple_of
+
+
+# From chapters/05-ffn.md, section "The 8/3 rule".
 def gated_ffn_hidden_size(d_model: int, multiple_of: int = 64) -> int:
     """The hidden size of a gated FFN with a plain 4·d_model FFN's parameter
     count.
@@ -165,9 +196,7 @@ def gated_ffn_hidden_size(d_model: int, multiple_of: int = 64) -> int:
     a multiple of ``multiple_of`` as LLaMA does;
     ``gated_ffn_hidden_size(4096, 256) == 11008``.
     """
-    owner = "gated_ffn_hidden_size()"
-    d_model = check.positive_int("d_model", d_model, owner=owner)
-    multiple_of = check.positive_int("multiple_of", multiple_of, owner=owner)
+    d_model, multiple_of = _check_hidden_size(d_model, multiple_of)
     hidden = 8 * d_model // 3  # 2/3 of the plain FFN's 4·d_model
     # round up (ceiling division), never down
     return multiple_of * -(-hidden // multiple_of)
@@ -197,18 +226,11 @@ class GatedFeedForward(nn.Module):
         multiple_of: int = 64,
     ) -> None:
         super().__init__()
-        owner = "GatedFeedForward"
-        d_model = check.positive_int("d_model", d_model, owner=owner)
-        multiple_of = check.positive_int("multiple_of", multiple_of, owner=owner)
+        # FeedForward's folded checks, with multiple_of
+        args = (d_model, d_ff, activation, bias, dropout, multiple_of)
+        d_model, d_ff, dropout = _check_ffn(*args)
         if d_ff is None:
             d_ff = gated_ffn_hidden_size(d_model, multiple_of)
-        d_ff = check.positive_int("d_ff", d_ff, owner=owner)
-        plain = activation in FFN_ACTIVATIONS
-        hint = "a plain FFN is FeedForward's" if plain else None
-        names = GATED_FFN_ACTIVATIONS
-        check.one_of("activation", activation, names, owner=owner, hint=hint)
-        check.boolean("bias", bias, owner=owner)
-        dropout = check.probability("dropout", dropout, owner=owner)
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
         # gate and value, fused
         self.w_in = nn.Linear(d_model, 2 * d_ff, bias=bias)
@@ -227,7 +249,9 @@ class GatedFeedForward(nn.Module):
         gate, value = rearrange(self.w_in(x), split, branch=2)
         activation = GATED_FFN_ACTIVATIONS[self.activation]
         hidden = activation(gate) * value  # (... d_ff)
-        return self.w_out(self.dropout(hidden))  # (... d_model)
+        if self.training:  # (in eval, dropout is the identity: no call)
+            hidden = self.dropout(hidden)
+        return self.w_out(hidden)  # (... d_model)
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
@@ -251,6 +275,30 @@ def ffn_param_count(
     weights = d_model * n_in + d_ff * d_model
     biases = n_in + d_model if bias else 0
     return weights + biases
+
+
+# From chapters/05-ffn.md, section "Where the parameters live".
+def _check_param_config(config) -> None:
+    """A :class:`TransformerParamConfig`'s fields: a name, sizes ``>= 1``,
+    counts ``>= 0``, flags, a positive ``published``, and some layers."""
+    owner = f"TransformerParamConfig({config.name!r})"
+    check.string("name", config.name, owner=owner)
+    for field in ("d_model", "vocab_size"):
+        check.positive_int(field, getattr(config, field), owner=owner)
+    counts = ("n_encoder_layers", "n_decoder_layers", "n_positions")
+    counts += ("n_token_types", "n_extra_norms")
+    for field in counts:
+        check.int_at_least(field, getattr(config, field), 0, owner=owner)
+    flags = "gated_ffn bias norm_bias tied_output pooler"
+    for field in flags.split():
+        check.boolean(field, getattr(config, field), owner=owner)
+    if config.d_ff is not None:
+        check.positive_int("d_ff", config.d_ff, owner=owner)
+    positive = dict(low=0, low_open=True, owner=owner)
+    if config.published is not None:
+        check.finite_float("published", config.published, **positive)
+    if config.n_encoder_layers + config.n_decoder_layers == 0:
+        raise ValueError(f"{owner}: it needs at least one encoder or decoder layer")
 
 
 # From chapters/05-ffn.md, section "Where the parameters live".
@@ -289,24 +337,7 @@ class TransformerParamConfig:
     published: float | None = None
 
     def __post_init__(self) -> None:
-        owner = f"TransformerParamConfig({self.name!r})"
-        check.string("name", self.name, owner=owner)
-        for field in ("d_model", "vocab_size"):
-            check.positive_int(field, getattr(self, field), owner=owner)
-        counts = ("n_encoder_layers", "n_decoder_layers", "n_positions")
-        counts += ("n_token_types", "n_extra_norms")
-        for field in counts:
-            check.int_at_least(field, getattr(self, field), 0, owner=owner)
-        flags = "gated_ffn bias norm_bias tied_output pooler"
-        for field in flags.split():
-            check.boolean(field, getattr(self, field), owner=owner)
-        if self.d_ff is not None:
-            check.positive_int("d_ff", self.d_ff, owner=owner)
-        positive = dict(low=0, low_open=True, owner=owner)
-        if self.published is not None:
-            check.finite_float("published", self.published, **positive)
-        if self.n_encoder_layers + self.n_decoder_layers == 0:
-            raise ValueError(f"{owner}: it needs at least one encoder or decoder layer")
+        _check_param_config(self)
 
 
 # From chapters/05-ffn.md, section "Where the parameters live".

@@ -188,24 +188,6 @@ def _block_kind(q_start: int, q_stop: int, k_start: int, k_stop: int, offset: in
 
 
 # From chapters/09-1-tiling.md, section "The tiled forward pass".
-# einops patterns. The query heads that share a key/value head form a
-# `group` axis.
-_Q = "batch kv_heads group q_pos"  # where a query row lives
-_K = "batch kv_heads k_pos"  # where a key row lives
-_SPLIT = "batch (kv_heads group) q_pos d -> batch kv_heads group q_pos d"
-_MERGE = "batch kv_heads group q_pos d -> batch (kv_heads group) q_pos d"
-_SPLIT_ROWS = "batch (kv_heads group) q_pos -> batch kv_heads group q_pos"
-_MERGE_ROWS = "batch kv_heads group q_pos -> batch (kv_heads group) q_pos"
-_SCORES = f"{_Q} d, {_K} d -> {_Q} k_pos"  # q kᵀ (and dO vᵀ)
-_MIX = f"{_Q} k_pos, {_K} d -> {_Q} d"  # p v (and dS k)
-# pᵀ dO (and dSᵀ q): sums over the group
-_BY_KEY = f"{_Q} k_pos, {_Q} d -> {_K} d"
-
-
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _SHAPES = (
     "q is (batch, heads, q_pos, d), k and v (batch, kv_heads, k_pos, d): "
@@ -271,6 +253,42 @@ def check_flash_arguments(
     return check.finite_float("scale", scale, **positive)
 
 
+def _check_tiled_forward(q, k, v, *, scale=None, causal=False, block_q=64, block_k=64):
+    """The front door of :func:`tiled_attention_forward`."""
+    options = dict(causal=causal, block_q=block_q, block_k=block_k)
+    owner = "tiled_attention_forward"
+    check_flash_arguments(owner, q, k, v, scale, **options)
+
+
+def _check_tiled_backward(
+    q, k, v, out, lse, grad_out, *, scale=None, causal=False, block_q=64, block_k=64
+):
+    """The front door of :func:`tiled_attention_backward`."""
+    options = dict(causal=causal, block_q=block_q, block_k=block_k)
+    saved = dict(out=out, lse=lse, grad_out=grad_out)
+    owner = "tiled_attention_backward"
+    check_flash_arguments(owner, q, k, v, scale, **options, **saved)
+
+
+# From chapters/09-1-tiling.md, section "The tiled forward pass".
+# einops patterns. The query heads that share a key/value head form a
+# `group` axis.
+_Q = "batch kv_heads group q_pos"  # where a query row lives
+_K = "batch kv_heads k_pos"  # where a key row lives
+_SPLIT = "batch (kv_heads group) q_pos d -> batch kv_heads group q_pos d"
+_MERGE = "batch kv_heads group q_pos d -> batch (kv_heads group) q_pos d"
+_SPLIT_ROWS = "batch (kv_heads group) q_pos -> batch kv_heads group q_pos"
+_MERGE_ROWS = "batch kv_heads group q_pos -> batch (kv_heads group) q_pos"
+_SCORES = f"{_Q} d, {_K} d -> {_Q} k_pos"  # q kᵀ (and dO vᵀ)
+_MIX = f"{_Q} k_pos, {_K} d -> {_Q} d"  # p v (and dS k)
+# pᵀ dO (and dSᵀ q): sums over the group
+_BY_KEY = f"{_Q} k_pos, {_Q} d -> {_K} d"
+
+
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def _above_diagonal(q_start, q_stop, k_start, k_stop, offset, device) -> torch.Tensor:
     """``(q_pos k_pos)``: True where key ``j`` is in the future of ``i``."""
     rows = torch.arange(q_start, q_stop, device=device)
@@ -279,6 +297,7 @@ def _above_diagonal(q_start, q_stop, k_start, k_stop, offset, device) -> torch.T
     return rearrange(cols, "k_pos -> 1 k_pos") > last_visible
 
 
+@check.front_door(_check_tiled_forward)
 def tiled_attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -299,13 +318,8 @@ def tiled_attention_forward(
     there are no keys at all). ``scale`` None is ``1/√d``. NaN or infinity
     in the inputs give NaN in the output, as in the math path (the data is
     not read to check)."""
-    options = dict(causal=causal, block_q=block_q, block_k=block_k)
-    scale = check_flash_arguments("tiled_attention_forward", q, k, v, scale, **options)
-    return _tiled_forward(q, k, v, scale=scale, **options)
-
-
-def _tiled_forward(q, k, v, *, scale, causal, block_q, block_k):
     kv_heads, q_len, k_len = k.shape[1], q.shape[2], k.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
     offset = k_len - q_len  # causal: query i sees key j iff j <= i + offset
     work = _work_dtype(q.dtype)
     q_groups = rearrange(q, _SPLIT, kv_heads=kv_heads).to(work)
@@ -351,6 +365,7 @@ def _tiled_forward(q, k, v, *, scale, causal, block_q, block_k):
 
 
 # From chapters/09-1-tiling.md, section "The backward pass, with recomputation".
+@check.front_door(_check_tiled_backward)
 def tiled_attention_backward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -372,15 +387,8 @@ def tiled_attention_backward(
     recomputed from ``lse``, and the softmax's backward uses
     ``D = rowsum(grad_out * out)``, so no row of the ``(q_pos, k_pos)``
     matrix is ever needed whole."""
-    options = dict(causal=causal, block_q=block_q, block_k=block_k)
-    saved = dict(out=out, lse=lse, grad_out=grad_out)
-    owner = "tiled_attention_backward"
-    scale = check_flash_arguments(owner, q, k, v, scale, **options, **saved)
-    return _tiled_backward(q, k, v, out, lse, grad_out, scale=scale, **options)
-
-
-def _tiled_backward(q, k, v, out, lse, grad_out, *, scale, causal, block_q, block_k):
     kv_heads, q_len, k_len = k.shape[1], q.shape[2], k.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale)
     offset = k_len - q_len
     work = _work_dtype(q.dtype)
     q_g, out_g, grad_g = (
@@ -433,7 +441,8 @@ class FlashAttentionTorch(torch.autograd.Function):
         options = dict(causal=causal, block_q=block_q, block_k=block_k)
         scale = check_flash_arguments("FlashAttentionTorch", q, k, v, scale, **options)
         options["scale"] = scale
-        out, lse = _tiled_forward(q, k, v, **options)
+        with check.trusting():  # checked above: the tiles trust them
+            out, lse = tiled_attention_forward(q, k, v, **options)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.options = options
         return out
@@ -442,7 +451,8 @@ class FlashAttentionTorch(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out):
         q, k, v, out, lse = ctx.saved_tensors
-        grads = _tiled_backward(q, k, v, out, lse, grad_out, **ctx.options)
+        with check.trusting():  # what the forward saved, and autograd's
+            grads = tiled_attention_backward(q, k, v, out, lse, grad_out, **ctx.options)
         return (*grads, None, None, None, None)
 
 

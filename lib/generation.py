@@ -208,23 +208,42 @@ def _rows(flags: torch.Tensor) -> list[int]:
 
 
 # From chapters/07-4-decoding.md, section "Temperature, top-k and top-p".
+def _check_top_k(logits: torch.Tensor, top_k: int) -> None:
+    _check_knobs(top_k=top_k, logits=logits)
+
+
+def _check_top_p(logits: torch.Tensor, top_p: float) -> None:
+    _check_knobs(top_p=top_p, logits=logits)
+
+
+def _check_probs(
+    logits: torch.Tensor, *, temperature=1.0, top_k=None, top_p=None
+) -> None:
+    _check_knobs(temperature, top_k, top_p, finite_logits=logits)
+
+
+def _check_sample(
+    logits: torch.Tensor, *, temperature=1.0, top_k=None, top_p=None, generator=None
+) -> None:
+    check.tensor("logits", logits, "batch vocab")
+    _check_knobs(temperature, top_k, top_p, generator, finite_logits=logits)
+
+
+# From chapters/07-4-decoding.md, section "Temperature, top-k and top-p".
+@check.front_door(_check_top_k)
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Keep each row's ``top_k`` largest logits, set the others to ``-inf``.
 
     Shapes: ``logits`` ``(... vocab)`` -> ``(... vocab)``. Logits tied with
     the k-th largest are kept too.
     """
-    _check_knobs(top_k=top_k, logits=logits)
-    return _top_k(logits, top_k)
-
-
-def _top_k(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     if top_k >= logits.shape[-1]:
         return logits
     kth_largest = logits.topk(top_k, dim=-1).values[..., -1:]
     return logits.masked_fill(logits < kth_largest, float("-inf"))
 
 
+@check.front_door(_check_top_p)
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Nucleus filter: keep the fewest most probable tokens holding
     ``top_p`` mass.
@@ -234,11 +253,6 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     ``top_p`` of the probability, so the most probable token always stays;
     ``top_p=1`` keeps everything.
     """
-    _check_knobs(top_p=top_p, logits=logits)
-    return _top_p(logits, top_p)
-
-
-def _top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     if top_p >= 1.0:
         return logits
     sorted_logits, order = logits.sort(dim=-1, descending=True)
@@ -249,6 +263,7 @@ def _top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(remove, float("-inf"))
 
 
+@check.front_door(_check_probs)
 def next_token_probs(
     logits: torch.Tensor,
     *,
@@ -264,23 +279,19 @@ def next_token_probs(
     argmax (greedy). Logits with NaN or +inf, or a row that is all ``-inf``,
     are a ``ValueError``.
     """
-    _check_knobs(temperature, top_k, top_p, finite_logits=logits)
-    return _probs(logits, temperature, top_k, top_p)
-
-
-def _probs(logits, temperature, top_k, top_p) -> torch.Tensor:
     dtype = torch.promote_types(logits.dtype, torch.float32)
     if temperature == 0:
         one_hot = torch.zeros_like(logits, dtype=dtype)
         return one_hot.scatter(-1, logits.argmax(dim=-1, keepdim=True), 1.0)
     logits = logits.to(dtype) / temperature
     if top_k is not None:
-        logits = _top_k(logits, top_k)
+        logits = top_k_filter(logits, top_k)
     if top_p is not None:
-        logits = _top_p(logits, top_p)
+        logits = top_p_filter(logits, top_p)
     return logits.softmax(dim=-1)
 
 
+@check.front_door(_check_sample)
 def sample_next_token(
     logits: torch.Tensor,
     *,
@@ -296,17 +307,10 @@ def sample_next_token(
     seeded; a CPU generator also serves logits on a GPU, drawing on the
     CPU).
     """
-    check.tensor("logits", logits, "batch vocab")
-    _check_knobs(temperature, top_k, top_p, generator, finite_logits=logits)
-    return _sample(logits, temperature, top_k, top_p, generator)
-
-
-def _sample(logits, temperature, top_k, top_p, generator) -> torch.Tensor:
-    """:func:`sample_next_token` for checked arguments: ``(batch vocab) ->
-    (batch,)``."""
     if temperature == 0:
         return logits.argmax(dim=-1)
-    probs = _probs(logits, temperature, top_k, top_p)
+    knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    probs = next_token_probs(logits, **knobs)
     if generator is not None and generator.device != probs.device:
         probs = probs.to(generator.device)
     try:
@@ -384,9 +388,11 @@ def generate(
     # each step's largest logit per row (0 for a finished row), read once
     # at the end: NaN, +inf or -inf (a row all -inf) there is a bad row
     peaks, new_tokens, has_stops = [], [], len(stops) > 0
+    knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p)
     for position in range(max_new_tokens):
         last = logits[:, -1]
-        token = _sample(last, temperature, top_k, top_p, generator)
+        with check.trusting():  # the knobs are checked, the logits below
+            token = sample_next_token(last, **knobs, generator=generator)
         if has_stops:  # only stop ids finish a row
             peaks.append(last.amax(dim=-1).masked_fill(finished, 0.0))
             token = token.masked_fill(finished, fill)
@@ -657,6 +663,31 @@ class TorchSampler:
 
 
 # From chapters/07-4-decoding.md, section "Speculative decoding".
+def _check_speculative(
+    target: Any,
+    draft: Any,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    n_draft: int,
+    return_stats: bool,
+) -> tuple[torch.Tensor, bool]:
+    """The prompt as ``(1 seq)``, fitting both models, and whether it came
+    as ``(seq,)``; ``n_draft`` and ``return_stats`` too."""
+    ids, squeeze, _ = _check_prompt(prompt_ids, target, max_new_tokens)
+    _check_prompt(prompt_ids, draft, max_new_tokens)
+    hint = "speculative_generate decodes one sequence (batch 1)"
+    check.tensor("prompt_ids", ids, "batch seq", batch=1, hint=hint)
+    check.positive_int("n_draft", n_draft)
+    check.boolean("return_stats", return_stats)
+    return ids, squeeze
+
+
+def _check_sampler(sampler: Any) -> None:
+    if not all(callable(getattr(sampler, m, None)) for m in ("categorical", "accept")):
+        raise TypeError("sampler needs categorical(probs) and accept(probability)")
+
+
+# From chapters/07-4-decoding.md, section "Speculative decoding".
 def speculative_generate(
     target: Any,
     draft: Any,
@@ -697,18 +728,15 @@ def speculative_generate(
     proposals in one pass, and past its table each would need a window of
     its own).
     """
-    ids, squeeze, _ = _check_prompt(prompt_ids, target, max_new_tokens)
-    _check_prompt(prompt_ids, draft, max_new_tokens)
-    hint = "speculative_generate decodes one sequence (batch 1)"
-    check.tensor("prompt_ids", ids, "batch seq", batch=1, hint=hint)
-    check.positive_int("n_draft", n_draft)
-    _check_knobs(temperature, top_k, top_p, generator)
-    check.boolean("return_stats", return_stats)
+    ids, squeeze = _check_speculative(
+        target, draft, prompt_ids, max_new_tokens, n_draft, return_stats
+    )
+    knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    _check_knobs(**knobs, generator=generator)
     stops, _, to_check = _stop_and_pad(stop_ids, None, ids, target)
     stops = set(stops.tolist())
     sampler = TorchSampler(generator) if sampler is None else sampler
-    if not all(callable(getattr(sampler, m, None)) for m in ("categorical", "accept")):
-        raise TypeError("sampler needs categorical(probs) and accept(probability)")
+    _check_sampler(sampler)
     stats = {
         "target_calls": 0,
         "draft_calls": 0,
@@ -721,7 +749,8 @@ def speculative_generate(
         # the loop reads every distribution anyway
         if bool(_bad_rows(logits).any()):
             raise ValueError(f"{_BAD_LOGITS}: target or draft gave them")
-        return _probs(logits, temperature, top_k, top_p)
+        with check.trusting():  # the knobs were checked at the door
+            return next_token_probs(logits, **knobs)
 
     # the target's, once known; the draft must agree
     vocab = [_vocab_size(target)]

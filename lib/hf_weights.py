@@ -70,6 +70,13 @@ __all__ = [
 
 
 # From chapters/07-2-reference.md, section "A loader is a table".
+def _check_matrix(weight: torch.Tensor) -> None:
+    """``transpose``'s argument: a 2-D weight."""
+    if weight.dim() != 2:
+        raise ValueError(f"transpose expects a matrix, got shape {tuple(weight.shape)}")
+
+
+# From chapters/07-2-reference.md, section "A loader is a table".
 def same(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor unchanged."""
     return tensor
@@ -78,8 +85,7 @@ def same(tensor: torch.Tensor) -> torch.Tensor:
 def transpose(weight: torch.Tensor) -> torch.Tensor:
     """GPT-2's Conv1D weight ``(d_in d_out)`` as a Linear weight ``(d_out
     d_in)``."""
-    if weight.dim() != 2:
-        raise ValueError(f"transpose expects a matrix, got shape {tuple(weight.shape)}")
+    _check_matrix(weight)
     return weight.t()
 
 

@@ -88,6 +88,63 @@ __all__ = [
 
 
 # From chapters/07-1-families.md, section "One configuration".
+def _check_transformer_config(cfg: TransformerConfig) -> None:
+    """Every field of a configuration: its type, its range, its choices,
+    and the ones that must agree."""
+    owner = "TransformerConfig"
+    optional = ("n_kv_heads", "d_head", "d_ff", "t5_num_buckets", "t5_max_distance")
+    sizes = (
+        "vocab_size",
+        "d_model",
+        "n_heads",
+        "n_layers",
+        "max_len",
+        "experts_top_k",
+        *optional,
+    )
+    for name in sizes:
+        # an optional size may be None, which means its default
+        if name not in optional or getattr(cfg, name) is not None:
+            check.positive_int(name, getattr(cfg, name), owner=owner)
+    for name in ("n_decoder_layers", "n_token_types", "n_experts"):
+        check.int_at_least(name, getattr(cfg, name), 0, owner=owner)
+    flags = ("embedding_norm", "embedding_scale", "bias", "tie_embeddings", "qk_norm")
+    check.booleans(owner=owner, **{name: getattr(cfg, name) for name in flags})
+    choices = {
+        "positions": POSITION_KINDS,
+        "norm": NORM_KINDS,
+        "norm_position": NORM_POSITIONS,
+        "activation": (*FFN_ACTIVATIONS, *GATED_FFN_ACTIVATIONS),
+        # the names include flash_* before lib.flash is loaded
+        "attn_backend": attention_backend_names(),
+    }
+    for name, allowed in choices.items():
+        check.one_of(name, getattr(cfg, name), allowed, owner=owner)
+    check.probability("dropout", cfg.dropout, owner=owner)
+    positive = dict(low=0.0, low_open=True, owner=owner)
+    # all but the first may be None too
+    for name in ("rope_base", "norm_eps", "attn_scale", "logit_softcap"):
+        if name == "rope_base" or getattr(cfg, name) is not None:
+            check.finite_float(name, getattr(cfg, name), **positive)
+    problem = None
+    heads, width, kv = cfg.n_heads, cfg.d_model, cfg.n_kv_heads
+    if cfg.d_head is None and width % heads:
+        problem = f"n_heads={heads} does not divide d_model={width}; "
+        problem += "change one, or set d_head explicitly"
+    elif heads % cfg.kv_heads:
+        problem = f"n_kv_heads={kv} does not divide n_heads={heads}; "
+        problem += "each key/value head serves a whole group"
+    elif cfg.positions == "rope" and cfg.head_size % 2:
+        problem = f"RoPE needs an even d_head, got {cfg.head_size}"
+    elif 0 < cfg.n_experts < cfg.experts_top_k:
+        problem = f"experts_top_k={cfg.experts_top_k} exceeds "
+        problem += f"n_experts={cfg.n_experts}: a token cannot use "
+        problem += "more experts than there are"
+    if problem:
+        raise ValueError(f"{owner}: {problem}")
+
+
+# From chapters/07-1-families.md, section "One configuration".
 POSITION_KINDS = ("learned", "sinusoidal", "rope", "alibi", "t5", "none")
 
 
@@ -152,63 +209,7 @@ class TransformerConfig:
     logit_softcap: float | None = None
 
     def __post_init__(self) -> None:
-        owner = "TransformerConfig"
-        optional = ("n_kv_heads", "d_head", "d_ff", "t5_num_buckets", "t5_max_distance")
-        sizes = (
-            "vocab_size",
-            "d_model",
-            "n_heads",
-            "n_layers",
-            "max_len",
-            "experts_top_k",
-            *optional,
-        )
-        for name in sizes:
-            # an optional size may be None, which means its default
-            if name not in optional or getattr(self, name) is not None:
-                check.positive_int(name, getattr(self, name), owner=owner)
-        for name in ("n_decoder_layers", "n_token_types", "n_experts"):
-            check.int_at_least(name, getattr(self, name), 0, owner=owner)
-        flags = (
-            "embedding_norm",
-            "embedding_scale",
-            "bias",
-            "tie_embeddings",
-            "qk_norm",
-        )
-        check.booleans(owner=owner, **{name: getattr(self, name) for name in flags})
-        choices = {
-            "positions": POSITION_KINDS,
-            "norm": NORM_KINDS,
-            "norm_position": NORM_POSITIONS,
-            "activation": (*FFN_ACTIVATIONS, *GATED_FFN_ACTIVATIONS),
-            # the names include flash_* before lib.flash is loaded
-            "attn_backend": attention_backend_names(),
-        }
-        for name, allowed in choices.items():
-            check.one_of(name, getattr(self, name), allowed, owner=owner)
-        check.probability("dropout", self.dropout, owner=owner)
-        positive = dict(low=0.0, low_open=True, owner=owner)
-        # all but the first may be None too
-        for name in ("rope_base", "norm_eps", "attn_scale", "logit_softcap"):
-            if name == "rope_base" or getattr(self, name) is not None:
-                check.finite_float(name, getattr(self, name), **positive)
-        problem = None
-        heads, width, kv = self.n_heads, self.d_model, self.n_kv_heads
-        if self.d_head is None and width % heads:
-            problem = f"n_heads={heads} does not divide d_model={width}; "
-            problem += "change one, or set d_head explicitly"
-        elif heads % self.kv_heads:
-            problem = f"n_kv_heads={kv} does not divide n_heads={heads}; "
-            problem += "each key/value head serves a whole group"
-        elif self.positions == "rope" and self.head_size % 2:
-            problem = f"RoPE needs an even d_head, got {self.head_size}"
-        elif 0 < self.n_experts < self.experts_top_k:
-            problem = f"experts_top_k={self.experts_top_k} exceeds "
-            problem += f"n_experts={self.n_experts}: a token cannot use "
-            problem += "more experts than there are"
-        if problem:
-            raise ValueError(f"{owner}: {problem}")
+        _check_transformer_config(self)
 
     @property
     def kv_heads(self) -> int:
@@ -266,6 +267,7 @@ def _check_mask(mask: object, batch: int, k_len: int, name: str = "mask") -> Non
     check.tensor(name, mask, "batch k_pos", boolean=True, **sizes)
 
 
+# From chapters/07-1-families.md, section "The parts".
 def _key_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
     """A checked ``(batch k_pos)`` key mask as ``(batch 1 1 k_pos)``: it
     broadcasts over heads and queries."""
@@ -505,6 +507,7 @@ def _check_decoder_input(decoder, x, *, mask=None, context=None, **rest):
         _check_stack_input(decoder, context, mask, "context_mask")
 
 
+# From chapters/07-1-families.md, section "The parts".
 class _Stack(nn.Module):
     """What encoder and decoder share: blocks, in-attention positions, the
     final norm."""
@@ -633,6 +636,100 @@ def _at(caches: tuple, i: int):
 
 
 # From chapters/07-1-families.md, section "Three models".
+def _check_positions(cfg: TransformerConfig, end: int, owner: str) -> None:
+    """Positions ``0..end-1`` fit the position table (learned, sinusoidal,
+    RoPE)."""
+    if cfg.max_positions is not None and end > cfg.max_positions:
+        table = f"max_len={cfg.max_len} of its {cfg.positions} position table"
+        raise ValueError(f"{owner}: positions up to {end - 1} exceed {table}")
+
+
+def _check_gpt_forward(gpt, ids, mask=None) -> None:
+    _check_ids(ids, gpt.cfg.vocab_size)
+    _check_positions(gpt.cfg, ids.shape[1], "GPT")
+    if mask is not None:
+        _check_mask(mask, *ids.shape)
+        _check_right_padded(mask)
+
+
+def _check_gpt_step(gpt, ids, cache=None) -> None:
+    _check_ids(ids, gpt.cfg.vocab_size)
+    layers = len(gpt.decoder.blocks)
+    _check_cache(cache, ids.shape[0], layers, "GPT")
+    offset = 0 if cache is None else cache.seq_len
+    _check_positions(gpt.cfg, offset + ids.shape[1], "GPT")
+
+
+def _check_bert_input(bert, ids, mask=None, token_types=None) -> None:
+    """BERT's ids, mask and segment ids (``token_types``)."""
+    cfg = bert.cfg
+    batch, seq = _check_ids(ids, cfg.vocab_size).shape
+    _check_positions(cfg, seq, "BERT")
+    if mask is not None:
+        _check_mask(mask, *ids.shape)
+    if token_types is not None and not cfg.n_token_types:
+        raise ValueError("token_types given, but the config has n_token_types=0")
+    if token_types is not None:
+        _check_ids(token_types, cfg.n_token_types, "token_types")
+        sizes = dict(batch=batch, seq=seq)
+        check.tensor("token_types", token_types, "batch seq", **sizes)
+
+
+def _check_t5_encode(t5, src_ids, src_mask=None) -> None:
+    if src_ids is None:
+        raise ValueError("T5 needs encoder input: pass src_ids (batch, src)")
+    _check_ids(src_ids, t5.cfg.vocab_size, "src_ids")
+    if src_mask is not None:
+        _check_mask(src_mask, *src_ids.shape, "src_mask")
+
+
+def _check_t5_decode(t5, tgt_ids, context, context_mask=None, tgt_mask=None) -> None:
+    """T5's decoder input, its mask, and the encoder output it reads."""
+    cfg = t5.cfg
+    _check_ids(tgt_ids, cfg.vocab_size, "tgt_ids")
+    sizes = dict(batch=tgt_ids.shape[0], d_model=cfg.d_model)
+    axes = "batch src d_model"
+    check.tensor("context", context, axes, floating=True, **sizes)
+    if context_mask is not None:
+        _check_mask(context_mask, *context.shape[:2], "context_mask")
+    if tgt_mask is not None:
+        _check_mask(tgt_mask, *tgt_ids.shape, "tgt_mask")
+        _check_right_padded(tgt_mask, "T5")
+
+
+def _check_bound_step(bound, ids, cache=None) -> None:
+    """A bound T5's step: ids of the source's batch, a cache that fits."""
+    _check_ids(ids, bound.cfg.vocab_size)
+    batch = bound.context.shape[0]
+    batch = batch if cache is None else cache.batch_size
+    layers = len(bound.model.decoder.blocks)
+    _check_cache(cache, batch, layers, "T5")
+    hint = "the source's batch"
+    check.tensor("ids", ids, "batch new", batch=batch, hint=hint)
+
+
+def _check_right_padded(mask: torch.Tensor, owner: str = "GPT") -> None:
+    """On the CPU: no row of ``mask`` has padding before a real token."""
+    # padding, then a real token
+    left = (mask[:, 1:] & ~mask[:, :-1]).any(dim=1)
+    if mask.device.type == "cpu" and bool(left.any()):
+        why = "positions count from the first column: pad on the right"
+        raise ValueError(f"{owner}: mask row {_first(left)} is left-padded; {why}")
+
+
+def _check_cache(cache: object, batch: int, n_layers: int, owner: str) -> None:
+    check.instance("cache", cache, (ModelCache, type(None)), owner=owner)
+    got = None if cache is None else (cache.batch_size, len(cache.self_attn))
+    if got not in (None, (batch, n_layers)):
+        want = f"(batch, layers) = {(batch, n_layers)}, got {got}"
+        raise ValueError(f"{owner}: cache must fit the ids and the model: {want}")
+
+
+def _first(flags: torch.Tensor) -> int:
+    return int(flags.nonzero()[0])
+
+
+# From chapters/07-1-families.md, section "Three models".
 class GPT(nn.Module):
     """Decoder-only language model: ``ids (batch seq) -> logits (batch seq
     vocab)``.
@@ -659,33 +756,21 @@ class GPT(nn.Module):
         self.head = Unembedding(cfg.d_model, cfg.vocab_size, tie_to=tie, init_std=0.02)
         init_weights(self)
 
+    @check.front_door(_check_gpt_forward)
     def forward(
         self, ids: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        if not check.trusted():
-            _check_ids(ids, self.cfg.vocab_size)
-            _check_positions(self.cfg, ids.shape[1], "GPT")
-            if mask is not None:
-                _check_mask(mask, *ids.shape)
-                _check_right_padded(mask)
-        with check.trusting():
-            x = self.decoder(self.embed(ids), mask=mask)
-            return _soft_cap(self.head(x), self.cfg.logit_softcap)
+        x = self.decoder(self.embed(ids), mask=mask)
+        return _soft_cap(self.head(x), self.cfg.logit_softcap)
 
+    @check.front_door(_check_gpt_step)
     def step(
         self, ids: torch.Tensor, cache: ModelCache | None = None
     ) -> tuple[torch.Tensor, ModelCache]:
-        if not check.trusted():
-            _check_ids(ids, self.cfg.vocab_size)
-            layers = len(self.decoder.blocks)
-            _check_cache(cache, ids.shape[0], layers, "GPT")
         offset = 0 if cache is None else cache.seq_len
-        if not check.trusted():
-            _check_positions(self.cfg, offset + ids.shape[1], "GPT")
-        with check.trusting():
-            x = self.embed(ids, offset=offset)
-            x, cache = self.decoder(x, cache=cache, use_cache=True)
-            return _soft_cap(self.head(x), self.cfg.logit_softcap), cache
+        x = self.embed(ids, offset=offset)
+        x, cache = self.decoder(x, cache=cache, use_cache=True)
+        return _soft_cap(self.head(x), self.cfg.logit_softcap), cache
 
 
 # From chapters/07-1-families.md, section "Three models".
@@ -693,60 +778,6 @@ def _soft_cap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
     """``cap · tanh(logits / cap)``, Gemma 2's soft cap, bounded by
     ``±cap``; the logits unchanged when ``cap`` is None."""
     return logits if cap is None else cap * torch.tanh(logits / cap)
-
-
-# From chapters/07-1-families.md, section "Three models".
-def _check_positions(cfg: TransformerConfig, end: int, owner: str) -> None:
-    """Positions ``0..end-1`` fit the position table (learned, sinusoidal,
-    RoPE)."""
-    if cfg.max_positions is not None and end > cfg.max_positions:
-        table = f"max_len={cfg.max_len} of its {cfg.positions} position table"
-        raise ValueError(f"{owner}: positions up to {end - 1} exceed {table}")
-
-
-def _check_bert_input(cfg, ids, mask, token_types) -> None:
-    """BERT's ids, mask and segment ids (``token_types``)."""
-    batch, seq = _check_ids(ids, cfg.vocab_size).shape
-    _check_positions(cfg, seq, "BERT")
-    if mask is not None:
-        _check_mask(mask, *ids.shape)
-    if token_types is not None and not cfg.n_token_types:
-        raise ValueError("token_types given, but the config has n_token_types=0")
-    if token_types is not None:
-        _check_ids(token_types, cfg.n_token_types, "token_types")
-        sizes = dict(batch=batch, seq=seq)
-        check.tensor("token_types", token_types, "batch seq", **sizes)
-
-
-def _check_t5_target(cfg, tgt_ids, context, context_mask) -> None:
-    """T5's decoder input and the encoder output it reads."""
-    _check_ids(tgt_ids, cfg.vocab_size, "tgt_ids")
-    sizes = dict(batch=tgt_ids.shape[0], d_model=cfg.d_model)
-    axes = "batch src d_model"
-    check.tensor("context", context, axes, floating=True, **sizes)
-    if context_mask is not None:
-        _check_mask(context_mask, *context.shape[:2], "context_mask")
-
-
-def _check_right_padded(mask: torch.Tensor, owner: str = "GPT") -> None:
-    """On the CPU: no row of ``mask`` has padding before a real token."""
-    # padding, then a real token
-    left = (mask[:, 1:] & ~mask[:, :-1]).any(dim=1)
-    if mask.device.type == "cpu" and bool(left.any()):
-        why = "positions count from the first column: pad on the right"
-        raise ValueError(f"{owner}: mask row {_first(left)} is left-padded; {why}")
-
-
-def _check_cache(cache: object, batch: int, n_layers: int, owner: str) -> None:
-    check.instance("cache", cache, (ModelCache, type(None)), owner=owner)
-    got = None if cache is None else (cache.batch_size, len(cache.self_attn))
-    if got not in (None, (batch, n_layers)):
-        want = f"(batch, layers) = {(batch, n_layers)}, got {got}"
-        raise ValueError(f"{owner}: cache must fit the ids and the model: {want}")
-
-
-def _first(flags: torch.Tensor) -> int:
-    return int(flags.nonzero()[0])
 
 
 # From chapters/07-1-families.md, section "Three models".
@@ -775,11 +806,9 @@ class BERT(nn.Module):
         )
         init_weights(self)
 
+    @check.front_door(_check_bert_input)
     def encode(self, ids, mask=None, token_types=None) -> torch.Tensor:
-        if not check.trusted():
-            _check_bert_input(self.cfg, ids, mask, token_types)
-        with check.trusting():
-            return self.encoder(self.embed(ids, token_types), mask)
+        return self.encoder(self.embed(ids, token_types), mask)
 
     def forward(self, ids, mask=None, token_types=None) -> torch.Tensor:
         h = self.encode(ids, mask, token_types)
@@ -847,38 +876,27 @@ class T5(nn.Module):
         self.head_scale = cfg.d_model**-0.5 if cfg.tie_embeddings else 1.0
         init_t5_weights(self)
 
+    @check.front_door(_check_t5_encode)
     def encode(
         self, src_ids: torch.Tensor, src_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        if not check.trusted():
-            if src_ids is None:
-                raise ValueError("T5 needs encoder input: pass src_ids (batch, src)")
-            _check_ids(src_ids, self.cfg.vocab_size, "src_ids")
-            if src_mask is not None:
-                _check_mask(src_mask, *src_ids.shape, "src_mask")
         # a row with no real token is not refused (that would read the
         # mask): attention gives zeros there, on every device
-        with check.trusting():
-            return self.encoder(self.embed(src_ids), src_mask)
+        return self.encoder(self.embed(src_ids), src_mask)
 
+    @check.front_door(_check_t5_decode)
     def decode(self, tgt_ids, context, context_mask=None, tgt_mask=None):
         """Logits ``(batch tgt vocab)`` of ``tgt_ids`` reading the encoder
         output ``context`` ``(batch src d_model)`` (and its mask ``(batch
         src)``)."""
-        if not check.trusted():
-            _check_t5_target(self.cfg, tgt_ids, context, context_mask)
-            if tgt_mask is not None:
-                _check_mask(tgt_mask, *tgt_ids.shape, "tgt_mask")
-                _check_right_padded(tgt_mask, "T5")
-        with check.trusting():
-            x = self.decoder(
-                self.embed(tgt_ids),
-                mask=tgt_mask,
-                context=context,
-                context_mask=context_mask,
-            )
-            logits = self.head(x * self.head_scale)
-            return _soft_cap(logits, self.cfg.logit_softcap)
+        x = self.decoder(
+            self.embed(tgt_ids),
+            mask=tgt_mask,
+            context=context,
+            context_mask=context_mask,
+        )
+        logits = self.head(x * self.head_scale)
+        return _soft_cap(logits, self.cfg.logit_softcap)
 
     def forward(
         self, src_ids, tgt_ids=None, src_mask=None, tgt_mask=None
@@ -912,31 +930,19 @@ class _BoundT5:
         self.start_id = model.start_id
         self.cfg = model.cfg
 
+    @check.front_door(_check_bound_step)
     def step(self, ids: torch.Tensor, cache: ModelCache | None = None):
-        if not check.trusted():
-            _check_ids(ids, self.cfg.vocab_size)
-            batch = self.context.shape[0]
-            batch = batch if cache is None else cache.batch_size
-            layers = len(self.model.decoder.blocks)
-            _check_cache(cache, batch, layers, "T5")
-            hint = "the source's batch"
-            check.tensor("ids", ids, "batch new", batch=batch, hint=hint)
         if cache is None:
             context, context_mask = self.context, self.context_mask
         else:
             context, context_mask = cache.context, cache.context_mask
         model, offset = self.model, 0 if cache is None else cache.seq_len
-        with check.trusting():
-            x = model.embed(ids, offset=offset)
-            x, cache = model.decoder(
-                x,
-                context=context,
-                context_mask=context_mask,
-                cache=cache,
-                use_cache=True,
-            )
-            logits = model.head(x * model.head_scale)
-            return _soft_cap(logits, self.cfg.logit_softcap), cache
+        x = model.embed(ids, offset=offset)
+        x, cache = model.decoder(
+            x, context=context, context_mask=context_mask, cache=cache, use_cache=True
+        )
+        logits = model.head(x * model.head_scale)
+        return _soft_cap(logits, self.cfg.logit_softcap), cache
 
 
 # From chapters/07-1-families.md, section "Three models".

@@ -43,14 +43,17 @@ __all__ = [
 # From chapters/06-norms.md, section "The module".
 NORM_POSITIONS = ("pre", "post")
 NORM_KINDS = ("layernorm", "rmsnorm")
-# eps must be > 0
-_EPS_HINT = "it keeps the division away from zero"
-_EPS = dict(low=0, low_open=True, hint=_EPS_HINT)
 
 
 def _compute_dtype(x: torch.Tensor) -> torch.dtype:
     """fp32 for fp32 and half-precision inputs, fp64 for fp64."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def _as(x: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """``x`` in ``dtype`` (None stays None); no call when it already is: a
+    decoding step calls this a few dozen times per token."""
+    return x if x is None or x.dtype == dtype else x.to(dtype)
 
 
 def _in_range(x: torch.Tensor) -> torch.Tensor:
@@ -63,17 +66,33 @@ def _in_range(x: torch.Tensor) -> torch.Tensor:
     if x.device.type == "cpu" and not torch.compiler.is_compiling():
         if x.numel() == 0:
             return x
-        # one read, no copy: the common case returns x untouched
+        # one read, no copy: the common case returns x untouched (NaN too:
+        # no comparison with it is true)
         low, high = torch.aminmax(x.detach())
-        if not bool(torch.maximum(-low, high) > limit):
+        low, high = low.item(), high.item()
+        if not (-low > limit or high > limit):
             return x
     largest = x.detach().abs().amax(dim=-1, keepdim=True)
     return x / (largest / limit).clamp(min=1.0)  # other rows: / 1
 
 
+# From chapters/06-norms.md, section "The module".
+# eps must be > 0
+_EPS_HINT = "it keeps the division away from zero"
+_EPS = dict(low=0, low_open=True, hint=_EPS_HINT)
+
 # ``x`` is a float ``(... d_model)`` tensor on the device of
 # ``module.weight``, if it has one (the norm casts it to x's dtype)
 _check_features = check.layer_forward("... d_model", "weight", casts=True)
+
+
+def _check_norm(owner, d_model, eps, **flags) -> tuple[int, float]:
+    """A norm's ``d_model`` (an int ``>= 1``) and ``eps`` (a float
+    ``> 0``), checked, and its boolean ``flags``."""
+    d_model = check.positive_int("d_model", d_model, owner=owner)
+    eps = check.finite_float("eps", eps, owner=owner, **_EPS)
+    check.booleans(owner=owner, **flags)
+    return d_model, eps
 
 
 # From chapters/06-norms.md, section "The module".
@@ -107,11 +126,9 @@ class LayerNorm(nn.Module):
         fused: bool = True,
     ) -> None:
         super().__init__()
-        owner = "LayerNorm"
-        self.d_model = check.positive_int("d_model", d_model, owner=owner)
-        self.eps = check.finite_float("eps", eps, owner=owner, **_EPS)
         flags = dict(elementwise_affine=elementwise_affine, bias=bias)
-        check.booleans(owner=owner, **flags, fused=fused)
+        sizes = _check_norm("LayerNorm", d_model, eps, **flags, fused=fused)
+        self.d_model, self.eps = sizes
         self.elementwise_affine, self.fused = elementwise_affine, fused
         self.weight = self.bias = None
         if elementwise_affine:
@@ -127,12 +144,11 @@ class LayerNorm(nn.Module):
         ``(... d_model)``, in ``x``'s dtype.
         """
         dtype = _compute_dtype(x)
-        xc = _in_range(x.to(dtype))
-        weight = None if self.weight is None else self.weight.to(dtype)
-        bias = None if self.bias is None else self.bias.to(dtype)
+        xc = _in_range(_as(x, dtype))
+        weight, bias = _as(self.weight, dtype), _as(self.bias, dtype)
         if self.fused:
             y = F.layer_norm(xc, (self.d_model,), weight, bias, self.eps)
-            return y.to(x.dtype)
+            return _as(y, x.dtype)
         mean = reduce(xc, "... d_model -> ... 1", "mean")
         centred = xc - mean
         # the biased variance: divides by d
@@ -180,11 +196,9 @@ class RMSNorm(nn.Module):
         fused: bool = True,
     ) -> None:
         super().__init__()
-        owner = "RMSNorm"
-        self.d_model = check.positive_int("d_model", d_model, owner=owner)
-        self.eps = check.finite_float("eps", eps, owner=owner, **_EPS)
         flags = dict(elementwise_affine=elementwise_affine, fused=fused)
-        check.booleans(owner=owner, **flags)
+        sizes = _check_norm("RMSNorm", d_model, eps, **flags)
+        self.d_model, self.eps = sizes
         self.elementwise_affine, self.fused = elementwise_affine, fused
         self.weight = None
         if elementwise_affine:
@@ -198,11 +212,11 @@ class RMSNorm(nn.Module):
         ``(... d_model)``, in ``x``'s dtype.
         """
         dtype = _compute_dtype(x)
-        xc = _in_range(x.to(dtype))
-        weight = None if self.weight is None else self.weight.to(dtype)
+        xc = _in_range(_as(x, dtype))
+        weight = _as(self.weight, dtype)
         if self.fused:
             y = F.rms_norm(xc, (self.d_model,), weight, self.eps)
-            return y.to(x.dtype)
+            return _as(y, x.dtype)
         mean_square = reduce(xc.pow(2), "... d_model -> ... 1", "mean")
         y = xc * torch.rsqrt(mean_square + self.eps)
         if weight is not None:
@@ -225,6 +239,35 @@ def make_norm(kind: str, d_model: int, eps: float | None = None) -> nn.Module:
     check.one_of("kind", kind, NORM_KINDS, owner="make_norm()")
     cls = LayerNorm if kind == "layernorm" else RMSNorm
     return cls(d_model) if eps is None else cls(d_model, eps=eps)
+
+
+# From chapters/06-norms.md, section "Where the normalisation goes: post-LN and pre-LN".
+def _check_residual(sublayer, position, norm, dropout) -> tuple[str, float]:
+    """:class:`ResidualSublayer`'s arguments (the norm checks ``d_model``
+    and ``eps``); returns ``position`` and ``dropout``, checked."""
+    owner = "ResidualSublayer"
+    if not isinstance(sublayer, nn.Module):
+        why = "(so its parameters are registered)"
+        got = f"got {type(sublayer).__name__}"
+        raise TypeError(f"{owner}: sublayer must be an nn.Module {why}, {got}")
+    position = check.one_of("position", position, NORM_POSITIONS, owner=owner)
+    check.one_of("norm", norm, NORM_KINDS, owner=owner)
+    dropout = check.probability("dropout", dropout, owner=owner)
+    return position, dropout
+
+
+def _check_branch(sublayer, out, x) -> None:
+    """The sublayer's output ``out`` is a tensor of ``x``'s shape, ready
+    for the residual sum."""
+    if not (isinstance(out, torch.Tensor) and out.shape == x.shape):
+        is_tensor = torch.is_tensor(out)
+        got = tuple(out.shape) if is_tensor else type(out).__name__
+        name, shape = type(sublayer).__name__, tuple(x.shape)
+        raise ValueError(
+            f"the sublayer {name} must return a tensor of the input's "
+            f"shape {shape} (or a tuple starting with one) for the "
+            f"residual sum, but returned {got}"
+        )
 
 
 # From chapters/06-norms.md, section "Where the normalisation goes: post-LN and pre-LN".
@@ -266,14 +309,8 @@ class ResidualSublayer(nn.Module):
         eps: float | None = None,
     ) -> None:
         super().__init__()
-        owner = "ResidualSublayer"
-        if not isinstance(sublayer, nn.Module):
-            why = "(so its parameters are registered)"
-            got = f"got {type(sublayer).__name__}"
-            raise TypeError(f"{owner}: sublayer must be an nn.Module {why}, {got}")
-        self.position = check.one_of("position", position, NORM_POSITIONS, owner=owner)
-        check.one_of("norm", norm, NORM_KINDS, owner=owner)
-        dropout = check.probability("dropout", dropout, owner=owner)
+        args = (sublayer, position, norm, dropout)
+        self.position, dropout = _check_residual(*args)
         self.sublayer = sublayer
         # the norm checks d_model and eps
         self.norm = make_norm(norm, d_model, eps)
@@ -290,12 +327,11 @@ class ResidualSublayer(nn.Module):
         # not a front door: the sublayer checks its own arguments
         if not check.trusted():
             _check_features(self, x)
-        if self.position == "pre":
-            out, extras = self._branch(self.norm(x), x, *args, **kwargs)
-            y = x + self.dropout(out)
-        else:
-            out, extras = self._branch(x, x, *args, **kwargs)
-            y = self.norm(x + self.dropout(out))
+        pre = self.position == "pre"
+        out, extras = self._branch(self.norm(x) if pre else x, x, *args, **kwargs)
+        if self.training:  # (in eval, dropout is the identity: skip the call)
+            out = self.dropout(out)
+        y = x + out if pre else self.norm(x + out)
         return y if extras is None else (y, *extras)
 
     def _branch(self, h: torch.Tensor, x: torch.Tensor, *args, **kwargs):
@@ -307,16 +343,8 @@ class ResidualSublayer(nn.Module):
         if isinstance(out, tuple) and len(out) > 0:
             out, extras = out[0], out[1:]
         # a checked model's sublayers are trusted to keep the shape
-        fits = isinstance(out, torch.Tensor) and out.shape == x.shape
-        if not (fits or check.trusted()):
-            is_tensor = torch.is_tensor(out)
-            got = tuple(out.shape) if is_tensor else type(out).__name__
-            name, shape = type(self.sublayer).__name__, tuple(x.shape)
-            raise ValueError(
-                f"the sublayer {name} must return a tensor of the input's "
-                f"shape {shape} (or a tuple starting with one) for the "
-                f"residual sum, but returned {got}"
-            )
+        if not check.trusted():
+            _check_branch(self.sublayer, out, x)
         return out, extras
 
     def extra_repr(self) -> str:

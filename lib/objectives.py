@@ -130,6 +130,15 @@ def _real_positions(lengths: torch.Tensor, seq: int) -> torch.Tensor:
 
 
 # From chapters/07-3-objectives.md, section "Causal language modelling (GPT)".
+def _check_causal_lm(token_ids, pad_id) -> torch.Tensor:
+    """``causal_lm_batch``'s ids and ``pad_id``; each row's real length."""
+    lengths = _check_token_ids(token_ids, pad_id)
+    hint = "causal LM needs >= 2 tokens"
+    check.int_at_least("token_ids.shape[1]", token_ids.shape[1], 2, hint=hint)
+    return lengths
+
+
+# From chapters/07-3-objectives.md, section "Causal language modelling (GPT)".
 def causal_lm_batch(
     token_ids: torch.Tensor, *, pad_id: int | None = None
 ) -> ObjectiveBatch:
@@ -141,15 +150,39 @@ def causal_lm_batch(
     padding hold ``IGNORE_INDEX``. No mask: the model applies its own causal
     mask. Nothing is random, so no generator.
     """
-    lengths = _check_token_ids(token_ids, pad_id)
-    hint = "causal LM needs >= 2 tokens"
-    check.int_at_least("token_ids.shape[1]", token_ids.shape[1], 2, hint=hint)
+    lengths = _check_causal_lm(token_ids, pad_id)
     is_real = _real_positions(lengths, token_ids.shape[1])
     targets = token_ids[:, 1:].masked_fill(~is_real[:, 1:], IGNORE_INDEX)
     return ObjectiveBatch(inputs=token_ids[:, :-1].clone(), targets=targets)
 
 
 # From chapters/07-3-objectives.md, section "Masked language modelling (BERT)".
+def _check_masked_lm(
+    token_ids,
+    *,
+    mask_id,
+    vocab_size,
+    generator,
+    special_ids=(),
+    pad_id=None,
+    mask_prob=0.15,
+    replace_ids=None,
+) -> None:
+    """``masked_lm_batch``'s arguments: ids in the vocabulary, special and
+    replacement ids that are, replacements that are not special."""
+    check.positive_int("vocab_size", vocab_size)
+    _check_token_ids(token_ids, pad_id, generator, vocab_size=vocab_size)
+    check.int_in_range("mask_id", mask_id, 0, vocab_size - 1)
+    check.finite_float("mask_prob", mask_prob, **_FRACTION)
+    special = {*_check_id_list("special_ids", [*special_ids, mask_id], high=vocab_size)}
+    special |= set() if pad_id is None else {pad_id}
+    if replace_ids is None:  # the default: none left is an error too
+        replace_ids = [i for i in range(vocab_size) if i not in special]
+    _check_id_list("replace_ids", replace_ids, high=vocab_size, avoid=special)
+
+
+# From chapters/07-3-objectives.md, section "Masked language modelling (BERT)".
+@check.front_door(_check_masked_lm)
 def masked_lm_batch(
     token_ids: torch.Tensor,
     *,
@@ -175,18 +208,15 @@ def masked_lm_batch(
     corrupted ids) and ``targets`` ``(batch seq)``: the original id at
     chosen positions, ``IGNORE_INDEX`` elsewhere.
     """
-    check.positive_int("vocab_size", vocab_size)
-    lengths = _check_token_ids(token_ids, pad_id, generator, vocab_size=vocab_size)
-    check.int_in_range("mask_id", mask_id, 0, vocab_size - 1)
-    mask_prob = check.finite_float("mask_prob", mask_prob, **_FRACTION)
+    lengths = _lengths(token_ids, pad_id)
     device = token_ids.device
-    special = {*_check_id_list("special_ids", [*special_ids, mask_id], high=vocab_size)}
-    special |= set() if pad_id is None else {pad_id}
+    special = {int(i) for i in (*special_ids, mask_id)}
+    special |= set() if pad_id is None else {int(pad_id)}
     special_t = torch.tensor(sorted(special), device=device)
     if replace_ids is None:  # every ordinary id of the vocabulary
         replace_ids = [i for i in range(vocab_size) if i not in special]
-    replace = _check_id_list("replace_ids", replace_ids, high=vocab_size, avoid=special)
-    replace_ids = torch.tensor(replace, dtype=torch.long, device=device)
+    replace_ids = torch.as_tensor(replace_ids, dtype=torch.long)
+    replace_ids = replace_ids.to(device)
 
     shape = token_ids.shape
     is_special = torch.isin(token_ids, special_t)
@@ -212,6 +242,16 @@ def masked_lm_batch(
 
 
 # From chapters/07-3-objectives.md, section "Span corruption (T5)".
+def _check_random_spans(
+    length, *, generator, noise_density=0.15, mean_span_length=3.0
+) -> None:
+    check.int_at_least("length", length, 0)
+    check.instance("generator", generator, torch.Generator, hint=_SEED_HINT)
+    check.finite_float("noise_density", noise_density, **_FRACTION)
+    check.finite_float("mean_span_length", mean_span_length, low=1)
+
+
+# From chapters/07-3-objectives.md, section "Span corruption (T5)".
 def _random_composition(total: int, parts: int, generator: torch.Generator) -> list:
     """``parts`` positive ints summing to ``total``, uniform over all such
     lists."""
@@ -220,6 +260,7 @@ def _random_composition(total: int, parts: int, generator: torch.Generator) -> l
     return [right - left for left, right in pairwise(bounds)]
 
 
+@check.front_door(_check_random_spans)
 def random_spans(
     length: int,
     *,
@@ -235,15 +276,6 @@ def random_spans(
     1); consecutive spans are separated by at least one kept token. A
     sequence shorter than 2 gets no span.
     """
-    check.int_at_least("length", length, 0)
-    check.instance("generator", generator, torch.Generator, hint=_SEED_HINT)
-    noise_density = check.finite_float("noise_density", noise_density, **_FRACTION)
-    mean_span_length = check.finite_float("mean_span_length", mean_span_length, low=1)
-    return _random_spans(length, generator, noise_density, mean_span_length)
-
-
-def _random_spans(length, generator, noise_density, mean_span_length) -> list:
-    """:func:`random_spans` for checked arguments."""
     if length < 2:
         return []
     n_noise = min(max(round(length * noise_density), 1), length - 1)
@@ -265,6 +297,55 @@ def _random_spans(length, generator, noise_density, mean_span_length) -> list:
 
 
 # From chapters/07-3-objectives.md, section "Span corruption (T5)".
+def _check_span_corruption(
+    token_ids,
+    *,
+    sentinel_ids,
+    pad_id,
+    vocab_size,
+    generator,
+    eos_id=None,
+    noise_density=0.15,
+    mean_span_length=3.0,
+    decoder_start_id=None,
+) -> None:
+    """``span_corruption_batch``'s arguments, in the order it reads them."""
+    vocab_size = check.int_at_least("vocab_size", vocab_size, 1)
+    below = dict(high=vocab_size - 1)
+    pad_id = check.int_in_range("pad_id", pad_id, 0, **below)
+    lengths = _check_token_ids(token_ids, pad_id, generator, vocab_size=vocab_size)
+    check.finite_float("noise_density", noise_density, **_FRACTION)
+    check.finite_float("mean_span_length", mean_span_length, low=1)
+    extra = []
+    if eos_id is not None:
+        extra = [check.int_in_range("eos_id", eos_id, 0, **below)]
+        if eos_id == pad_id:  # every input would end in "padding"
+            raise ValueError(
+                f"eos_id and pad_id are both {pad_id}: every input would "
+                "end in what reads as padding; give </s> its own id"
+            )
+    avoid = {pad_id, *extra}  # a sentinel must mean only "a span was here"
+    sentinels = _check_id_list(
+        "sentinel_ids", sentinel_ids, high=vocab_size, avoid=avoid, distinct=True
+    )
+    sentinels = torch.tensor(sentinels, device=token_ids.device)
+    is_real = _real_positions(lengths, token_ids.shape[1])
+    if (torch.isin(token_ids, sentinels) & is_real).any():
+        raise ValueError("token_ids hold a sentinel id; text must not hold sentinels")
+    start_id = pad_id if decoder_start_id is None else decoder_start_id
+    check.int_in_range("decoder_start_id", start_id, 0, **below)
+
+
+def _check_enough_sentinels(length: int, spans: list, sentinels) -> None:
+    """One sentinel per span of a row, and one more to end its target."""
+    if len(spans) + 1 > len(sentinels):
+        needs = f"{length} tokens get {len(spans)} spans and needs "
+        needs += f"{len(spans) + 1} sentinel ids"
+        raise ValueError(f"{needs}, sentinel_ids has {len(sentinels)}")
+
+
+# From chapters/07-3-objectives.md, section "Span corruption (T5)".
+@check.front_door(_check_span_corruption)
 def span_corruption_batch(
     token_ids: torch.Tensor,
     *,
@@ -295,40 +376,18 @@ def span_corruption_batch(
     ``vocab_size``, the model's, so that a bad id is refused here rather
     than deep inside the model's embedding.
     """
-    vocab_size = check.int_at_least("vocab_size", vocab_size, 1)
-    below = dict(high=vocab_size - 1)
-    pad_id = check.int_in_range("pad_id", pad_id, 0, **below)
-    lengths = _check_token_ids(token_ids, pad_id, generator, vocab_size=vocab_size)
-    noise_density = check.finite_float("noise_density", noise_density, **_FRACTION)
-    mean_span_length = check.finite_float("mean_span_length", mean_span_length, low=1)
-    extra = []
-    if eos_id is not None:
-        extra = [check.int_in_range("eos_id", eos_id, 0, **below)]
-        if eos_id == pad_id:  # every input would end in "padding"
-            raise ValueError(
-                f"eos_id and pad_id are both {pad_id}: every input would "
-                "end in what reads as padding; give </s> its own id"
-            )
-    avoid = {pad_id, *extra}  # a sentinel must mean only "a span was here"
-    sentinels = _check_id_list(
-        "sentinel_ids", sentinel_ids, high=vocab_size, avoid=avoid, distinct=True
-    )
+    lengths = _lengths(token_ids, pad_id)
     device = token_ids.device
-    sentinels = torch.tensor(sentinels, dtype=torch.long, device=device)
-    is_real = _real_positions(lengths, token_ids.shape[1])
-    if (torch.isin(token_ids, sentinels) & is_real).any():
-        raise ValueError("token_ids hold a sentinel id; text must not hold sentinels")
+    sentinels = torch.as_tensor(sentinel_ids, dtype=torch.long).to(device)
+    extra = [] if eos_id is None else [eos_id]
     extra = torch.tensor(extra, dtype=torch.long, device=device)
     start_id = pad_id if decoder_start_id is None else decoder_start_id
-    check.int_in_range("decoder_start_id", start_id, 0, **below)
+    densities = dict(noise_density=noise_density, mean_span_length=mean_span_length)
 
     encoder_rows, target_rows = [], []
     for row, length in zip(token_ids, lengths.tolist()):
-        spans = _random_spans(length, generator, noise_density, mean_span_length)
-        if len(spans) + 1 > len(sentinels):
-            needs = f"{length} tokens get {len(spans)} spans and needs "
-            needs += f"{len(spans) + 1} sentinel ids"
-            raise ValueError(f"{needs}, sentinel_ids has {len(sentinels)}")
+        spans = random_spans(length, generator=generator, **densities)
+        _check_enough_sentinels(length, spans, sentinels)
         encoder_pieces, target_pieces, kept_from = [], [], 0
         for i, (start, end) in enumerate(spans):
             encoder_pieces += [row[kept_from:start], sentinels[i : i + 1]]
@@ -378,6 +437,17 @@ def prefix_lm_mask(
 
 
 # From chapters/07-3-objectives.md, section "Prefix language modelling".
+def _check_prefix_lm(token_ids, pad_id, generator) -> torch.Tensor:
+    """``prefix_lm_batch``'s arguments; each row's real length."""
+    lengths = _check_token_ids(token_ids, pad_id, generator)
+    if token_ids.shape[0]:
+        hint = "prefix LM needs >= 2 real tokens per row"
+        shortest = int(lengths.min())
+        check.int_at_least("the shortest row's length", shortest, 2, hint=hint)
+    return lengths
+
+
+# From chapters/07-3-objectives.md, section "Prefix language modelling".
 def prefix_lm_batch(
     token_ids: torch.Tensor, *, generator: torch.Generator, pad_id: int | None = None
 ) -> ObjectiveBatch:
@@ -390,11 +460,7 @@ def prefix_lm_batch(
     and ``mask`` ``(batch 1 seq-1 seq-1)``: :func:`prefix_lm_mask` without
     the padding keys.
     """
-    lengths = _check_token_ids(token_ids, pad_id, generator)
-    if token_ids.shape[0]:
-        hint = "prefix LM needs >= 2 real tokens per row"
-        shortest = int(lengths.min())
-        check.int_at_least("the shortest row's length", shortest, 2, hint=hint)
+    lengths = _check_prefix_lm(token_ids, pad_id, generator)
     draws = torch.rand(token_ids.shape[0], generator=generator)
     draws = draws.to(lengths.device)
     prefix = 1 + (draws * (lengths - 1)).long()  # uniform in 1..n-1

@@ -50,6 +50,8 @@ __all__ = [
 # From chapters/03-positions.md, section "Sinusoidal positions".
 # Every scheme's ``base`` (10000 in the papers): a finite number > 1.
 _BASE = dict(low=1, low_open=True, hint="the papers use 10000")
+# The hint of a d_model that is not even.
+_PAIRS = "sin/cos pairs"
 
 
 def _finer_than_tables(dtype: torch.dtype) -> bool:
@@ -60,7 +62,16 @@ def _finer_than_tables(dtype: torch.dtype) -> bool:
     return torch.finfo(dtype).bits > 32
 
 
+def _check_table(n_positions, d_model, base=10000.0, *, dtype=torch.float32):
+    """The front door of ``sinusoidal_positions``."""
+    check.int_at_least("n_positions", n_positions, 0)
+    check.even("d_model", d_model, positive=True, hint=_PAIRS)
+    check.finite_float("base", base, **_BASE)
+    check.float_dtype("dtype", dtype)
+
+
 # From chapters/03-positions.md, section "Sinusoidal positions".
+@check.front_door(_check_table)
 def sinusoidal_positions(
     n_positions: int,
     d_model: int,
@@ -77,19 +88,6 @@ def sinusoidal_positions(
     in float64 so that large positions keep their accuracy, then rounded).
     ``d_model`` must be even: dimensions come in (sin, cos) pairs.
     """
-    n_positions = check.int_at_least("n_positions", n_positions, 0)
-    d_model = check.even("d_model", d_model, positive=True, hint="sin/cos pairs")
-    base = check.finite_float("base", base, **_BASE)
-    check.float_dtype("dtype", dtype)
-    return _sinusoidal_table(n_positions, d_model, base, dtype)
-
-
-def _sinusoidal_table(
-    n_positions: int, d_model: int, base: float, dtype: torch.dtype
-) -> torch.Tensor:
-    """:func:`sinusoidal_positions` for checked arguments (a module's rows
-    past its table, computed at every call that needs them).
-    """
     position = torch.arange(n_positions, dtype=torch.float64)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
     # (pair): one angular frequency per pair
@@ -99,6 +97,14 @@ def _sinusoidal_table(
     table = torch.stack((angle.sin(), angle.cos()), dim=-1)
     table = rearrange(table, "pos pair sin_cos -> pos (pair sin_cos)")
     return table.to(dtype)
+
+
+# From chapters/03-positions.md, section "A fixed offset is a fixed rotation".
+def _check_offset_matrix(k, d_model, base) -> tuple[int, int, float]:
+    """The checked ``k``, ``d_model`` and ``base``."""
+    k = check.integer("k", k)  # any sign: a negative offset moves back
+    d_model = check.even("d_model", d_model, positive=True, hint=_PAIRS)
+    return k, d_model, check.finite_float("base", base, **_BASE)
 
 
 # From chapters/03-positions.md, section "A fixed offset is a fixed rotation".
@@ -113,15 +119,25 @@ def sinusoidal_offset_matrix(
     with frequency ``w``, and it depends on the offset ``k`` only. ``k`` may
     be negative. Shapes: the result is ``(d_model d_model)``, float32.
     """
-    k = check.integer("k", k)  # any sign: a negative offset moves back
-    d_model = check.even("d_model", d_model, positive=True, hint="sin/cos pairs")
-    base = check.finite_float("base", base, **_BASE)
+    k, d_model, base = _check_offset_matrix(k, d_model, base)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
     frequency = base ** (-two_i / d_model)
     cos, sin = (k * frequency).cos(), (k * frequency).sin()
     top, bottom = torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)
     blocks = torch.stack((top, bottom), -2)  # (pair 2 2)
     return torch.block_diag(*blocks).float()
+
+
+# From chapters/03-positions.md, section "The module".
+def _check_encoding(max_len, dropout) -> tuple[int, float]:
+    """The checked ``max_len`` and ``dropout`` (``sinusoidal_positions``
+    checks ``d_model`` and ``base``)."""
+    max_len = check.positive_int("max_len", max_len)
+    return max_len, check.probability("dropout", dropout)
+
+
+# forward: x of the table's width, on its device; offset >= 0
+_check_added = check.layer_forward("... seq d_model", "pe", casts=True)
 
 
 # From chapters/03-positions.md, section "The module".
@@ -142,15 +158,14 @@ class SinusoidalPositionalEncoding(nn.Module):
         base: float = 10000.0,
     ) -> None:
         super().__init__()
-        self.max_len = check.positive_int("max_len", max_len)
-        dropout = check.probability("dropout", dropout)
+        self.max_len, dropout = _check_encoding(max_len, dropout)
         # sinusoidal_positions checks d_model and base
         table = sinusoidal_positions(max_len, d_model, base)
         self.register_buffer("pe", table, persistent=False)
         self.d_model, self.base = table.shape[-1], float(base)
         self.dropout = nn.Dropout(dropout)
 
-    @check.front_door(check.layer_forward("... seq d_model", "pe", casts=True))
+    @check.front_door(_check_added)
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Add ``PE[offset + t]`` to row ``t`` of ``x``.
 
@@ -163,7 +178,7 @@ class SinusoidalPositionalEncoding(nn.Module):
             pe = self.pe[offset:end]
         else:
             # past the table, or finer than it: the formula gives any row
-            table = _sinusoidal_table(end, self.d_model, self.base, x.dtype)
+            table = sinusoidal_positions(end, self.d_model, self.base, dtype=x.dtype)
             pe = table[offset:]
         return self.dropout(x + pe.to(x.device, x.dtype))
 
@@ -172,12 +187,19 @@ class SinusoidalPositionalEncoding(nn.Module):
 
 
 # From chapters/03-positions.md, section "Learned absolute positions".
+def _check_learned_init(max_len, d_model, init_std) -> tuple:
+    """The checked ``max_len``, ``d_model`` and ``init_std``."""
+    max_len, d_model = check.positive_ints(max_len=max_len, d_model=d_model)
+    return max_len, d_model, check.finite_float("init_std", init_std, low=0)
+
+
 # the input, and rows that exist: the table ends at max_len - 1
 _check_learned = check.layer_forward(
     "... seq d_model", "embedding.weight", casts=True, rows="max_len"
 )
 
 
+# From chapters/03-positions.md, section "Learned absolute positions".
 class LearnedPositionalEmbedding(nn.Module):
     """A learned vector per absolute position (BERT, GPT-2), added to token
     embeddings.
@@ -190,9 +212,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int, init_std=0.02) -> None:
         super().__init__()
-        self.max_len = check.positive_int("max_len", max_len)
-        self.d_model = check.positive_int("d_model", d_model)
-        init_std = check.finite_float("init_std", init_std, low=0)
+        checked = _check_learned_init(max_len, d_model, init_std)
+        self.max_len, self.d_model, init_std = checked
         self.embedding = nn.Embedding(max_len, d_model)
         nn.init.normal_(self.embedding.weight, std=init_std)
 
@@ -212,17 +233,31 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 # From chapters/03-positions.md, section "Rotary position embeddings (RoPE)".
+def _check_rope_frequencies(d_head, base) -> tuple[int, float]:
+    """The checked ``d_head`` and ``base``."""
+    hint = "RoPE rotates pairs of dimensions"
+    d_head = check.even("d_head", d_head, positive=True, hint=hint)
+    return d_head, check.finite_float("base", base, **_BASE)
+
+
+# From chapters/03-positions.md, section "Rotary position embeddings (RoPE)".
 def rope_frequencies(d_head: int, base: float = 10000.0) -> torch.Tensor:
     """RoPE's frequencies ``theta_i = base^(-2i/d_head)``,
     ``i = 0 .. d_head/2 - 1``.
 
     Shapes: the result is ``(pair)`` with ``pair = d_head / 2``, float64.
     """
-    hint = "RoPE rotates pairs of dimensions"
-    d_head = check.even("d_head", d_head, positive=True, hint=hint)
-    base = check.finite_float("base", base, **_BASE)
+    d_head, base = _check_rope_frequencies(d_head, base)
     two_i = torch.arange(0, d_head, 2, dtype=torch.float64)
     return base ** (-two_i / d_head)
+
+
+# From chapters/03-positions.md, section "Rotary position embeddings (RoPE)".
+def _check_interleaved(x, offset) -> int:
+    """The checked ``offset``; ``x`` a floating ``(... seq d_head)``."""
+    owner = "rotary_interleaved()"
+    check.tensor("x", x, "... seq d_head", floating=True, owner=owner)
+    return check.int_at_least("offset", offset, 0, owner=owner)
 
 
 # From chapters/03-positions.md, section "Rotary position embeddings (RoPE)".
@@ -238,9 +273,7 @@ def rotary_interleaved(
     :class:`RotaryEmbedding`. Shapes: ``x`` is ``(... seq d_head)``, the
     result the same.
     """
-    owner = "rotary_interleaved()"
-    check.tensor("x", x, "... seq d_head", floating=True, owner=owner)
-    offset = check.int_at_least("offset", offset, 0, owner=owner)
+    offset = _check_interleaved(x, offset)
     frequency = rope_frequencies(x.shape[-1], base)
     end = offset + x.shape[-2]
     positions = torch.arange(offset, end, dtype=torch.float64)
@@ -255,6 +288,24 @@ def rotary_interleaved(
 
 
 # From chapters/03-positions.md, section "An efficient RoPE for a whole batch".
+def _check_half(x) -> None:
+    owner = "rope_rotate_half()"
+    check.tensor("x", x, "... d", owner=owner)
+    check.even("the last axis of x", x.shape[-1], positive=True, owner=owner)
+
+
+def _check_rotary(x, cos, sin) -> None:
+    owner = "apply_rotary()"
+    check.tensor("x", x, "... seq d_head", floating=True, owner=owner)
+    check.even("d_head", x.shape[-1], positive=True, owner=owner)
+    check.same_dtype_and_device(x=x, cos=cos, sin=sin, owner=owner)
+    if cos.shape != sin.shape or cos.shape[-2:] != x.shape[-2:]:
+        got = f"cos {tuple(cos.shape)}, sin {tuple(sin.shape)}"
+        got += f", x {tuple(x.shape)}"
+        raise ValueError(f"{owner}: cos, sin must both end in x's (seq d_head): {got}")
+
+
+# From chapters/03-positions.md, section "An efficient RoPE for a whole batch".
 def _rope_cos_sin(
     positions: torch.Tensor, d_head: int, base: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -264,12 +315,6 @@ def _rope_cos_sin(
     # both halves of a pair share its angle
     angle = torch.cat((angle, angle), dim=-1)
     return angle.cos(), angle.sin()
-
-
-def _check_half(x) -> None:
-    owner = "rope_rotate_half()"
-    check.tensor("x", x, "... d", owner=owner)
-    check.even("the last axis of x", x.shape[-1], positive=True, owner=owner)
 
 
 @check.front_door(_check_half)
@@ -283,17 +328,6 @@ def rope_rotate_half(x: torch.Tensor) -> torch.Tensor:
     """
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
-
-
-def _check_rotary(x, cos, sin) -> None:
-    owner = "apply_rotary()"
-    check.tensor("x", x, "... seq d_head", floating=True, owner=owner)
-    check.even("d_head", x.shape[-1], positive=True, owner=owner)
-    check.same_dtype_and_device(x=x, cos=cos, sin=sin, owner=owner)
-    if cos.shape != sin.shape or cos.shape[-2:] != x.shape[-2:]:
-        got = f"cos {tuple(cos.shape)}, sin {tuple(sin.shape)}"
-        got += f", x {tuple(x.shape)}"
-        raise ValueError(f"{owner}: cos, sin must both end in x's (seq d_head): {got}")
 
 
 @check.front_door(_check_rotary)
@@ -316,6 +350,11 @@ def _check_rows(rope, offset, seq, dtype=None) -> None:
         check.float_dtype("dtype", dtype, owner=owner)
 
 
+# forward: x of the tables' width, on their device; offset >= 0
+_check_rotated = check.layer_forward("... seq d_head", "cos_cached", casts=True)
+
+
+# From chapters/03-positions.md, section "An efficient RoPE for a whole batch".
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding (RoPE), applied to queries and keys inside
     attention.
@@ -357,7 +396,7 @@ class RotaryEmbedding(nn.Module):
         cos, sin = _rope_cos_sin(positions, self.d_head, self.base)
         return cos.to(table.device, dtype), sin.to(table.device, dtype)
 
-    @check.front_door(check.layer_forward("... seq d_head", "cos_cached", casts=True))
+    @check.front_door(_check_rotated)
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Rotate row ``t`` of ``x`` (a query or a key) to position
         ``offset + t``.
@@ -406,6 +445,7 @@ def _query_key_distance(
     return query - rearrange(key, "k_pos -> 1 k_pos")
 
 
+# From chapters/03-positions.md, section "ALiBi: a linear bias on the scores".
 def _check_lengths(module, q_len, k_len, offset=0) -> None:
     """A bias module's front door: lengths >= 1, ``offset`` >= 0."""
     check.positive_ints(q_len=q_len, k_len=k_len)
@@ -472,6 +512,7 @@ def _check_buckets(bidirectional, num_buckets, max_distance) -> tuple:
     return bidirectional, num_buckets, max_distance
 
 
+# From chapters/03-positions.md, section "T5's bucketed relative bias".
 def t5_relative_position_bucket(
     relative_position: torch.Tensor | int,
     bidirectional: bool = True,
@@ -495,19 +536,11 @@ def t5_relative_position_bucket(
     """
     if not isinstance(relative_position, torch.Tensor):
         relative_position = torch.as_tensor(relative_position)
-    check.tensor("relative_position", relative_position, integer=True)
-    settings = _check_buckets(bidirectional, num_buckets, max_distance)
-    return _bucket(relative_position, *settings)
-
-
-def _bucket(
-    relative_position: torch.Tensor,
-    bidirectional: bool,
-    num_buckets: int,
-    max_distance: int,
-) -> torch.Tensor:
-    """:func:`t5_relative_position_bucket` for checked arguments (the
-    formula)."""
+    settings = bidirectional, num_buckets, max_distance
+    if not check.trusted():  # (trusted: the module, which checked them)
+        check.tensor("relative_position", relative_position, integer=True)
+        settings = _check_buckets(*settings)
+    bidirectional, num_buckets, max_distance = settings
     # how far back the key is: > 0 for past keys
     distance = -relative_position.long()
     bucket = torch.zeros_like(distance)
@@ -568,7 +601,7 @@ class T5RelativePositionBias(nn.Module):
         # key_pos - query_pos
         relative = -_query_key_distance(q_len, k_len, offset, device)
         settings = self.bidirectional, self.num_buckets, self.max_distance
-        bucket = _bucket(relative, *settings)
+        bucket = t5_relative_position_bucket(relative, *settings)
         bias = self.relative_attention_bias(bucket)  # (q_pos k_pos heads)
         return rearrange(bias, "q_pos k_pos heads -> heads q_pos k_pos")
 

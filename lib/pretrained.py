@@ -6,8 +6,8 @@ course ships (chapter 7).
 
 * :func:`load_pretrained` takes a hub name from :data:`PRETRAINED` (GPT-2
   small, DistilGPT2, BERT-base, T5-small, ViT-B/16), loads the published
-  model and its tokenizer with ``transformers`` and returns ours
-  (:class:`Pretrained`), converted by :func:`lib.hf_weights.from_reference`
+  model and its tokenizer with ``transformers`` and returns ours,
+  converted by :func:`lib.hf_weights.from_reference`
   or by the loader a later chapter registers (:func:`register_hub_loader`:
   chapter 10's ViT). When the hub cannot be used
   (:func:`hub_problem`: ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` set,
@@ -16,14 +16,13 @@ course ships (chapter 7).
   (:func:`random_model`) and a :class:`ByteTokenizer`, and says in one line
   why: offline, the hub too slow (and how to wait longer), or a download
   that failed.
-* :func:`save_model` and :func:`load_model`: one file for a model, its
-  configuration, weights, tokenizer, metadata and sha256, of any kind in
-  :data:`MODEL_KINDS` (chapter 10 registers its ViT there,
-  :func:`register_model_kind`); ``lib.training``'s checkpoints wrap one.
 * :func:`save_shipped`, :func:`load_shipped`, :func:`shipped_names`: small
-  trained models that ship in ``lib/data/checkpoints/`` as such files, each
-  checked against the sha256 digest that ``manifest.json`` records with its
-  size and metrics.
+  trained models that ship in ``lib/data/checkpoints/``, each a model file
+  of :mod:`lib.model_file` checked against the sha256 digest that
+  ``manifest.json`` records with its size and metrics.
+
+Both loaders return a :class:`~lib.model_file.LoadedModel`, as
+:func:`lib.model_file.load_model` does.
 
 ``transformers`` is imported only by the functions that need it.
 """
@@ -32,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import importlib
 import json
 import os
@@ -41,46 +39,32 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path, PurePath
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from lib import _checks as check
 from lib.datasets import DATA_DIR, ChecksumError, sha256_file
-from lib.hf_weights import REFERENCE_FAMILIES, from_reference, load_checked
-from lib.models import (
-    BERT,
-    GPT,
-    T5,
-    SequenceClassifier,
-    TransformerConfig,
-    count_parameters,
+from lib.hf_weights import REFERENCE_FAMILIES, from_reference
+from lib.model_file import (
+    LoadedModel,
+    atomic_save,
+    load_model,
+    model_kind,
+    pack_model,
+    tokenizer_state,
 )
-from lib.tokenizer import BPETokenizer, CharTokenizer
+from lib.models import T5, count_parameters
 from lib.utils import get_device, relative_command
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
-    "MODEL_FORMAT",
-    "RUNTIME_FIELDS",
-    "ModelFileError",
-    "ModelKind",
-    "MODEL_KINDS",
-    "register_model_kind",
-    "model_kind",
-    "content_sha256",
-    "check_packed",
-    "SavedModel",
-    "unpack_model",
-    "load_model",
     "CHECKPOINTS",
     "MANIFEST",
     "FP32_LIMIT",
-    "Shipped",
     "shipped_names",
     "load_shipped",
     "HubModel",
@@ -94,271 +78,13 @@ __all__ = [
     "FAILED",
     "hub_problem",
     "HUB_TIMEOUTS",
-    "Pretrained",
     "random_model",
     "load_pretrained",
     "HubLoader",
     "HUB_LOADERS",
     "register_hub_loader",
-    "pack_model",
-    "plain_values",
-    "packed_differences",
-    "atomic_save",
-    "save_model",
-    "remove_stale_temporaries",
     "save_shipped",
 ]
-
-
-# From chapters/07-5-pretrained.md, section "The models at work".
-#: What a model file calls its format.
-MODEL_FORMAT = "lib.pretrained.model/1"
-#: Configuration fields that change how a model runs, not what its weights
-#: mean: a model file loads, and a checkpoint resumes, with other values.
-RUNTIME_FIELDS = ("attn_backend", "dropout")
-
-
-class ModelFileError(RuntimeError):
-    """A model file cannot be used: unreadable, damaged or not a model file
-    (then ``damaged`` is True), of a kind no module registers, or asked to
-    hold what it cannot."""
-
-    def __init__(self, message: str, *, damaged: bool = False) -> None:
-        super().__init__(message)
-        self.damaged = damaged
-
-
-@dataclass(frozen=True)
-class ModelKind:
-    """How a model file stores and rebuilds one class of model.
-
-    ``name``: what the file calls it (``"gpt"``); ``model_class`` and
-    ``config_class`` (a dataclass, the model's ``cfg``); ``arguments``:
-    what else the constructor takes, read from a model (T5's ``start_id``);
-    ``build(config, **arguments)``: the model (default: ``model_class``);
-    ``runtime``: the fields of the configuration and the arguments that may
-    differ when it is loaded or resumed; ``module``: the module that
-    registers it, which :func:`load_model` imports when a file names a kind
-    not registered yet (default: the class's module).
-    """
-
-    name: str
-    model_class: type
-    config_class: type
-    arguments: Callable[[nn.Module], Mapping[str, Any]] | None = None
-    build: Callable[..., nn.Module] | None = None
-    runtime: tuple[str, ...] = RUNTIME_FIELDS
-    module: str | None = None
-
-    def make(self, config: Any, arguments: Mapping[str, Any]) -> nn.Module:
-        """A new model of this kind (random weights)."""
-        return (self.build or self.model_class)(config, **arguments)
-
-
-#: The kinds of model a model file can hold, by name; a later chapter adds
-#: its own (chapter 10: ``"vit"``) with :func:`register_model_kind`.
-MODEL_KINDS: dict[str, ModelKind] = {}
-
-
-def register_model_kind(kind: ModelKind) -> ModelKind:
-    """Add (or replace) ``kind`` in :data:`MODEL_KINDS`; returns it."""
-    check.instance("kind", kind, ModelKind, owner="register_model_kind")
-    MODEL_KINDS[check.string("kind.name", kind.name)] = kind
-    return kind
-
-
-def model_kind(model: nn.Module) -> ModelKind | None:
-    """The registered kind of ``model`` (its exact class), or None."""
-    kinds = MODEL_KINDS.values()
-    return next((k for k in kinds if type(model) is k.model_class), None)
-
-
-def _classifier(bert_cfg, n_classes: int, dropout: float) -> nn.Module:
-    return SequenceClassifier(BERT(bert_cfg), n_classes, dropout)
-
-
-for _kind in (
-    ModelKind("gpt", GPT, TransformerConfig),
-    ModelKind("bert", BERT, TransformerConfig),
-    ModelKind(
-        "classifier",
-        SequenceClassifier,
-        TransformerConfig,
-        arguments=lambda m: dict(n_classes=m.head.out_features, dropout=m.dropout.p),
-        build=_classifier,
-    ),
-    ModelKind(
-        "t5", T5, TransformerConfig, arguments=lambda m: dict(start_id=m.start_id)
-    ),
-):
-    register_model_kind(replace(_kind, module="lib.pretrained"))
-
-
-# From chapters/07-5-pretrained.md, section "The models at work".
-def content_sha256(value: Any) -> str:
-    """A digest of everything in ``value``: each tensor's dtype, shape and
-    bytes, every other value's ``repr``, in a fixed order (a flipped byte
-    changes it)."""
-    digest = hashlib.sha256()
-
-    def walk(item: Any) -> None:
-        if isinstance(item, torch.Tensor):
-            data = item.detach().cpu().contiguous().reshape(-1)
-            digest.update(f"tensor {data.dtype} {tuple(item.shape)}".encode())
-            digest.update(data.view(torch.uint8).numpy())
-        elif isinstance(item, Mapping):
-            for key, inner in item.items():
-                digest.update(f"key {key!r}".encode())
-                walk(inner)
-        elif isinstance(item, list | tuple):
-            digest.update(f"list {len(item)}".encode())
-            for inner in item:
-                walk(inner)
-        else:
-            digest.update(f"value {item!r}".encode())
-
-    walk(value)
-    return digest.hexdigest()
-
-
-def check_packed(packed: Any, where: str) -> dict[str, Any]:
-    """``packed`` if it is an intact :func:`pack_model` dict; else a
-    :class:`ModelFileError` (``damaged``) naming ``where`` it came from."""
-    if not isinstance(packed, dict) or packed.get("format") != MODEL_FORMAT:
-        raise ModelFileError(f"{where} is not a model file", damaged=True)
-    rest = {k: v for k, v in packed.items() if k != "sha256"}
-    if packed.get("sha256") != content_sha256(rest):  # a changed byte
-        raise ModelFileError(f"{where} is damaged: not its sha256", damaged=True)
-    return packed
-
-
-def _tokenizer(state: Mapping[str, Any] | None) -> Any:
-    """The tokenizer that :func:`_tokenizer_state` stored (or None)."""
-    if state is None:
-        return None
-    if state["type"] == "char":
-        return CharTokenizer("".join(state["chars"]))
-    expected = BPETokenizer().to_dict()
-    for field in ("format", "version", "pattern"):
-        if state.get(field) != expected[field]:
-            got = state.get(field)
-            raise ModelFileError(f"its BPE tokenizer has another {field}: {got!r}")
-    merges = [tuple(pair) for pair in state["merges"]]
-    return BPETokenizer.from_merges(merges, state["special_tokens"])
-
-
-def _kind_of(packed: Mapping[str, Any], where: str) -> ModelKind:
-    """The registered kind a model file names, importing the module that
-    registers it if need be (only a module of this package)."""
-    name, module = packed["kind"], packed.get("module")
-    package = __name__.split(".")[0] if "." in __name__ else "lib"
-    ours = isinstance(module, str) and module.startswith(f"{package}.")
-    if name not in MODEL_KINDS and ours:
-        importlib.import_module(module)
-    if name not in MODEL_KINDS:
-        known = ", ".join(MODEL_KINDS)
-        what = f"the weights of a {packed.get('class')}, of no kind"
-        if name is not None:
-            what = f"a model of kind {name!r}, which no imported module"
-            what += f" registers (it names {module!r})"
-        raise ModelFileError(
-            f"{where} holds {what}: load_model rebuilds only the kinds of "
-            f"lib.pretrained.MODEL_KINDS ({known}); load the weights into "
-            "a model built by hand (lib.training.load_checkpoint)"
-        )
-    return MODEL_KINDS[name]
-
-
-@dataclass
-class SavedModel:
-    """A model file, loaded: ``model`` (eval mode), its ``tokenizer`` (or
-    None), ``kind``, ``config`` (the configuration object the model was
-    built from), ``metadata``, ``sha256`` (the digest of the file's
-    content), ``dtype`` (of the stored weights) and ``path``."""
-
-    model: nn.Module
-    tokenizer: Any
-    kind: str
-    config: Any
-    metadata: dict[str, Any]
-    sha256: str
-    dtype: str
-    path: Path | None = None
-
-
-def unpack_model(
-    packed: Mapping[str, Any],
-    *,
-    device: torch.device | str | None = None,
-    where: str = "the model file",
-    **runtime: Any,
-) -> SavedModel:
-    """The model a :func:`pack_model` dict holds, rebuilt from its kind and
-    configuration, with its weights, tokenizer and metadata; ``runtime``
-    overrides the kind's runtime fields (``attn_backend="sdpa"`` for a
-    model saved with ``"flash_triton"``, ``dropout=0.0``)."""
-    packed = check_packed(packed, where)
-    kind = _kind_of(packed, where)
-    allowed = [k for k in kind.runtime if k in packed["config"]]
-    if other := sorted(set(runtime) - set(allowed)):
-        raise ValueError(
-            f"load_model: {', '.join(other)} cannot change at loading (it "
-            f"changes what the weights mean); a {kind.name} may change: "
-            f"{', '.join(allowed)}"
-        )
-    config = {**packed["config"], **runtime}
-    arguments = {**packed["arguments"]}
-    arguments |= {k: v for k, v in runtime.items() if k in arguments}
-    try:
-        cfg = kind.config_class(**config)
-    except TypeError as err:  # a field this version does not know
-        raise ModelFileError(f"{where}: its configuration: {err}") from None
-    model = kind.make(cfg, arguments)
-    load_checked(model, packed["state_dict"])
-    # get_device names a device this machine lacks, in words
-    model = model.to("cpu" if device is None else get_device(str(device)))
-    return SavedModel(
-        model.eval(),
-        _tokenizer(packed["tokenizer"]),
-        kind.name,
-        cfg,
-        dict(packed["metadata"]),
-        packed["sha256"],
-        packed["dtype"],
-    )
-
-
-def load_model(
-    path: str | os.PathLike, *, device: torch.device | str | None = None, **runtime: Any
-) -> SavedModel:
-    """The model of a file of :func:`save_model` (or of a file that holds
-    one under ``"model"``: a :mod:`lib.training` checkpoint), in one call:
-    the model rebuilt from its kind and configuration, in eval mode on
-    ``device`` (default: the CPU), with its weights, tokenizer, metadata and
-    sha256 (verified) in a :class:`SavedModel`.
-
-    ``runtime`` sets the kind's runtime fields (``attn_backend="sdpa"`` for
-    a model trained with ``"flash_triton"``). A file that is missing,
-    unreadable, damaged or of an unknown kind is a :class:`ModelFileError`
-    that names it; loading reads with ``weights_only=True``.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ModelFileError(f"no model file at {path}")
-    try:
-        content = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise ModelFileError(
-            f"{path} is not a readable model file (truncated or "
-            f"corrupted?). The cause, in full: {type(err).__name__}: {err}",
-            damaged=True,
-        ) from err
-    inner = content.get("model") if isinstance(content, dict) else None
-    if isinstance(inner, dict) and inner.get("format") == MODEL_FORMAT:
-        content = inner  # a checkpoint that wraps a model file
-    saved = unpack_model(content, device=device, where=str(path), **runtime)
-    saved.path = path
-    return saved
 
 
 # From chapters/07-5-pretrained.md, section "The models at work".
@@ -368,24 +94,6 @@ CHECKPOINTS = DATA_DIR / "checkpoints"
 MANIFEST = "manifest.json"
 #: Checkpoints with more float32 weight bytes than this are kept in fp16.
 FP32_LIMIT = 10_000_000
-
-
-@dataclass
-class Shipped:
-    """A shipped checkpoint, loaded: ``model`` (eval mode), its
-    ``tokenizer`` (a :class:`~lib.tokenizer.CharTokenizer` or a
-    :class:`~lib.tokenizer.BPETokenizer`, or None),
-    ``name``, ``entry``, its record in the manifest (``file``, ``sha256``,
-    ``bytes``, ``kind``, ``dtype``, ``parameters``, ``metrics``,
-    ``record``, ``command``, and ``inputs``: how to prepare what the model
-    reads, such as the pixel mean and std a ViT was trained with), and
-    ``metadata``, what the model file itself holds besides the model."""
-
-    model: nn.Module
-    tokenizer: Any
-    name: str
-    entry: dict[str, Any]
-    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _manifest(directory: Path) -> dict[str, Any]:
@@ -405,10 +113,11 @@ def load_shipped(
     device: torch.device | str | None = None,
     *,
     directory: str | os.PathLike = CHECKPOINTS,
-) -> Shipped:
+) -> LoadedModel:
     """A shipped checkpoint by name: its file's sha256 checked against the
-    manifest, then read by :func:`load_model` (the model in eval mode on
-    ``device``, default the CPU, and its tokenizer).
+    manifest, then read by :func:`~lib.model_file.load_model` (the model in
+    eval mode on ``device``, default the CPU, and its tokenizer), with its
+    ``name`` and ``entry`` in the manifest.
 
     A name the manifest does not list, or a listed file that is missing, is
     a ``FileNotFoundError``; a file whose digest is not the manifest's
@@ -436,7 +145,7 @@ def load_shipped(
             "repository"
         )
     saved = load_model(path, device=device)
-    return Shipped(saved.model, saved.tokenizer, name, entry, saved.metadata)
+    return dataclasses.replace(saved, name=name, entry=entry)
 
 
 # From chapters/07-5-pretrained.md, section "GPT-2: every strategy, its loss, and speculative decoding".
@@ -817,26 +526,6 @@ def _hub_waits(seconds: float) -> Iterator[None]:
 
 
 # From chapters/07-5-pretrained.md, section "GPT-2: every strategy, its loss, and speculative decoding".
-@dataclass
-class Pretrained:
-    """A hub model in our classes: ``model`` (eval mode), its ``tokenizer``
-    (``transformers``' own, or a :class:`ByteTokenizer` offline; None for
-    images), the hub ``name``, ``real`` (True: the published weights; False:
-    random weights of the same configuration), the weights' ``source`` and
-    ``licence``, ``labels`` (a classifier's class names; None offline) and
-    ``notice``, the line :func:`load_pretrained` printed.
-    """
-
-    model: nn.Module
-    tokenizer: Any
-    name: str
-    real: bool
-    source: str
-    licence: str
-    labels: dict[int, str] | None = None
-    notice: str = ""
-
-
 def random_model(name: str) -> nn.Module:
     """Our model of ``name``: its published configuration, random weights
     (each model's own initialisation), in eval mode. Nothing is downloaded.
@@ -880,7 +569,7 @@ def load_pretrained(
     device: torch.device | str | None = None,
     timeout: float = 3.0,
     verbose: bool = True,
-) -> Pretrained:
+) -> LoadedModel:
     """``name``'s published weights in our classes; without them, random
     weights.
 
@@ -895,7 +584,8 @@ def load_pretrained(
     :class:`ByteTokenizer`. ``verbose`` prints one line saying which
     happened and, for random weights, why: ``offline (...)``, ``hub too
     slow (...)`` with a longer ``timeout`` to retry with, or ``download
-    failed (...)``. The model goes to ``device`` (default: the CPU).
+    failed (...)``. The model goes to ``device`` (default: the CPU), in a
+    :class:`~lib.model_file.LoadedModel`.
     """
     model = hub_model(name)
     problem = hub_problem(timeout)
@@ -935,9 +625,18 @@ def load_pretrained(
         print(notice)
     if device is not None:
         ours = ours.to(get_device(str(device)))
-    real = reference is not None
-    return Pretrained(
-        ours, tokenizer, model.name, real, source, model.licence, labels, notice
+    kind = model_kind(ours)
+    return LoadedModel(
+        ours,
+        tokenizer,
+        kind=kind and kind.name,
+        config=getattr(ours, "cfg", None),
+        name=model.name,
+        real=reference is not None,
+        source=source,
+        licence=model.licence,
+        labels=labels,
+        notice=notice,
     )
 
 
@@ -948,7 +647,7 @@ class HubLoader:
     ``build(config)``, our model (random weights) from a ``transformers``
     configuration; ``convert(ours, reference)``, ``ours`` with the weights
     of the ``transformers`` model ``reference``; ``labels``: a classifier,
-    whose class names :class:`Pretrained` keeps."""
+    whose class names :class:`~lib.model_file.LoadedModel` keeps."""
 
     build: Callable[[Any], nn.Module]
     convert: Callable[[nn.Module, nn.Module], nn.Module]
@@ -983,267 +682,6 @@ def _hub_loader(model: HubModel) -> HubLoader | None:
 
 
 # From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
-def pack_model(
-    model: nn.Module,
-    tokenizer: Any = None,
-    *,
-    metadata: Mapping[str, Any] | None = None,
-    dtype: torch.dtype | None = None,
-) -> dict[str, Any]:
-    """What a model file holds (:func:`save_model` writes it; lib.training's
-    checkpoints hold one under ``"model"``): ``format``, ``kind`` (a name in
-    :data:`MODEL_KINDS`, or None for a module no kind registers: then only
-    its weights can be loaded, into a model built by hand), ``module``,
-    ``class``, ``config`` (the model's ``cfg`` as a dict), ``arguments``,
-    ``state_dict`` (on the CPU; floating tensors in ``dtype``, default
-    their own), ``dtype``, ``tokenizer`` (a
-    :class:`~lib.tokenizer.CharTokenizer` or
-    :class:`~lib.tokenizer.BPETokenizer`, stored as plain data),
-    ``metadata`` and ``sha256``, a digest of all the rest."""
-    check.instance("model", model, nn.Module, what="a torch.nn.Module")
-    kind = model_kind(model)
-    config, arguments = _config_of(model), _arguments_of(model, kind)
-    packed = dict(format=MODEL_FORMAT, kind=kind and kind.name)
-    packed["module"] = kind and (kind.module or kind.model_class.__module__)
-    packed["class"] = type(model).__name__  # for messages
-    packed |= dict(
-        config=plain_values(config, "config"),
-        arguments=plain_values(arguments, "arguments"),
-        tokenizer=_tokenizer_state(tokenizer),
-        metadata=plain_values(dict(metadata or {}), "metadata"),
-    )
-    packed["state_dict"], packed["dtype"] = _stored_state(model, dtype)
-    packed["sha256"] = content_sha256(packed)
-    return packed
-
-
-# From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
-def plain_values(value: Any, where: str) -> Any:
-    """``value`` made of what ``torch.load(weights_only=True)`` reads back:
-    tensors, numbers, strings, lists, tuples and dicts. NumPy numbers become
-    Python numbers, arrays tensors, paths strings; anything else is a
-    :class:`ModelFileError` naming ``where`` it is, raised before a file
-    that could not be loaded is written."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(value.copy())
-    if isinstance(value, PurePath):
-        return str(value)
-    plain = bool | int | float | str | torch.Tensor
-    if value is None or isinstance(value, plain):
-        return value
-    if isinstance(value, Mapping):
-        return {k: plain_values(v, f"{where}[{k!r}]") for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        items = [plain_values(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return items if isinstance(value, list) else tuple(items)
-    raise ModelFileError(
-        f"cannot save {where}, a {type(value).__name__} ({value!r:.60}): a "
-        "model file holds tensors, numbers, strings, lists and dicts only "
-        "(weights_only loading)"
-    )
-
-
-def _stored_state(
-    model: nn.Module, dtype: torch.dtype | None
-) -> tuple[dict[str, torch.Tensor], str]:
-    """The state dict on the CPU, its floating tensors in ``dtype`` (None:
-    their own), each tied tensor once (its names share one stored tensor);
-    and the name of the floating dtype ("mixed" if several)."""
-    state = model.state_dict()
-
-    def key(t: torch.Tensor) -> tuple:
-        return t.data_ptr(), tuple(t.shape), t.stride(), t.device
-
-    unique = {key(t): t for t in state.values()}
-    stored = {
-        k: t.detach().to("cpu", dtype if t.is_floating_point() else t.dtype)
-        for k, t in unique.items()
-    }
-    floats = {t.dtype for t in stored.values() if t.is_floating_point()}
-    name = str(floats.pop()).split(".")[-1] if len(floats) == 1 else "mixed"
-    return {n: stored[key(t)] for n, t in state.items()}, name
-
-
-def _tokenizer_state(tokenizer: Any) -> dict[str, Any] | None:
-    check.instance(
-        "tokenizer",
-        tokenizer,
-        (CharTokenizer, BPETokenizer, type(None)),
-        what="a CharTokenizer, a BPETokenizer or None",
-    )
-    if isinstance(tokenizer, CharTokenizer):
-        return dict(type="char", chars=list(tokenizer.chars))
-    if isinstance(tokenizer, BPETokenizer):
-        return dict(type="bpe", **tokenizer.to_dict())
-    return None
-
-
-def _config_of(model: nn.Module) -> dict[str, Any] | None:
-    """``model.cfg`` as a dict (None: no dataclass ``cfg``)."""
-    cfg = getattr(model, "cfg", None)
-    return dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else None
-
-
-def _arguments_of(model: nn.Module, kind: ModelKind | None) -> dict:
-    return dict(kind.arguments(model)) if kind and kind.arguments else {}
-
-
-def _differences(
-    saved: Mapping[str, Any] | None,
-    now: Mapping[str, Any] | None,
-    skip: Sequence[str],
-    what: str,
-    source: str,
-) -> list[str]:
-    """``what`` fields that differ between two dicts, ``skip`` left out."""
-    if saved is None or now is None:
-        return []
-    absent = "(absent)"
-    return [
-        f"{what}{k}: {saved.get(k, absent)!r} in {source}, {now.get(k, absent)!r} now"
-        for k in sorted(saved.keys() | now.keys())
-        if k not in skip and saved.get(k, absent) != now.get(k, absent)
-    ]
-
-
-def packed_differences(
-    packed: Mapping[str, Any],
-    model: nn.Module,
-    *,
-    strict: bool = True,
-    source: str = "the file",
-) -> list[str]:
-    """How a model file (called ``source`` in the messages) differs from
-    ``model``, in words: with ``strict``, the kind, and every field of the
-    configuration and the arguments that changes what the weights mean (the
-    kind's ``runtime`` fields, such as ``attn_backend`` and ``dropout``,
-    may differ); always, the state dict's missing and unexpected keys and
-    its shapes (five of each)."""
-    problems = []
-    kind = model_kind(model)
-    runtime = kind.runtime if kind else RUNTIME_FIELDS
-    if strict:
-        own, saved_kind = kind and kind.name, packed["kind"]
-        if None not in (own, saved_kind) and own != saved_kind:
-            problems.append(f"kind: {saved_kind!r} in {source}, {own!r} now")
-        config = plain_values(_config_of(model), "config")
-        arguments = _arguments_of(model, kind)
-        saved_arguments = packed.get("arguments") or {}
-        problems += _differences(packed["config"], config, runtime, "", source)
-        problems += _differences(
-            saved_arguments, arguments, runtime, "argument ", source
-        )
-    saved, own_state = packed["state_dict"], model.state_dict()
-    found = {
-        "missing keys": [k for k in own_state if k not in saved],
-        "unexpected keys": [k for k in saved if k not in own_state],
-        "shape mismatches": [
-            f"{k} {tuple(saved[k].shape)} in {source}, {tuple(v.shape)} in the model"
-            for k, v in own_state.items()
-            if k in saved and v.shape != saved[k].shape
-        ],
-    }
-    problems += [
-        f"{what}: {', '.join(items[:5])}"
-        + (f" (and {len(items) - 5} more)" if len(items) > 5 else "")
-        for what, items in found.items()
-        if items
-    ]
-    # names the model ties (one Parameter) must hold one value in the file:
-    # loading would otherwise write one over the other
-    names_of: dict[int, list[str]] = {}
-    for key, tensor in model.state_dict(keep_vars=True).items():
-        names_of.setdefault(id(tensor), []).append(key)
-    for names in names_of.values():
-        stored = [saved[k] for k in names if k in saved]
-        if any(
-            t.shape != stored[0].shape or not torch.equal(t, stored[0])
-            for t in stored[1:]
-        ):
-            problems.append(
-                f"tied weights {', '.join(names)} hold different values in "
-                f"{source}: the model ties them, the saved one did not"
-            )
-    return problems
-
-
-# From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
-def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
-    """``torch.save(obj)`` to ``path`` atomically: into a temporary file of
-    the same folder, flushed to disk, then renamed, so that ``path`` is
-    never half-written. The stale temporaries of killed saves in that folder
-    go first (:func:`remove_stale_temporaries`)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(path.parent)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        # a file object: the archive inside is named "archive", not after
-        # the temporary, so the same content makes the same bytes
-        with open(temporary, "wb") as file:
-            torch.save(obj, file)
-            file.flush()
-            os.fsync(file.fileno())  # on disk before the name points at it
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    return path
-
-
-def save_model(
-    path: str | os.PathLike, model: nn.Module, tokenizer: Any = None, **metadata: Any
-) -> Path:
-    """Write ``model``, its ``tokenizer`` and ``metadata`` to one file
-    (atomically), which :func:`load_model` reads back; returns its path.
-
-    ``model``: a model of a kind in :data:`MODEL_KINDS` (GPT, BERT,
-    SequenceClassifier, T5; chapter 10 adds ViT); ``tokenizer``: a
-    :class:`~lib.tokenizer.CharTokenizer`, a
-    :class:`~lib.tokenizer.BPETokenizer` or None; ``metadata``: plain
-    values (numbers, strings, lists, dicts, tensors). The file holds
-    :func:`pack_model`'s dict: the kind, the configuration, the weights
-    (their own dtype), the tokenizer, the metadata and a sha256 of it all.
-    """
-    if model_kind(model) is None:
-        known = ", ".join(k.model_class.__name__ for k in MODEL_KINDS.values())
-        raise TypeError(
-            f"save_model takes a model of a registered kind ({known}), got "
-            f"{type(model).__name__}"
-        )
-    packed = pack_model(model, tokenizer, metadata=metadata)
-    return atomic_save(packed, path)
-
-
-# From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this machine (True when unsure)."""
-    if os.name == "nt":  # os.kill would end it there
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process
-        return True
-    return True
-
-
-def remove_stale_temporaries(directory: str | os.PathLike) -> list[Path]:
-    """Delete the temporaries ``.NAME.PID.tmp`` that :func:`atomic_save`
-    left in ``directory`` when its process was killed mid-write (a process
-    that still runs keeps its own); returns those deleted."""
-    removed = []
-    for path in Path(directory).glob(".*.tmp"):
-        pid = path.name.removesuffix(".tmp").rpartition(".")[2]
-        if pid.isdigit() and not _alive(int(pid)):
-            path.unlink(missing_ok=True)
-            removed.append(path)
-    return removed
-
-
-# From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
 def save_shipped(
     model: nn.Module,
     name: str,
@@ -1273,7 +711,7 @@ def save_shipped(
         raise TypeError(f"save_shipped takes a registered kind, got {got}")
     if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", check.string("name", name)):
         raise ValueError(f"name: lower-case letters, digits, - and ., got {name!r}")
-    _tokenizer_state(tokenizer)  # a tokenizer it cannot hold fails here
+    tokenizer_state(tokenizer)  # a tokenizer it cannot hold fails here
     about = dict(
         name=name,
         record=record,

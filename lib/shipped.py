@@ -40,8 +40,9 @@ from torch import nn
 from lib import _checks as check
 from lib.batches import lm_eval_batches
 from lib.datasets import load_tiny_shakespeare
+from lib.model_file import LoadedModel
 from lib.models import GPT, SequenceClassifier, TransformerConfig
-from lib.pretrained import CHECKPOINTS, MANIFEST, Shipped, load_shipped
+from lib.pretrained import CHECKPOINTS, MANIFEST, load_shipped
 from lib.runs import (
     BERT_SPECIALS,
     bert_data,
@@ -395,7 +396,7 @@ class HeldOut:
     ``slow``: measuring takes minutes on a CPU, so that
     :func:`held_out_interval` reads the manifest's numbers instead."""
 
-    measure: Callable[[Shipped, Mapping[str, Any]], dict[str, Any]]
+    measure: Callable[[LoadedModel, Mapping[str, Any]], dict[str, Any]]
     headline: str
     count: str
     slow: bool = False
@@ -432,14 +433,14 @@ def _t5_sizes(record: Mapping[str, Any]) -> dict[str, Any]:
     return run_sizes("t5", "smoke", **SHIPPED_SIZES["t5"], test_fraction=fraction)
 
 
-def shipped_record(shipped: Shipped) -> dict[str, Any]:
+def shipped_record(shipped: LoadedModel) -> dict[str, Any]:
     """The record of the run that trained ``shipped`` (its manifest entry's
     ``record``, from the project's root)."""
     return read_record(PROJECT_ROOT / shipped.entry["record"])
 
 
 def held_out(
-    shipped: Shipped, record: Mapping[str, Any] | None = None
+    shipped: LoadedModel, record: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The held-out numbers of the shipped file, re-measured as it is by
     its kind's measure (:data:`HELD_OUT`) with its run's ``record``
@@ -449,7 +450,7 @@ def held_out(
     return how.measure(shipped, record or shipped_record(shipped))
 
 
-def held_out_interval(shipped: Shipped) -> dict[str, Any]:
+def held_out_interval(shipped: LoadedModel) -> dict[str, Any]:
     """The headline held-out number of the shipped file with its 95 %
     interval: ``metric``, ``value``, ``low``, ``high`` and ``n`` (measured
     from the file, or, for a kind slow to measure, the manifest's)."""

@@ -110,23 +110,17 @@ def count_adjacent_pairs(ids: Sequence[int]) -> Counter[tuple[int, int]]:
 
 
 # From chapters/01-tokenizer.md, section "Byte pair encoding".
-def _merge_ids(ids: Sequence[int], left: int, right: int, new_id: int) -> list[int]:
-    """``ids`` with each ``(left, right)`` made ``new_id``, left to right.
-
-    Unchecked: the callers have checked the arguments.
-    """
-    merged = []
-    i, n = 0, len(ids)
-    while i < n:
-        if ids[i] == left and i + 1 < n and ids[i + 1] == right:
-            merged.append(new_id)
-            i += 2
-        else:
-            merged.append(ids[i])
-            i += 1
-    return merged
+def _check_merge_pair(ids, pair, new_id) -> tuple:
+    """The checked ``ids`` (a list), ``pair`` and ``new_id``."""
+    ids = check.token_ids("ids", ids, owner="merge_adjacent_pair()")
+    if not (isinstance(pair, tuple) and len(pair) == 2):
+        raise ValueError(f"pair must be a tuple of two int ids, got {pair!r}")
+    left, right = (check.int_at_least(f"pair[{i}]", pair[i], 0) for i in (0, 1))
+    new_id = check.int_at_least("new_id", new_id, 0)
+    return ids, (left, right), new_id
 
 
+# From chapters/01-tokenizer.md, section "Byte pair encoding".
 def merge_adjacent_pair(
     ids: Sequence[int], pair: tuple[int, int], new_id: int
 ) -> list[int]:
@@ -137,12 +131,19 @@ def merge_adjacent_pair(
     ``(7, 7)`` into 300 turns ``[7, 7, 7]`` into ``[300, 7]``. The input is
     not modified.
     """
-    ids = check.token_ids("ids", ids, owner="merge_adjacent_pair()")
-    if not (isinstance(pair, tuple) and len(pair) == 2):
-        raise ValueError(f"pair must be a tuple of two int ids, got {pair!r}")
-    left, right = (check.int_at_least(f"pair[{i}]", pair[i], 0) for i in (0, 1))
-    new_id = check.int_at_least("new_id", new_id, 0)
-    return _merge_ids(ids, left, right, new_id)
+    if not check.trusted():  # (trusted: BPETokenizer's encoder)
+        ids, pair, new_id = _check_merge_pair(ids, pair, new_id)
+    left, right = pair
+    merged = []
+    i, n = 0, len(ids)
+    while i < n:
+        if ids[i] == left and i + 1 < n and ids[i + 1] == right:
+            merged.append(new_id)
+            i += 2
+        else:
+            merged.append(ids[i])
+            i += 1
+    return merged
 
 
 # From chapters/01-tokenizer.md, section "Pre-tokenization: where merges may not cross".
@@ -344,6 +345,68 @@ _SPECIALS = dict(nonempty=True, distinct=True, utf8=True)
 
 
 # From chapters/01-tokenizer.md, section "The tokenizer: special tokens, encoding, decoding, saving".
+def _check_from_merges(merges, special_tokens) -> tuple:
+    """The checked special tokens (a list) and merges (tuples, in order)."""
+    specials = check.strings("special_tokens", special_tokens, **_SPECIALS)
+    next_id = 256 + len(specials)
+    special_ids = range(256, next_id)
+    checked: dict[tuple[int, int], int] = {}  # pair -> rank
+    for rank, pair in enumerate(merges):
+        # a list or tuple of two ints (bools and floats refused)
+        is_pair = isinstance(pair, (tuple, list)) and len(pair) == 2
+        if not is_pair or not all(type(i) is int for i in pair):
+            raise ValueError(f"merge {rank} must be a pair of int ids, got {pair!r}")
+        (left, right), merge = pair, f"merge {rank} {tuple(pair)}"
+        if not (0 <= left < next_id and 0 <= right < next_id):
+            raise ValueError(
+                f"{merge} uses an id that does not exist yet (ids "
+                f"before this merge are 0..{next_id - 1})"
+            )
+        if left in special_ids or right in special_ids:
+            raise ValueError(f"{merge} uses a special token's id")
+        # A repeated pair: its second id could never be produced by encode.
+        if (left, right) in checked:
+            first = checked[left, right]
+            raise ValueError(f"{merge} repeats merge {first}; a pair is merged once")
+        checked[left, right] = rank
+        next_id += 1
+    return specials, list(checked)
+
+
+def _check_train(text, vocab_size, special_tokens) -> tuple[int, list[str]]:
+    """The checked ``vocab_size`` and special tokens of ``train``."""
+    owner = "BPETokenizer.train()"
+    check.string("text", text, utf8=True, owner=owner)
+    vocab_size = check.integer("vocab_size", vocab_size, owner=owner)
+    specials = check.strings("special_tokens", special_tokens, **_SPECIALS)
+    if vocab_size < (base := 256 + len(specials)):
+        raise ValueError(
+            f"vocab_size={vocab_size} is smaller than the byte "
+            f"alphabet plus the special tokens (256 + {len(specials)} "
+            f"= {base})"
+        )
+    return vocab_size, specials
+
+
+def _check_encode(tokenizer, text) -> None:
+    check.string("text", text, owner="BPETokenizer.encode()")
+
+
+def _check_stream(tokenizer, lines) -> Iterator[str]:
+    """The lines, each checked as it is read; no special token with
+    whitespace (a stream is cut at whitespace)."""
+    owner, hint = "BPETokenizer.encode_iterable()", "encode() takes one str"
+    lines = check.text_lines("lines", lines, owner=owner, hint=hint)
+    spaced = [token for token in tokenizer.special_tokens if regex.search(r"\s", token)]
+    if spaced:
+        bad = spaced[0]
+        token = f"the special token {bad!r}, which contains whitespace"
+        cut = "cuts the text at whitespace, so it cannot stream with"
+        raise ValueError(f"{owner} {cut} {token}; use encode()")
+    return lines
+
+
+# From chapters/01-tokenizer.md, section "The tokenizer: special tokens, encoding, decoding, saving".
 class BPETokenizer:
     """Byte-level BPE with GPT-2's pre-tokenization, trained from scratch.
 
@@ -400,37 +463,10 @@ class BPETokenizer:
     ) -> BPETokenizer:
         """A tokenizer from its merges (pairs of ids, in order) and special
         tokens."""
-        specials = check.strings("special_tokens", special_tokens, **_SPECIALS)
+        specials, pairs = _check_from_merges(merges, special_tokens)
         tokenizer = cls()
-        next_id = 256 + len(specials)
-        special_ids = range(256, next_id)
-        checked: dict[tuple[int, int], int] = {}  # pair -> rank
-        for rank, pair in enumerate(merges):
-            # a list or tuple of two ints (bools and floats refused)
-            is_pair = isinstance(pair, (tuple, list)) and len(pair) == 2
-            if not is_pair or not all(type(i) is int for i in pair):
-                raise ValueError(
-                    f"merge {rank} must be a pair of int ids, got {pair!r}"
-                )
-            (left, right), merge = pair, f"merge {rank} {tuple(pair)}"
-            if not (0 <= left < next_id and 0 <= right < next_id):
-                raise ValueError(
-                    f"{merge} uses an id that does not exist yet (ids "
-                    f"before this merge are 0..{next_id - 1})"
-                )
-            if left in special_ids or right in special_ids:
-                raise ValueError(f"{merge} uses a special token's id")
-            # A repeated pair: its second id could never be produced by
-            # encode.
-            if (left, right) in checked:
-                first = checked[left, right]
-                raise ValueError(
-                    f"{merge} repeats merge {first}; a pair is merged once"
-                )
-            checked[left, right] = rank
-            next_id += 1
         tokenizer.special_tokens = {token: 256 + i for i, token in enumerate(specials)}
-        tokenizer.merges = list(checked)
+        tokenizer.merges = pairs
         tokenizer._rebuild()
         return tokenizer
 
@@ -445,17 +481,9 @@ class BPETokenizer:
         If the text runs out of pairs first, the vocabulary is smaller than
         ``vocab_size``.
         """
-        owner = "BPETokenizer.train()"
-        check.string("text", text, utf8=True, owner=owner)
-        vocab_size = check.integer("vocab_size", vocab_size, owner=owner)
-        specials = check.strings("special_tokens", special_tokens, **_SPECIALS)
+        checked = _check_train(text, vocab_size, special_tokens)
+        vocab_size, specials = checked
         base = 256 + len(specials)
-        if vocab_size < base:
-            raise ValueError(
-                f"vocab_size={vocab_size} is smaller than the byte "
-                f"alphabet plus the special tokens (256 + {len(specials)} "
-                f"= {base})"
-            )
         chunks = [text]
         # special tokens are cut out: no merge may involve them
         if specials:
@@ -483,18 +511,13 @@ class BPETokenizer:
             best_id, best_pair = min(ranked)
             if best_id == 1 << 62:
                 break
-            ids = _merge_ids(ids, best_pair[0], best_pair[1], best_id)
+            ids = merge_adjacent_pair(ids, best_pair, best_id)
         return ids
 
+    @check.front_door(_check_encode)
     def encode(self, text: str) -> list[int]:
         """The ids of ``text``: special tokens first, then each pre-token's
         merges."""
-        check.string("text", text, owner="BPETokenizer.encode()")
-        return self._encode(text)
-
-    def _encode(self, text: str) -> list[int]:
-        """:meth:`encode` of a checked ``text`` (the stream's chunks are
-        already str)."""
         chunks = self._special_split.split(text) if self._special_split else [text]
         cache = self._cache
         ids: list[int] = []
@@ -525,14 +548,7 @@ class BPETokenizer:
         cannot change the ids (see :data:`_SAFE_CUT`): in ordinary text, the
         last line or two.
         """
-        owner, hint = ("BPETokenizer.encode_iterable()", "encode() takes one str")
-        lines = check.text_lines("lines", lines, owner=owner, hint=hint)
-        spaced = [token for token in self.special_tokens if regex.search(r"\s", token)]
-        if spaced:
-            bad = spaced[0]
-            token = f"the special token {bad!r}, which contains whitespace"
-            cut = "cuts the text at whitespace, so it cannot stream with"
-            raise ValueError(f"{owner} {cut} {token}; use encode()")
+        lines = _check_stream(self, lines)
         return self._encode_stream(lines)
 
     def _encode_stream(self, lines: Iterator[str]) -> Iterator[int]:
@@ -553,10 +569,10 @@ class BPETokenizer:
                 cut = window_start + match.start()
             if cut is not None and cut > start:
                 text = "".join(pending)
-                yield from self._encode(text[: cut - start])
+                yield from self.encode(text[: cut - start])
                 pending, start = [text[cut - start :]], cut
         if end > start:
-            yield from self._encode("".join(pending))
+            yield from self.encode("".join(pending))
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids`` (a list, array or tensor of shape
@@ -641,13 +657,18 @@ class BPETokenizer:
 
 
 # From chapters/01-tokenizer.md, section "The tokenizer: special tokens, encoding, decoding, saving".
-def chars_per_token(text: str, ids: Sequence[int]) -> float:
-    """Compression: ``len(text) / len(ids)``, characters (not bytes) per
-    token."""
+def _check_chars_per_token(text, ids) -> None:
     check.string("text", text, owner="chars_per_token()")
     if isinstance(ids, (str, bytes)) or not hasattr(ids, "__len__"):
         got = type(ids).__name__
         raise TypeError(f"chars_per_token() takes ids as a sequence, got {got}")
     if len(ids) == 0:
         raise ValueError("chars_per_token() needs at least one token")
+
+
+# From chapters/01-tokenizer.md, section "The tokenizer: special tokens, encoding, decoding, saving".
+@check.front_door(_check_chars_per_token)
+def chars_per_token(text: str, ids: Sequence[int]) -> float:
+    """Compression: ``len(text) / len(ids)``, characters (not bytes) per
+    token."""
     return len(text) / len(ids)

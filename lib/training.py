@@ -64,7 +64,7 @@ from lib.model_file import (
     tokenizer_from_state,
 )
 from lib.objectives import IGNORE_INDEX
-from lib.utils import Precision, autocast, get_device, get_precision, get_profile
+from lib.utils import Precision, autocast, get_precision, get_profile
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [

@@ -14,9 +14,9 @@ patches.
   :func:`load_hf_vit_state_dict`: the weights of ``transformers``'
   ``ViTModel`` and ``ViTForImageClassification`` (4.x and 5.x names),
   through chapter 7's table-driven loader.
-* On import it registers the ViT with :mod:`lib.pretrained`: the model
-  kind ``"vit"`` (:func:`lib.pretrained.save_model` and
-  :func:`~lib.pretrained.load_model`, the shipped ``vit-mnist``) and the
+* On import it registers the ViT with chapter 7: the model kind ``"vit"``
+  in :mod:`lib.model_file` (:func:`lib.model_file.save_model` and
+  :func:`~lib.model_file.load_model`, the shipped ``vit-mnist``) and the
   hub loader of ``ViTConfig`` (:func:`lib.pretrained.load_pretrained`).
 
 Axis names: ``batch``, ``channels``, ``height``, ``width``; ``patches`` (the
@@ -35,14 +35,9 @@ from torch import nn
 
 from lib import _checks as check
 from lib.hf_weights import Row, concat, convert_state_dict, load_checked, same
+from lib.model_file import RUNTIME_FIELDS, ModelKind, register_model_kind
 from lib.models import Encoder, TransformerConfig, init_weights
-from lib.pretrained import (
-    RUNTIME_FIELDS,
-    HubLoader,
-    ModelKind,
-    register_hub_loader,
-    register_model_kind,
-)
+from lib.pretrained import HubLoader, register_hub_loader
 
 # The public names: every top-level name the export cells define (tools/tangle.py).
 __all__ = [
@@ -79,7 +74,13 @@ def _check_images(images: object, p: int, channels: int | None = None) -> None:
         raise ValueError(f"image size {h}×{w} is not divisible by the patch size {p}")
 
 
+def _check_patchify(images: object, patch_size: int) -> None:
+    """The front door of :func:`patchify`."""
+    _check_images(images, check.positive_int("patch_size", patch_size))
+
+
 # From chapters/10-1-vit.md, section "Patches as tokens".
+@check.front_door(_check_patchify)
 def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     """Cut images into non-overlapping square patches, each flattened to a
     vector.
@@ -89,12 +90,23 @@ def patchify(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     (height/p)·(width/p)`` in row-major order: left to right, then top to
     bottom.
     """
-    _check_images(images, check.positive_int("patch_size", patch_size))
-    return _patches(images, patch_size)
-
-
-def _patches(images: torch.Tensor, p: int) -> torch.Tensor:
+    p = patch_size
     return rearrange(images, "b c (h p1) (w p2) -> b (h w) (c p1 p2)", p1=p, p2=p)
+
+
+# From chapters/10-1-vit.md, section "A linear layer on patches is a strided convolution".
+def _check_patch_input(embedding: nn.Module, images: object) -> None:
+    """The front door of ``PatchEmbedding.forward``."""
+    _check_images(images, embedding.patch_size, embedding.in_channels)
+    # float16 or float64 images meet float32 weights: say so here, not
+    # in the matrix product (autocast casts them itself)
+    check.same_dtype_and_device(
+        autocast=True,
+        owner="PatchEmbedding",
+        hint="convert them to the model's dtype, e.g. images.float()",
+        images=images,
+        weight=embedding.proj.weight,
+    )
 
 
 # From chapters/10-1-vit.md, section "A linear layer on patches is a strided convolution".
@@ -115,18 +127,24 @@ class PatchEmbedding(nn.Module):
         self.in_channels, self.patch_size = in_channels, patch_size
         self.proj = nn.Linear(in_channels * patch_size**2, d_model)
 
+    @check.front_door(_check_patch_input)
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        _check_images(images, self.patch_size, self.in_channels)
-        # float16 or float64 images meet float32 weights: say so here, not
-        # in the matrix product (autocast casts them itself)
-        check.same_dtype_and_device(
-            autocast=True,
-            owner="PatchEmbedding",
-            hint="convert them to the model's dtype, e.g. images.float()",
-            images=images,
-            weight=self.proj.weight,
-        )
-        return self.proj(_patches(images, self.patch_size))
+        return self.proj(patchify(images, self.patch_size))
+
+
+# From chapters/10-1-vit.md, section "A class token, positions, and chapter 7's encoder".
+def _check_vit_config(cfg: ViTConfig) -> None:
+    """The image's fields of a :class:`ViTConfig`: sizes, the attention
+    dropout, patches that tile the image."""
+    size, owner = cfg.image_size, "ViTConfig"
+    if not isinstance(size, int | tuple) or len(cfg.image_hw) != 2:
+        raise ValueError(f"image_size must be an int or (height, width): {size}")
+    sizes = dict(zip(("height", "width"), cfg.image_hw))
+    sizes |= dict(n_classes=cfg.n_classes, in_channels=cfg.in_channels)
+    check.positive_ints(**sizes, patch_size=cfg.patch_size, owner=owner)
+    if cfg.attention_dropout is not None:
+        check.probability("attention_dropout", cfg.attention_dropout, owner=owner)
+    _check_images(torch.empty(0, cfg.in_channels, *cfg.image_hw), cfg.patch_size)
 
 
 # From chapters/10-1-vit.md, section "A class token, positions, and chapter 7's encoder".
@@ -161,15 +179,7 @@ class ViTConfig:
     attn_backend: str = "sdpa"
 
     def __post_init__(self) -> None:
-        size, owner = self.image_size, "ViTConfig"
-        if not isinstance(size, int | tuple) or len(self.image_hw) != 2:
-            raise ValueError(f"image_size must be an int or (height, width): {size}")
-        sizes = dict(zip(("height", "width"), self.image_hw))
-        sizes |= dict(n_classes=self.n_classes, in_channels=self.in_channels)
-        check.positive_ints(**sizes, patch_size=self.patch_size, owner=owner)
-        if self.attention_dropout is not None:
-            check.probability("attention_dropout", self.attention_dropout, owner=owner)
-        _check_images(torch.empty(0, self.in_channels, *self.image_hw), self.patch_size)
+        _check_vit_config(self)
         # building the encoder's config checks the other fields
         _ = self.encoder
 
@@ -215,6 +225,15 @@ _RESIZE = (
 )
 
 
+def _check_image_size(cfg: ViTConfig, images: torch.Tensor) -> None:
+    """Images of the size the position embeddings were built for."""
+    if images.shape[-2:] != cfg.image_hw:
+        h, w = cfg.image_hw
+        got = "×".join(map(str, images.shape[-2:]))
+        raise ValueError(f"ViT built for {h}×{w} images but got {got}: {_RESIZE}")
+
+
+# From chapters/10-1-vit.md, section "A class token, positions, and chapter 7's encoder".
 class ViT(nn.Module):
     """Vision Transformer: ``images (batch channels height width)`` ->
     ``logits (batch classes)``.
@@ -252,10 +271,7 @@ class ViT(nn.Module):
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         # (batch patches d_model); patch_embed checks the images
         patches = self.patch_embed(images)
-        if images.shape[-2:] != self.cfg.image_hw:
-            h, w = self.cfg.image_hw
-            got = "×".join(map(str, images.shape[-2:]))
-            raise ValueError(f"ViT built for {h}×{w} images but got {got}: {_RESIZE}")
+        _check_image_size(self.cfg, images)
         cls = repeat(self.cls_token, "1 1 d -> b 1 d", b=images.shape[0])
         return self.dropout(torch.cat([cls, patches], dim=1) + self.pos_embedding)
 
@@ -284,6 +300,19 @@ _HF_VIT_FIELDS = (
 ).split()
 
 
+def _check_hf_vit_config(config: object) -> None:
+    """A ``transformers`` ``ViTConfig`` of a model we build: every field
+    read, the exact GELU, qkv biases."""
+    name = type(config).__name__
+    if missing := [field for field in _HF_VIT_FIELDS if not hasattr(config, field)]:
+        raise TypeError(f"config must be a transformers ViTConfig: no {missing} in it")
+    if (activation := config.hidden_act) != "gelu":
+        raise ValueError(f"{name}.hidden_act={activation!r}: only 'gelu' is built")
+    if not getattr(config, "qkv_bias", True):
+        raise ValueError(f"{name}.qkv_bias=False: our fused qkv_proj always has biases")
+
+
+# From chapters/10-1-vit.md, section "The same model as Hugging Face's ViTModel".
 def config_from_vit(config: object, n_classes: int | None = None) -> ViTConfig:
     """Our :class:`ViTConfig` of a ``transformers`` ``ViTConfig`` (read by
     attribute).
@@ -295,13 +324,7 @@ def config_from_vit(config: object, n_classes: int | None = None) -> ViTConfig:
     not build (another activation, no qkv biases) is refused, naming the
     field.
     """
-    name = type(config).__name__
-    if missing := [field for field in _HF_VIT_FIELDS if not hasattr(config, field)]:
-        raise TypeError(f"config must be a transformers ViTConfig: no {missing} in it")
-    if (activation := config.hidden_act) != "gelu":
-        raise ValueError(f"{name}.hidden_act={activation!r}: only 'gelu' is built")
-    if not getattr(config, "qkv_bias", True):
-        raise ValueError(f"{name}.qkv_bias=False: our fused qkv_proj always has biases")
+    _check_hf_vit_config(config)
     size = config.image_size
     return ViTConfig(
         image_size=size if isinstance(size, int) else tuple(size),
@@ -394,6 +417,14 @@ _POOLER = (
 )
 
 
+def _check_their_state_dict(their_state_dict: object) -> None:
+    """A mapping of ``transformers``' keys, without a pooler."""
+    check.instance("their_state_dict", their_state_dict, Mapping, what="a state dict")
+    if any(key.startswith(("pooler.", "vit.pooler.")) for key in their_state_dict):
+        raise ValueError(_POOLER)
+
+
+# From chapters/10-1-vit.md, section "The same model as Hugging Face's ViTModel".
 def vit_state_dict(
     their_state_dict: Mapping[str, torch.Tensor], cfg: ViTConfig
 ) -> dict[str, torch.Tensor]:
@@ -401,9 +432,7 @@ def vit_state_dict(
     ``ViTForImageClassification`` state dict as the state dict of
     ``ViT(cfg)``; from a bare ``ViTModel``, which has no classifier, without
     our ``head``."""
-    check.instance("their_state_dict", their_state_dict, Mapping, what="a state dict")
-    if any(key.startswith(("pooler.", "vit.pooler.")) for key in their_state_dict):
-        raise ValueError(_POOLER)
+    _check_their_state_dict(their_state_dict)
     prefix = "vit." if any(key.startswith("vit.") for key in their_state_dict) else ""
     # transformers 5 renamed the blocks (layers.{i}.attention.q_proj, ...)
     names = (

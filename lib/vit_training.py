@@ -410,13 +410,10 @@ register_held_out(
 
 
 # From chapters/10-2-training.md, section "Where it goes wrong: the confusion matrix".
-def confusion_matrix(
-    predictions: torch.Tensor, labels: torch.Tensor, n_classes: int
-) -> torch.Tensor:
-    """Counts ``(true predicted)``: entry ``[i, j]`` is how many items of
-    class ``i`` were predicted as ``j``. ``predictions`` and ``labels``:
-    integer ``(batch,)`` in ``0..n_classes-1`` (empty ones give a matrix of
-    zeros)."""
+def _check_confusion_matrix(
+    predictions: object, labels: object, n_classes: int
+) -> None:
+    """Two 1-D integer tensors of one shape, in ``0..n_classes-1``."""
     check.positive_int("n_classes", n_classes)
     for name, t in [("predictions", predictions), ("labels", labels)]:
         if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.is_floating_point():
@@ -424,9 +421,39 @@ def confusion_matrix(
         check.ids_in_range(name, t, n_classes)
     if predictions.shape != labels.shape:
         raise ValueError(f"{predictions.shape=} and {labels.shape=} differ")
+
+
+# From chapters/10-2-training.md, section "Where it goes wrong: the confusion matrix".
+def confusion_matrix(
+    predictions: torch.Tensor, labels: torch.Tensor, n_classes: int
+) -> torch.Tensor:
+    """Counts ``(true predicted)``: entry ``[i, j]`` is how many items of
+    class ``i`` were predicted as ``j``. ``predictions`` and ``labels``:
+    integer ``(batch,)`` in ``0..n_classes-1`` (empty ones give a matrix of
+    zeros)."""
+    _check_confusion_matrix(predictions, labels, n_classes)
     pairs = labels.long() * n_classes + predictions.long()
     counts = torch.bincount(pairs, minlength=n_classes**2)
     return rearrange(counts, "(true predicted) -> true predicted", true=n_classes)
+
+
+# From chapters/10-2-training.md, section "How far attention reaches".
+def _check_attention_grid(
+    weights: object, grid: object, patch_size: float
+) -> tuple[int, int]:
+    """The grid's ``(rows, columns)``, checked, and ``weights`` of its size
+    (the class token first)."""
+    if not isinstance(grid, tuple | list) or len(grid) != 2:
+        raise TypeError(f"grid must be (rows, columns) of patches, got {grid!r}")
+    gh, gw = check.positive_ints(grid_rows=grid[0], grid_columns=grid[1])
+    check.finite_float("patch_size", patch_size, low=0, low_open=True)
+    tokens = 1 + gh * gw
+    hint = (
+        f"(batch, heads, {tokens}, {tokens}) for a {gh}×{gw} grid and the class token"
+    )
+    sizes = dict(q=tokens, k=tokens, hint=hint)
+    check.tensor("weights", weights, "batch heads q k", floating=True, **sizes)
+    return gh, gw
 
 
 # From chapters/10-2-training.md, section "How far attention reaches".
@@ -444,16 +471,7 @@ def mean_attention_distance(
     patches are all zero counts as distance 0; NaN in ``weights`` gives NaN
     for its head (the weights are not read to check them).
     """
-    if not isinstance(grid, tuple | list) or len(grid) != 2:
-        raise TypeError(f"grid must be (rows, columns) of patches, got {grid!r}")
-    gh, gw = check.positive_ints(grid_rows=grid[0], grid_columns=grid[1])
-    check.finite_float("patch_size", patch_size, low=0, low_open=True)
-    tokens = 1 + gh * gw
-    hint = (
-        f"(batch, heads, {tokens}, {tokens}) for a {gh}×{gw} grid and the class token"
-    )
-    sizes = dict(q=tokens, k=tokens, hint=hint)
-    check.tensor("weights", weights, "batch heads q k", floating=True, **sizes)
+    gh, gw = _check_attention_grid(weights, grid, patch_size)
     rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
     centres = torch.stack([rows.flatten(), cols.flatten()], dim=-1)
     centres = centres.to(weights) * patch_size

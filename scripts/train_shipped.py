@@ -25,7 +25,7 @@ what each of its models needs to be shipped) and each file's measure
     python scripts/train_shipped.py vit-mnist
 
 Each writes a record under ``book/results/`` (:func:`lib.utils.write_record`) and model
-files of :func:`lib.pretrained.save_model`'s format (kind, configuration, weights,
+files of :func:`lib.model_file.save_model`'s format (kind, configuration, weights,
 tokenizer, metadata), with their sha256 in ``lib/data/checkpoints/manifest.json``.
 ``--dry-run`` trains tiny models for a few steps into a temporary folder (the tests run
 it). ``evaluate`` re-measures the shipped files as they are, with no training, on their

@@ -1399,3 +1399,56 @@ def test_heads_of_zero_width_are_refused():
         MultiHeadAttention(2, 4)
     with pytest.raises(ValueError, match="d_head must be an int >= 1, got 0"):
         MultiHeadAttention(32, 4, d_head=0)
+
+
+def _kv(length, batch=2, heads=3, width=4, start=0.0):
+    """Keys and values whose entries say their position: start, start+1, ..."""
+    positions = torch.arange(length, dtype=torch.float32).add(start)
+    positions = positions.reshape(1, 1, length, 1)
+    return (
+        positions.expand(batch, heads, length, width).clone(),
+        -positions.expand(batch, heads, length, width).clone(),
+    )
+
+
+@torch.no_grad()
+def test_kv_cache_extends_in_place_and_equals_concatenation():
+    cache, keys, values = KVCache(*_kv(3)), *_kv(3)
+    for step in range(300):  # past one block of 256 positions
+        k, v = _kv(1, start=3 + step)
+        cache = cache.extend(k, v)
+        keys, values = torch.cat([keys, k], 2), torch.cat([values, v], 2)
+        assert torch.equal(cache.keys, keys) and torch.equal(cache.values, values)
+    # written in place: the latest cache is a view of a buffer with room
+    buffer = cache._room[0]
+    assert cache.keys.data_ptr() == buffer.data_ptr() and buffer.shape[2] == 512
+
+
+@torch.no_grad()
+def test_kv_cache_never_overwrites_what_another_cache_sees():
+    base = KVCache(*_kv(4)).extend(*_kv(1, start=4))  # 5 positions, a buffer
+    before = base.keys.clone()
+    left = base.extend(*_kv(1, start=100))  # the newest: in place
+    right = base.extend(*_kv(1, start=200))  # base extended again: a copy
+    assert torch.equal(base.keys, before)
+    assert left.keys[0, 0, -1, 0] == 100 and right.keys[0, 0, -1, 0] == 200
+    assert right._room[0].data_ptr() != left._room[0].data_ptr()
+    # a cropped cache (a rolled-back draft) writes into a buffer of its own
+    cropped = left.crop(3)
+    again = cropped.extend(*_kv(1, start=300))
+    assert torch.equal(left.keys[:, :, :6], torch.cat([before, left.keys[:, :, 5:]], 2))
+    assert left.keys[0, 0, 3, 0] == 3 and again.keys[0, 0, 3, 0] == 300
+    # reordered rows (beam search) too
+    chosen = left.select(torch.tensor([1, 0]))
+    chosen.extend(*_kv(1, start=400))
+    assert left.keys[0, 0, -1, 0] == 100
+
+
+def test_kv_cache_under_autograd_concatenates_and_backpropagates():
+    keys = torch.randn(1, 2, 3, 4, requires_grad=True)
+    cache = KVCache(keys, torch.randn(1, 2, 3, 4)).extend(
+        torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4)
+    )
+    assert cache._room is None  # concatenated: nothing written in place
+    cache.keys.sum().backward()
+    assert torch.equal(keys.grad, torch.ones_like(keys))

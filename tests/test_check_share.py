@@ -8,44 +8,14 @@ import pytest
 
 from tools import check_share
 
-# Measured against code lines (docstrings and comments left out), over every generated
-# module plus the hand-written lib/_checks.py (all of it counts as checking) and
-# lib/utils.py. Issue 30's goal is at most 20 % for a chapter's module and 14 % in total;
-# lib is not there yet (20.4 % in total when the measure began to count _checks.py and
-# utils.py; 20.35 % and at most 25.0 % a module, attention's and objectives', once
-# check.layer_forward was shared), so these limits are a ratchet: lower them as checks are
-# shared or removed, never raise them for convenience. Raised once, 25.0 -> 26.0: the
-# one-implementation change had left MultiHeadAttention's front door without the checks
-# of a given cache (its values, dtype and device) that KVCache.extend made before it
-# trusted its caller, so a bf16 cache was silently promoted; putting them back took
-# attention to 25.6 %. Then _checks.py written compactly (one _fail, 598 -> 487 code
-# lines, the same messages) and check.ids_in_range the one check of a range of ids,
-# where eight others stood (in models, generation, training, vit, attention's
-# padding_mask and three in objectives): 19.04 %, at most 24.95 % a module (attention).
-MAX_MODULE_OF_CODE = 25.0
-MAX_TOTAL_OF_CODE = 19.1
-MODULES = check_share.chapter_modules()
-
-
-@pytest.mark.parametrize("module", MODULES, ids=lambda p: p.stem)
-def test_no_module_is_mostly_checks(module: Path):
-    share = check_share.measure(module)
-    assert share.percent_of_code <= MAX_MODULE_OF_CODE, (
-        f"lib/{module.name}: {share.check_lines} of {share.code_lines} code lines are "
-        f"checks ({share.percent_of_code:.1f} % > {MAX_MODULE_OF_CODE} %): check at the "
-        "front door, trust inside (CONTRIBUTING.md)"
-    )
-
-
-def test_lib_as_a_whole_is_mostly_code_that_does_things():
-    measured = check_share.measured_modules()
-    names = {p.name for p in measured}
-    assert {"_checks.py", "utils.py"} <= names  # the hand-written ones count too
-    whole = check_share.total([check_share.measure(p) for p in measured])
-    assert whole.percent_of_code <= MAX_TOTAL_OF_CODE, (
-        f"{whole.check_lines} of {whole.code_lines} code lines are checks "
-        f"({whole.percent_of_code:.1f} % > {MAX_TOTAL_OF_CODE} %)"
-    )
+# The module-wide limits that stood here (a chapter's module at most 25 %, lib as a whole
+# at most 19.1 % of code lines) were issue 30's house pass. Issue 40 retired its lib-wide
+# target: every check is a front-door check a test asserts, and what counts is what a
+# reader has to read past. Moving a function's checks into a `_check_*` function in a
+# folded cell makes that function count whole (its owner strings, hints and conversions
+# too), so the module share rose as the pages' fell (attention 24 -> 35 %, embeddings 23
+# -> 43 %). The module table stays as information (`python tools/check_share.py`); the
+# rule is now per page, below.
 
 
 def test_the_shared_checks_count_whole(tmp_path: Path):
@@ -92,22 +62,7 @@ def test_the_counter_counts_what_the_rule_names(tmp_path: Path):
 # began, and may only go down; the goal is every page at or under PAGE_LIMIT.
 PAGE_LIMIT = 10.0
 PAGES_ABOVE_LIMIT: dict[str, float] = {
-    "01-tokenizer": 14.0,
-    "02-embeddings": 29.7,
-    "03-positions": 26.7,
-    "04-attention": 18.7,
-    "05-ffn": 19.5,
-    "06-norms": 18.8,
-    "07-1-families": 13.3,
-    "07-2-reference": 10.3,
-    "07-3-objectives": 23.3,
-    "07-4-decoding": 10.2,
     "07-5-pretrained": 17.3,
-    "08-1-training": 24.8,
-    "08-2-efficiency": 15.7,
-    "09-1-tiling": 22.2,
-    "10-1-vit": 18.2,
-    "10-2-training": 10.3,
 }
 PAGES = check_share.chapter_pages()
 

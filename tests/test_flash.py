@@ -259,8 +259,9 @@ def test_flash_torch_16_bit_inputs(dtype):
 
 
 def test_count_matrix_products_reads_the_innermost_loop():
-    assert count_matrix_products(flash._tiled_forward) == 2  # q kᵀ and p v
-    assert count_matrix_products(flash._tiled_backward) == 5  # FlashAttention-2's five
+    assert count_matrix_products(flash.tiled_attention_forward) == 2  # q kᵀ and p v
+    # FlashAttention-2's five
+    assert count_matrix_products(flash.tiled_attention_backward) == 5
 
     def helper(a, b):
         return einsum(a, b, "i j, j k -> i k")

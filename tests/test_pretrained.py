@@ -42,6 +42,7 @@ from huggingface_hub.utils import LocalEntryNotFoundError, OfflineModeIsEnabled
 from lib import pretrained
 from lib.datasets import ChecksumError, sha256_file
 from lib.hf_weights import REFERENCE_FAMILIES
+from lib.model_file import LoadedModel
 from lib.models import GPT, T5, TransformerConfig, count_parameters
 from lib.pretrained import (
     PRETRAINED,
@@ -304,6 +305,8 @@ def test_offline_gives_random_weights_of_the_configuration_and_one_line(
     assert loaded.labels is None and "random weights" in loaded.source
     assert loaded.licence == "Apache-2.0"
     cfg = loaded.model.cfg
+    # the one loaded-model type, as load_model and load_shipped return it
+    assert type(loaded) is LoadedModel and loaded.kind == "gpt" and loaded.config is cfg
     assert isinstance(loaded.model, GPT) and not loaded.model.training
     assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.vocab_size, cfg.max_len) == (
         6,
@@ -753,7 +756,7 @@ def _models_and_tokenizers():
 
 @pytest.mark.parametrize("kind", ["gpt", "bert", "classifier", "t5", "vit"])
 def test_save_model_and_load_model_round_trip_each_kind(tmp_path, kind):
-    from lib.pretrained import load_model, save_model
+    from lib.model_file import load_model, save_model
 
     model, tokenizer, inputs = _models_and_tokenizers()[kind]
     path = save_model(tmp_path / f"{kind}.pt", model, tokenizer, step=7, note="x")
@@ -781,7 +784,7 @@ def test_save_model_and_load_model_round_trip_each_kind(tmp_path, kind):
 
 
 def test_load_model_changes_runtime_fields_only(tmp_path):
-    from lib.pretrained import load_model, save_model
+    from lib.model_file import load_model, save_model
 
     model, tokenizer = _tiny_gpt()
     path = save_model(tmp_path / "m.pt", model, tokenizer)
@@ -792,7 +795,7 @@ def test_load_model_changes_runtime_fields_only(tmp_path):
 
 
 def test_a_damaged_or_foreign_model_file_is_a_clear_error(tmp_path):
-    from lib.pretrained import ModelFileError, load_model, save_model
+    from lib.model_file import ModelFileError, load_model, save_model
 
     model, tokenizer = _tiny_gpt()
     with pytest.raises(TypeError, match="save_model takes a model of a registered"):
@@ -812,6 +815,30 @@ def test_a_damaged_or_foreign_model_file_is_a_clear_error(tmp_path):
         load_model(tmp_path / "missing.pt")
 
 
+def test_a_model_file_whose_weights_do_not_fit_its_kind_is_named(tmp_path):
+    """The stored weights are compared with the model the file's configuration builds
+    before any is loaded (lib.model_file, with no lib.hf_weights)."""
+    from lib.model_file import (
+        ModelFileError,
+        atomic_save,
+        content_sha256,
+        load_model,
+        pack_model,
+    )
+
+    model, tokenizer = _tiny_gpt()
+    packed = pack_model(model, tokenizer)
+    packed["state_dict"].pop("decoder.final_norm.bias")
+    packed["state_dict"]["extra.weight"] = torch.zeros(2)
+    del packed["sha256"]
+    packed["sha256"] = content_sha256(packed)  # intact, but not this GPT's
+    path = atomic_save(packed, tmp_path / "odd.pt")
+    with pytest.raises(ModelFileError, match="does not fit the gpt") as info:
+        load_model(path)
+    assert "missing keys: decoder.final_norm.bias" in str(info.value)
+    assert "unexpected keys: extra.weight" in str(info.value)
+
+
 def test_lib_pretrained_works_without_lib_vit_which_registers_itself():
     """Layers point down: lib.pretrained (chapter 7) imports nothing of lib.vit
     (chapter 10); a file or a hub entry that needs it names it, and it registers its
@@ -819,14 +846,15 @@ def test_lib_pretrained_works_without_lib_vit_which_registers_itself():
     code = textwrap.dedent(
         """
         import sys
+        import lib.model_file as m
         import lib.pretrained as p
         assert "lib.vit" not in sys.modules and "lib.training" not in sys.modules
-        assert "vit" not in p.MODEL_KINDS and not p.HUB_LOADERS
+        assert "vit" not in m.MODEL_KINDS and not p.HUB_LOADERS
         gpt = p.load_shipped("char-gpt-shakespeare")
         assert "lib.vit" not in sys.modules, "a GPT needs no ViT"
         vit = p.load_shipped("vit-mnist")  # its file names lib.vit
         import lib.vit
-        assert type(vit.model) is lib.vit.ViT and "vit" in p.MODEL_KINDS
+        assert type(vit.model) is lib.vit.ViT and "vit" in m.MODEL_KINDS
         assert p._hub_loader(p.hub_model("vit-base-patch16-224")) is not None
         print("ok")
         """
@@ -838,7 +866,7 @@ def test_lib_pretrained_works_without_lib_vit_which_registers_itself():
 
 
 def test_the_shipped_checkpoints_are_model_files():
-    from lib.pretrained import MODEL_FORMAT, load_model
+    from lib.model_file import MODEL_FORMAT, LoadedModel, load_model
 
     for name in shipped_names():
         shipped = load_shipped(name)
@@ -849,3 +877,6 @@ def test_the_shipped_checkpoints_are_model_files():
         assert saved.metadata["inputs"] == shipped.entry["inputs"]
         assert "metrics" not in saved.metadata  # re-measuring leaves the file alone
         assert (saved.tokenizer is None) == (name == "vit-mnist")
+        # one loaded-model type: the shipped one is the file's, with its name
+        assert type(shipped) is type(saved) is LoadedModel
+        assert (shipped.name, shipped.sha256) == (name, saved.sha256)

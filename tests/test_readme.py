@@ -41,7 +41,7 @@ def test_the_readme_example_trains_saves_reloads_and_samples(tmp_path: Path):
     assert done.stdout.startswith("ROMEO:") and done.stdout.count("ROMEO:") >= 2
     assert len(done.stdout) >= 2 * len("ROMEO:\n") + 100 + 300
     assert (tmp_path / "char-gpt.pt").is_file()
-    from lib.pretrained import load_model
+    from lib.model_file import load_model
 
     saved = load_model(tmp_path / "char-gpt.pt")
     assert saved.kind == "gpt" and saved.tokenizer.vocab_size == 65

@@ -178,8 +178,26 @@ def test_the_names_a_user_reaches_for_import_from_lib_itself():
         assert getattr(lib, name) is getattr(
             importlib.import_module(f"lib.{module}"), name
         )
-    from lib import GPT, generate, load_model, train  # noqa: F401
+    # the issue's four names, and others a user reaches for (issue 40)
+    from lib import (  # noqa: F401
+        GPT,
+        CharTokenizer,
+        LoadedModel,
+        TransformerConfig,
+        generate,
+        load_checkpoint,
+        load_model,
+        load_pretrained,
+        load_shipped,
+        save_checkpoint,
+        save_model,
+        train,
+    )
+    from lib.model_file import LoadedModel as the_type
 
-    assert {"GPT", "train", "tokenizer"} <= set(dir(lib))
+    # the model file has its own module, and its one loaded-model type
+    assert LoadedModel is the_type and load_model.__module__ == "lib.model_file"
+    assert save_checkpoint.__module__ == load_checkpoint.__module__ == "lib.training"
+    assert {"GPT", "train", "tokenizer", "model_file"} <= set(dir(lib))
     with pytest.raises(AttributeError, match="its modules are"):
         lib.no_such_name  # noqa: B018

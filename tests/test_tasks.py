@@ -4,7 +4,6 @@ environment, the book's profile, the workflows, the lab."""
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -187,27 +186,27 @@ def test_readme_badges_come_from_the_one_repository_setting():
     assert block in readme, "README.md's badges are stale: python3 tasks.py notebooks"
 
 
-@pytest.mark.skipif(
-    not any(shutil.which(c) for c in ("chromium", "chromium-browser", "google-chrome")),
-    reason="needs Chromium (apt install chromium)",
-)
-def test_the_browser_check_counts_blocks_wider_than_their_box(tmp_path):
-    from tools import page_overflow
-
-    page = tmp_path / "demo.html"
-    wide = "x " * 200
-    page.write_text(
-        "<html><body><article>"
-        '<pre style="width:300px;overflow:auto">short</pre>'
-        f'<pre style="width:300px;overflow:auto">{wide}</pre>'
-        "</article></body></html>",
-        encoding="utf-8",
+def test_pages_asks_for_chromium_before_installing_anything(monkeypatch):
+    """`tasks.py pages` says how to install Chromium where there is none, instead of
+    installing Playwright for a browser it cannot drive (tools/page_overflow.py and its
+    tests: tests/test_page_overflow.py)."""
+    installed = []
+    monkeypatch.setattr(tasks.shutil, "which", lambda name: None)
+    monkeypatch.setattr(tasks, "ensure_installed", installed.append)
+    with pytest.raises(SystemExit, match="apt install chromium"):
+        tasks.cmd_pages([])
+    assert installed == []
+    ran = []
+    monkeypatch.setattr(tasks, "run", lambda *cmd: ran.append(cmd))
+    tasks.cmd_pages(["--chromium", "/opt/chrome", "--max-wide", "0"])
+    assert installed == ["pages"]
+    assert ran[0][1:] == (
+        "tools/page_overflow.py",
+        "--chromium",
+        "/opt/chrome",
+        "--max-wide",
+        "0",
     )
-    chromium = page_overflow.find_chromium(None)
-    for width in (1280, 1366):
-        report = page_overflow.measure(page, width, chromium)
-        assert report["blocks"] == 2 and report["overflowing"] == 1
-    assert not list(tmp_path.glob(".overflow-*")), "the probe copy is removed"
 
 
 def test_compat_runs_both_versions_by_default_and_refuses_an_unknown_one():

@@ -53,7 +53,14 @@ CHAPTERS: tuple[Chapter, ...] = (
             "07-4-decoding",
             "07-5-pretrained",
         ),
-        ("models", "hf_weights", "objectives", "generation", "pretrained"),
+        (
+            "models",
+            "hf_weights",
+            "objectives",
+            "generation",
+            "model_file",
+            "pretrained",
+        ),
     ),
     Chapter(
         8,
