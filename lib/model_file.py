@@ -534,6 +534,17 @@ def tokenizer_state(tokenizer: Any) -> dict[str, Any] | None:
 
 
 # From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
+def _check_registered(model: nn.Module) -> None:
+    """:func:`save_model` takes a model of a kind in :data:`MODEL_KINDS`."""
+    if model_kind(model) is None:
+        known = ", ".join(k.model_class.__name__ for k in MODEL_KINDS.values())
+        raise TypeError(
+            f"save_model takes a model of a registered kind ({known}), got "
+            f"{type(model).__name__}"
+        )
+
+
+# From chapters/07-5-pretrained.md, section "One model file, and the checkpoints that ship with the course".
 def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     """``torch.save(obj)`` to ``path`` atomically: into a temporary file of
     the same folder, flushed to disk, then renamed, so that ``path`` is
@@ -570,12 +581,7 @@ def save_model(
     :func:`pack_model`'s dict: the kind, the configuration, the weights
     (their own dtype), the tokenizer, the metadata and a sha256 of it all.
     """
-    if model_kind(model) is None:
-        known = ", ".join(k.model_class.__name__ for k in MODEL_KINDS.values())
-        raise TypeError(
-            f"save_model takes a model of a registered kind ({known}), got "
-            f"{type(model).__name__}"
-        )
+    _check_registered(model)
     packed = pack_model(model, tokenizer, metadata=metadata)
     return atomic_save(packed, path)
 

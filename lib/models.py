@@ -321,7 +321,8 @@ class Embeddings(nn.Module):
             x = x + self.token_types(token_types)
         if self.norm is not None:
             x = self.norm(x)
-        return self.dropout(x)
+        # (in eval, dropout is the identity: no call)
+        return self.dropout(x) if self.training else x
 
 
 # From chapters/07-1-families.md, section "The parts".

@@ -323,64 +323,6 @@ def make_scheduler(
 
 
 # From chapters/08-1-training.md, section "Checkpoints".
-class CheckpointError(ModelFileError):
-    """A checkpoint cannot be used: unreadable, damaged or not a checkpoint
-    of lib.training (then ``damaged`` is True, and resuming skips it), saved
-    from another model or configuration, or asked to hold what it cannot.
-    A :class:`~lib.model_file.ModelFileError`."""
-
-
-_FORMAT = "lib.training/3"  # 3: the model (and tokenizer) as a model file
-_FORMAT_2 = "lib.training/2"  # the weights alone; still read
-# the fields of NumPy's generator state that follow its keys
-_NUMPY_STATE = ("position", "has_gauss", "cached_gaussian")
-
-
-def rng_states() -> dict[str, Any]:
-    """The state of every random number generator: Python, NumPy, torch
-    (CPU, CUDA)."""
-    _, keys, position, has_gauss, cached = np.random.get_state()
-    after_keys = (int(position), int(has_gauss), float(cached))
-    numpy_state = {
-        "keys": torch.from_numpy(keys.astype(np.int64)),
-        **dict(zip(_NUMPY_STATE, after_keys)),
-    }
-    cuda = torch.cuda.is_available()
-    return {
-        "python": random.getstate(),
-        "numpy": numpy_state,
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if cuda else [],
-    }
-
-
-def set_rng_states(states: Mapping[str, Any]) -> None:
-    """Restore the generators from :func:`rng_states`."""
-    if not isinstance(states, Mapping) or set(states) != set(rng_states()):
-        raise ValueError(f"states must be a dict of rng_states(), got {states!r:.80}")
-    random.setstate(states["python"])
-    n = states["numpy"]
-    keys = n["keys"].numpy().astype(np.uint32)
-    np.random.set_state(("MT19937", keys, *(n[k] for k in _NUMPY_STATE)))
-    torch.set_rng_state(states["torch"].cpu())
-    if states["cuda"] and torch.cuda.is_available():
-        # a run saved on more GPUs than this machine has: the first ones
-        # (each process of a DDP run uses its own device's)
-        count = min(len(states["cuda"]), torch.cuda.device_count())
-        for device, state in enumerate(states["cuda"][:count]):
-            torch.cuda.set_rng_state(state.cpu(), device)
-
-
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """The plain module inside ``torch.compile`` and
-    ``DistributedDataParallel``."""
-    check.instance("model", model, nn.Module, what="a torch.nn.Module")
-    while hasattr(model, "_orig_mod") or isinstance(model, DistributedDataParallel):
-        compiled = hasattr(model, "_orig_mod")  # else it is DDP's
-        model = model._orig_mod if compiled else model.module
-    return model
-
-
 def _plain_state(value: Any, where: str) -> Any:
     """``value`` made of what ``torch.load(weights_only=True)`` reads back
     (:func:`lib.model_file.plain_values`): anything else is refused now,
@@ -390,44 +332,6 @@ def _plain_state(value: Any, where: str) -> Any:
         return plain_values(value, where)
     except ModelFileError as err:
         raise CheckpointError(str(err)) from None
-
-
-def save_checkpoint(
-    path: str | os.PathLike,
-    *,
-    model: nn.Module,
-    step: int,
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: Any = None,
-    scaler: torch.amp.GradScaler | None = None,
-    extra: Mapping[str, Any] | None = None,
-    tokenizer: Any = None,
-) -> Path:
-    """Write a checkpoint atomically: a temporary file in the same folder,
-    then rename (:func:`lib.model_file.atomic_save`, which first removes
-    the temporaries a killed save left there).
-
-    Holds one model file (:func:`lib.model_file.pack_model`: the kind, the
-    configuration, the weights and their sha256, and ``tokenizer``, a
-    :class:`~lib.tokenizer.CharTokenizer` or
-    :class:`~lib.tokenizer.BPETokenizer`, if given; all of which
-    :func:`lib.model_file.load_model` reads too), and around it the
-    optimiser, scheduler and scaler states, ``step`` (the next step to run,
-    which is also the position in the data), every RNG state, ``extra``
-    (plain values and tensors only: NumPy values and paths are converted,
-    other objects refused) and a sha256 of all of it, which
-    :func:`load_checkpoint` verifies.
-    """
-    path = Path(path)
-    check.int_at_least("step", step, 0, owner="save_checkpoint")
-    extra = _plain_state(dict(extra or {}), "extra")
-    packed = pack_model(unwrap_model(model), tokenizer)
-    state = dict(format=_FORMAT, step=int(step), model=packed)
-    parts = dict(optimizer=optimizer, scheduler=scheduler, scaler=scaler)
-    state |= {k: None if v is None else v.state_dict() for k, v in parts.items()}
-    state |= dict(rng=rng_states(), extra=extra)
-    state["sha256"] = _sha256(state)
-    return atomic_save(state, path)
 
 
 def _sha256(state: Mapping[str, Any]) -> str:
@@ -573,6 +477,110 @@ def _read_checkpoint(path: Path, map_location, hint: str) -> dict:
     return state
 
 
+def _saved_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every ``step-*.pt`` in ``directory``, oldest
+    first."""
+    steps = {p: p.stem.removeprefix("step-") for p in Path(directory).glob("step-*.pt")}
+    return sorted((int(digits), p) for p, digits in steps.items() if digits.isdigit())
+
+
+# From chapters/08-1-training.md, section "Checkpoints".
+class CheckpointError(ModelFileError):
+    """A checkpoint cannot be used: unreadable, damaged or not a checkpoint
+    of lib.training (then ``damaged`` is True, and resuming skips it), saved
+    from another model or configuration, or asked to hold what it cannot.
+    A :class:`~lib.model_file.ModelFileError`."""
+
+
+_FORMAT = "lib.training/3"  # 3: the model (and tokenizer) as a model file
+_FORMAT_2 = "lib.training/2"  # the weights alone; still read
+# the fields of NumPy's generator state that follow its keys
+_NUMPY_STATE = ("position", "has_gauss", "cached_gaussian")
+
+
+def rng_states() -> dict[str, Any]:
+    """The state of every random number generator: Python, NumPy, torch
+    (CPU, CUDA)."""
+    _, keys, position, has_gauss, cached = np.random.get_state()
+    after_keys = (int(position), int(has_gauss), float(cached))
+    numpy_state = {
+        "keys": torch.from_numpy(keys.astype(np.int64)),
+        **dict(zip(_NUMPY_STATE, after_keys)),
+    }
+    cuda = torch.cuda.is_available()
+    return {
+        "python": random.getstate(),
+        "numpy": numpy_state,
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if cuda else [],
+    }
+
+
+def set_rng_states(states: Mapping[str, Any]) -> None:
+    """Restore the generators from :func:`rng_states`."""
+    if not isinstance(states, Mapping) or set(states) != set(rng_states()):
+        raise ValueError(f"states must be a dict of rng_states(), got {states!r:.80}")
+    random.setstate(states["python"])
+    n = states["numpy"]
+    keys = n["keys"].numpy().astype(np.uint32)
+    np.random.set_state(("MT19937", keys, *(n[k] for k in _NUMPY_STATE)))
+    torch.set_rng_state(states["torch"].cpu())
+    if states["cuda"] and torch.cuda.is_available():
+        # a run saved on more GPUs than this machine has: the first ones
+        # (each process of a DDP run uses its own device's)
+        count = min(len(states["cuda"]), torch.cuda.device_count())
+        for device, state in enumerate(states["cuda"][:count]):
+            torch.cuda.set_rng_state(state.cpu(), device)
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The plain module inside ``torch.compile`` and
+    ``DistributedDataParallel``."""
+    check.instance("model", model, nn.Module, what="a torch.nn.Module")
+    while hasattr(model, "_orig_mod") or isinstance(model, DistributedDataParallel):
+        compiled = hasattr(model, "_orig_mod")  # else it is DDP's
+        model = model._orig_mod if compiled else model.module
+    return model
+
+
+def save_checkpoint(
+    path: str | os.PathLike,
+    *,
+    model: nn.Module,
+    step: int,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+    scaler: torch.amp.GradScaler | None = None,
+    extra: Mapping[str, Any] | None = None,
+    tokenizer: Any = None,
+) -> Path:
+    """Write a checkpoint atomically: a temporary file in the same folder,
+    then rename (:func:`lib.model_file.atomic_save`, which first removes
+    the temporaries a killed save left there).
+
+    Holds one model file (:func:`lib.model_file.pack_model`: the kind, the
+    configuration, the weights and their sha256, and ``tokenizer``, a
+    :class:`~lib.tokenizer.CharTokenizer` or
+    :class:`~lib.tokenizer.BPETokenizer`, if given; all of which
+    :func:`lib.model_file.load_model` reads too), and around it the
+    optimiser, scheduler and scaler states, ``step`` (the next step to run,
+    which is also the position in the data), every RNG state, ``extra``
+    (plain values and tensors only: NumPy values and paths are converted,
+    other objects refused) and a sha256 of all of it, which
+    :func:`load_checkpoint` verifies.
+    """
+    path = Path(path)
+    check.int_at_least("step", step, 0, owner="save_checkpoint")
+    extra = _plain_state(dict(extra or {}), "extra")
+    packed = pack_model(unwrap_model(model), tokenizer)
+    state = dict(format=_FORMAT, step=int(step), model=packed)
+    parts = dict(optimizer=optimizer, scheduler=scheduler, scaler=scaler)
+    state |= {k: None if v is None else v.state_dict() for k, v in parts.items()}
+    state |= dict(rng=rng_states(), extra=extra)
+    state["sha256"] = _sha256(state)
+    return atomic_save(state, path)
+
+
 def load_checkpoint(
     path: str | os.PathLike,
     *,
@@ -640,13 +648,6 @@ def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
     """The checkpoint ``step-*.pt`` with the highest step in ``directory``,
     or None."""
     return max(_saved_checkpoints(directory), default=(None, None))[1]
-
-
-def _saved_checkpoints(directory: str | os.PathLike) -> list[tuple[int, Path]]:
-    """``(step, path)`` of every ``step-*.pt`` in ``directory``, oldest
-    first."""
-    steps = {p: p.stem.removeprefix("step-") for p in Path(directory).glob("step-*.pt")}
-    return sorted((int(digits), p) for p, digits in steps.items() if digits.isdigit())
 
 
 # From chapters/08-1-training.md, section "The training loop".
@@ -1007,6 +1008,7 @@ def train(
     log_every: int = 1,
     progress: bool | None = None,
     keep_best: bool = False,
+    tokenizer: Any = None,
 ) -> TrainHistory:
     """Train ``model`` (already on its device) for steps ``0 .. n_steps-1``.
 
@@ -1028,6 +1030,9 @@ def train(
     The loss is read every
     ``log_every`` steps, and before an evaluation or a checkpoint.
     ``progress``: a tqdm bar (default: in the colab and full profiles).
+    ``tokenizer``: written into every checkpoint (``best.pt`` too), so that
+    :func:`lib.model_file.load_model` and :func:`load_checkpoint` give it
+    back.
     ``keep_best=True`` (with ``eval_every``) hands back the weights of the
     evaluation with the lowest held-out loss, not the last step's; the
     history says which (``best_step``, ``best_eval_loss``), and with a
@@ -1158,13 +1163,24 @@ def train(
                     for k, v in model.state_dict().items()
                 }
                 if checkpoint_dir is not None and rank == 0:
-                    save_checkpoint(checkpoint_dir / "best.pt", model=model, step=done)
+                    save_checkpoint(
+                        checkpoint_dir / "best.pt",
+                        model=model,
+                        step=done,
+                        tokenizer=tokenizer,
+                    )
         if due_save:
             # the model's configuration is in its model file
             extra = dict(history=asdict(history), data_position=done)
             last_checkpoint = checkpoint_dir / f"step-{done:08d}.pt"
             if rank == 0:
-                save_checkpoint(last_checkpoint, step=done, extra=extra, **objects)
+                save_checkpoint(
+                    last_checkpoint,
+                    step=done,
+                    extra=extra,
+                    tokenizer=tokenizer,
+                    **objects,
+                )
                 _prune(checkpoint_dir, keep_checkpoints, done)
             if world > 1:
                 dist.barrier()
