@@ -20,7 +20,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-from einops import einsum
 from torch import nn
 
 from lib import _checks as check
@@ -220,10 +219,9 @@ class Unembedding(nn.Module):
         ``(batch seq d_model)``, in the weight's dtype (any dtype under
         autocast) and on its device; the result is ``(... vocab)``.
         """
-        logits = einsum(hidden, self.weight, "... d_model, vocab d_model -> ... vocab")
-        if self.bias is not None:
-            logits = logits + self.bias
-        return logits
+        # einsum(hidden, weight, "... d_model, vocab d_model -> ... vocab")
+        # plus the bias: PyTorch's fused linear op computes exactly that
+        return F.linear(hidden, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return (

@@ -295,6 +295,19 @@ def test_untied_unembedding_is_a_linear_layer_without_bias():
     assert sum(p.numel() for p in head.parameters()) == 20 * 8
 
 
+def test_the_fused_unembedding_equals_the_chapters_einsum():
+    from einops import einsum
+
+    torch.manual_seed(0)
+    head = Unembedding(8, 20, bias=True)
+    with torch.no_grad():
+        head.bias.normal_()
+    hidden = torch.randn(2, 3, 8, dtype=torch.float64)
+    head = head.double()
+    by_einsum = einsum(hidden, head.weight, "... d_model, vocab d_model -> ... vocab")
+    assert torch.allclose(head(hidden), by_einsum + head.bias, rtol=0, atol=1e-12)
+
+
 def test_bias_is_added_and_starts_at_zero():
     torch.manual_seed(0)
     head = Unembedding(8, 20, bias=True)

@@ -23,8 +23,10 @@ Per page and width it measures:
   legends, titles: :func:`lib.utils.set_plot_style`): ``points * dpi / 72 *
   displayed width / natural width``, with the dpi read from the PNG itself (matplotlib
   writes it in the ``pHYs`` chunk) and the displayed width from the browser's layout.
-  A size a figure's own code sets (``fontsize=``) is not seen. The table gives the median
-  over the page's figures and how many are under ``--small-px`` (7 px).
+  A size a figure's own code sets (``fontsize=``) is not seen, and the figures are taken
+  to be drawn in the style as it is now (a build whose execution cache predates a change
+  to the style shows older ones). The table gives the median over the page's figures and
+  how many are under ``--small-px`` (7 px).
 
     python3 tasks.py pages                    # after `python3 tasks.py book`
     python tools/page_overflow.py --widths 390 1280 --max-wide 0 --max-cut 0
