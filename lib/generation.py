@@ -383,30 +383,32 @@ def generate(
     # the ids the model sees: all of them, or the last `window`
     context = ids if window is None else ids[:, -window:]
     logits, cache = _first_step(model, context, to_check)
-    step = _trusted_step(model)
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     # each step's largest logit per row (0 for a finished row), read once
     # at the end: NaN, +inf or -inf (a row all -inf) there is a bad row
     peaks, new_tokens, has_stops = [], [], len(stops) > 0
     knobs = dict(temperature=temperature, top_k=top_k, top_p=top_p)
-    for position in range(max_new_tokens):
-        last = logits[:, -1]
-        with check.trusting():  # the knobs are checked, the logits below
+    # the knobs are checked and the logits are read below: the loop's own
+    # calls (the sampler, model.step on its own ids) skip their checks
+    with check.trusting():
+        for position in range(max_new_tokens):
+            last = logits[:, -1]
             token = sample_next_token(last, **knobs, generator=generator)
-        if has_stops:  # only stop ids finish a row
-            peaks.append(last.amax(dim=-1).masked_fill(finished, 0.0))
-            token = token.masked_fill(finished, fill)
-            finished = finished | torch.isin(token, stops)
-        else:
-            peaks.append(last.amax(dim=-1))
-        new_tokens.append(token)
-        if has_stops and bool(finished.all()):
-            break
-        if position + 1 < max_new_tokens:
-            column = token.unsqueeze(1)  # (batch) -> (batch 1)
-            if window is not None:
-                context = torch.cat([context, column], dim=1)[:, -window:]
-            logits, cache = _advance(step, column, cache, context, window)
+            if has_stops:  # only stop ids finish a row
+                peaks.append(last.amax(dim=-1).masked_fill(finished, 0.0))
+                token = token.masked_fill(finished, fill)
+                finished = finished | torch.isin(token, stops)
+            else:
+                peaks.append(last.amax(dim=-1))
+            new_tokens.append(token)
+            if has_stops and bool(finished.all()):
+                break
+            if position + 1 < max_new_tokens:
+                column = token.unsqueeze(1)  # (batch) -> (batch 1)
+                if window is not None:
+                    context = torch.cat([context, column], dim=1)
+                    context = context[:, -window:]
+                logits, cache = _advance(model.step, column, cache, context, window)
     bad = ~torch.stack(peaks).isfinite().all(dim=0)
     if bool(bad.any()):
         raise ValueError(f"{_BAD_LOGITS}: model.step gave them for rows {_rows(bad)}")
