@@ -586,11 +586,12 @@ class KVCache:
         if room is None or room[2][0] != n or n + new > room[0].shape[2]:
             room = self._new_room(n + new)
         key_buffer, value_buffer, filled = room
-        key_buffer[:, :, n : n + new] = keys
-        value_buffer[:, :, n : n + new] = values
-        filled[0] = n + new  # older caches of this buffer may not write now
-        end = n + new
-        return KVCache(key_buffer[:, :, :end], value_buffer[:, :, :end], room)
+        # positions n .. n+new-1 of the seq axis (2), then the view 0 .. end
+        key_buffer.narrow(2, n, new).copy_(keys)
+        value_buffer.narrow(2, n, new).copy_(values)
+        filled[0] = end = n + new  # older caches of it may not write now
+        views = (key_buffer.narrow(2, 0, end), value_buffer.narrow(2, 0, end))
+        return KVCache(*views, room)
 
     def _new_room(self, needed: int) -> tuple:
         """Buffers for at least ``needed`` positions (a multiple of 256),

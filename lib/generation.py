@@ -337,6 +337,7 @@ def _advance(step, new_ids, cache, context, window):
 
 
 # From chapters/07-4-decoding.md, section "The generation loop".
+@torch.no_grad()  # decoding needs no gradients
 def generate(
     model: Any,
     prompt_ids: torch.Tensor,
@@ -430,6 +431,7 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
+@torch.no_grad()  # decoding needs no gradients
 def beam_search(
     model: Any,
     prompt_ids: torch.Tensor,
@@ -690,6 +692,7 @@ def _check_sampler(sampler: Any) -> None:
 
 
 # From chapters/07-4-decoding.md, section "Speculative decoding".
+@torch.no_grad()  # decoding needs no gradients
 def speculative_generate(
     target: Any,
     draft: Any,
