@@ -540,6 +540,14 @@ def _check_indices(indices, batch: int) -> torch.Tensor:
 _CACHE_BLOCK = 256
 
 
+def _grown(cached: torch.Tensor, size: int) -> torch.Tensor:
+    """A buffer of ``size`` positions whose first ones hold ``cached``."""
+    batch, heads, n, width = cached.shape
+    buffer = cached.new_empty(batch, heads, size, width)
+    buffer.narrow(2, 0, n).copy_(cached)
+    return buffer
+
+
 @dataclass(frozen=True)
 class KVCache:
     """The keys and values of the tokens seen so far, for one attention
@@ -569,11 +577,8 @@ class KVCache:
 
     def extend(self, keys: torch.Tensor, values: torch.Tensor) -> KVCache:
         """A new cache with ``keys`` and ``values``
-        ``(batch kv_heads new d_head)`` appended: written in place into the
-        buffer this cache was cut from when it is the buffer's newest and
-        there is room; else into a new buffer (or, under autograd or while
-        compiling, concatenated).
-        """
+        ``(batch kv_heads new d_head)`` appended, in place where it may be
+        (see above), else into a new buffer (concatenated under autograd)."""
         if not check.trusted():
             _check_cache(keys, values, "KVCache.extend()", like=self)
         n, new = self.seq_len, keys.shape[2]
@@ -584,27 +589,18 @@ class KVCache:
             )
         room = self._room
         if room is None or room[2][0] != n or n + new > room[0].shape[2]:
-            room = self._new_room(n + new)
+            # the first extension, an older cache of the buffer, or a full
+            # one: a new buffer (a multiple of 256 positions) holding ours
+            size = -(-(n + new) // _CACHE_BLOCK) * _CACHE_BLOCK
+            buffers = [_grown(t, size) for t in (self.keys, self.values)]
+            room = (*buffers, [n])
         key_buffer, value_buffer, filled = room
         # positions n .. n+new-1 of the seq axis (2), then the view 0 .. end
         key_buffer.narrow(2, n, new).copy_(keys)
         value_buffer.narrow(2, n, new).copy_(values)
         filled[0] = end = n + new  # older caches of it may not write now
-        views = (key_buffer.narrow(2, 0, end), value_buffer.narrow(2, 0, end))
-        return KVCache(*views, room)
-
-    def _new_room(self, needed: int) -> tuple:
-        """Buffers for at least ``needed`` positions (a multiple of 256),
-        holding this cache's, and how many positions are written."""
-        batch, heads, n, _ = self.keys.shape
-        capacity = -(-needed // _CACHE_BLOCK) * _CACHE_BLOCK
-        buffers = []
-        for tensor in (self.keys, self.values):
-            width = tensor.shape[-1]
-            buffer = tensor.new_empty(batch, heads, capacity, width)
-            buffer[:, :, :n] = tensor
-            buffers.append(buffer)
-        return (*buffers, [n])
+        kept = (b.narrow(2, 0, end) for b in (key_buffer, value_buffer))
+        return KVCache(*kept, room)
 
     def select(self, indices: torch.Tensor) -> KVCache:
         """The cache with its batch rows gathered by ``indices``
@@ -915,13 +911,9 @@ def kv_cache_bytes(
     batch_size: int = 1,
     bytes_per_value: int = 2,
 ) -> int:
-    """Bytes of a full key/value cache:
-    ``2 · n_layers · n_kv_heads · d_head · seq_len · batch_size ·
-    bytes_per_value``.
-
-    The 2 counts keys and values; ``bytes_per_value`` is 2 for fp16/bf16, 4
-    for fp32.
-    """
+    """Bytes of a full key/value cache: ``2 · n_layers · n_kv_heads · d_head
+    · seq_len · batch_size · bytes_per_value`` (2: keys and values;
+    ``bytes_per_value`` is 2 for fp16/bf16, 4 for fp32)."""
     named = dict(n_layers=n_layers, n_kv_heads=n_kv_heads, d_head=d_head)
     named |= dict(seq_len=seq_len, batch_size=batch_size)
     named["bytes_per_value"] = bytes_per_value
