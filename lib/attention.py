@@ -578,7 +578,8 @@ class KVCache:
     def extend(self, keys: torch.Tensor, values: torch.Tensor) -> KVCache:
         """A new cache with ``keys`` and ``values``
         ``(batch kv_heads new d_head)`` appended, in place where it may be
-        (see above), else into a new buffer (concatenated under autograd)."""
+        (see above), else into a new buffer (concatenated under autograd).
+        """
         if not check.trusted():
             _check_cache(keys, values, "KVCache.extend()", like=self)
         n, new = self.seq_len, keys.shape[2]
