@@ -213,11 +213,10 @@ SHIPPED_RUNS: dict[str, ShippedRun] = {}
 REGISTERED_LATER = {"vit-mnist": "lib.vit_training", "vit": "lib.vit_training"}
 
 
-def register_shipped_run(name: str, run: ShippedRun) -> ShippedRun:
-    """Add (or replace) ``run`` in :data:`SHIPPED_RUNS`; returns it."""
+def register_shipped_run(name: str, run: ShippedRun) -> None:
+    """Add (or replace) ``run`` in :data:`SHIPPED_RUNS`."""
     check.instance("run", run, ShippedRun, owner="register_shipped_run")
     SHIPPED_RUNS[check.string("name", name)] = run
-    return run
 
 
 def _registered(registry: dict[str, Any], name: str, what: str) -> Any:
@@ -406,11 +405,10 @@ class HeldOut:
 HELD_OUT: dict[str, HeldOut] = {}
 
 
-def register_held_out(kind: str, held: HeldOut) -> HeldOut:
+def register_held_out(kind: str, held: HeldOut) -> None:
     """Add (or replace) the measure of ``kind`` in :data:`HELD_OUT`."""
     check.instance("held", held, HeldOut, owner="register_held_out")
     HELD_OUT[check.string("kind", kind)] = held
-    return held
 
 
 def t5_held_out(
